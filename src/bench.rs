@@ -1,0 +1,91 @@
+//! `lowcomm bench`: throughput of one full training step (forward,
+//! backward, AdamW) at 2048 tokens per step, float32, on this machine —
+//! the same work as `shared/bench/torch_reference.py`, whose numbers are
+//! the baseline (`scripts/bench_vs_torch.sh` runs both, one process each,
+//! and prints the ratios).
+
+use crate::model::{Gpt, GptConfig};
+use crate::optim::{AdamW, AdamWConfig, DecaySegments, Optimizer};
+use anyhow::{bail, Result};
+use rand::{Rng, SeedableRng};
+use std::time::Instant;
+
+/// One benchmark measurement.
+#[derive(Clone, Debug, serde::Serialize)]
+pub struct BenchResult {
+    pub preset: String,
+    pub batch: usize,
+    pub seq: usize,
+    pub params: usize,
+    pub median_step_s: f64,
+    pub tokens_per_s: f64,
+    /// Achieved model FLOP/s (6N + attention per token).
+    pub gflops: f64,
+    /// Peak resident memory of this process, MB (VmHWM).
+    pub peak_rss_mb: f64,
+    pub loss_first: f32,
+    pub loss_last: f32,
+}
+
+/// The benchmark's shapes: `micro` at 16 x 128, `small` at 8 x 256.
+pub fn bench_shape(preset: &str) -> Result<(GptConfig, usize)> {
+    Ok(match preset {
+        "micro" => (GptConfig::micro(), 16),
+        "small" => (GptConfig::small(), 8),
+        "nano" => (GptConfig::nano(), 32),
+        other => bail!("no benchmark shape for preset `{other}`: use micro or small (or nano)"),
+    })
+}
+
+/// Time `steps` training steps after `warmup` untimed ones.
+pub fn run(preset: &str, steps: usize, warmup: usize) -> Result<BenchResult> {
+    let (cfg, b) = bench_shape(preset)?;
+    let t = cfg.ctx;
+    let mut model = Gpt::new(cfg.clone(), 0)?;
+    let mut rng = rand_pcg::Pcg64::seed_from_u64(0);
+    let data: Vec<u32> = (0..b * (t + 1)).map(|_| rng.random_range(0..cfg.vocab_size as u32)).collect();
+    let (mut x, mut y) = (Vec::with_capacity(b * t), Vec::with_capacity(b * t));
+    for row in data.chunks_exact(t + 1) {
+        x.extend_from_slice(&row[..t]);
+        y.extend_from_slice(&row[1..]);
+    }
+    let mut opt = AdamW::new(AdamWConfig { beta1: 0.9, beta2: 0.95, eps: 1e-8, weight_decay: 0.1 }, model.num_params());
+    let decay = DecaySegments::new(model.layout.decay_ranges());
+    let mut times = Vec::new();
+    let mut losses = Vec::new();
+    for s in 0..warmup + steps {
+        let t0 = Instant::now();
+        model.zero_grads();
+        let loss = model.forward_backward(&x, &y, b, t, 1.0);
+        opt.step(&mut model.params, &model.grads, 1e-3, &decay);
+        let dt = t0.elapsed().as_secs_f64();
+        losses.push(loss);
+        if s >= warmup {
+            times.push(dt);
+        }
+        eprintln!("step {s} loss {loss:.4} time {dt:.3}s");
+    }
+    times.sort_by(f64::total_cmp);
+    let med = times[times.len() / 2];
+    let tokens = (b * t) as f64;
+    Ok(BenchResult {
+        preset: preset.into(),
+        batch: b,
+        seq: t,
+        params: model.num_params(),
+        median_step_s: med,
+        tokens_per_s: tokens / med,
+        gflops: cfg.flops_per_token() * tokens / med / 1e9,
+        peak_rss_mb: peak_rss_mb(),
+        loss_first: losses[0],
+        loss_last: *losses.last().unwrap_or(&f32::NAN),
+    })
+}
+
+/// Peak resident set size of this process in MB, from /proc (0 elsewhere).
+pub fn peak_rss_mb() -> f64 {
+    std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| s.lines().find(|l| l.starts_with("VmHWM:")).and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok()))
+        .map_or(0.0, |kb| kb / 1024.0)
+}

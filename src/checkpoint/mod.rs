@@ -1,0 +1,184 @@
+//! Checkpoints: a directory per saved step, written so that a crash at any
+//! moment leaves the previous checkpoint loadable.
+//!
+//! ```text
+//! RUN/checkpoints/step-000200/model.safetensors      weights, GPT-2 names, [out, in] layouts
+//! RUN/checkpoints/step-000200/optimizer.safetensors  optimizer state (e.g. exp_avg, exp_avg_sq)
+//! RUN/checkpoints/step-000200/tokenizer.json         so the checkpoint stands alone
+//! RUN/checkpoints/step-000200/state.json             step, sampler, RNG, configs, sha256 of each file
+//! RUN/checkpoints/latest                             name of the newest complete checkpoint
+//! ```
+//!
+//! Protocol: everything is written into `step-N.tmp-PID/` and fsynced; the
+//! directory is renamed to `step-N`; only then is `latest` replaced
+//! atomically. A reader trusts `latest`, and verifies every file against the
+//! sha256 recorded in `state.json`, so a truncated or edited file is caught.
+
+mod tensors;
+
+use crate::data::sampler::SamplerState;
+use crate::model::GptConfig;
+use crate::util::{atomic_write, fsio::sync_dir, sha256_file};
+use anyhow::{bail, Context, Result};
+use rand_pcg::Pcg64;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+pub use tensors::{read_f32_tensors, write_f32_tensors, write_f32_tensors_with_metadata};
+
+/// Bumped when the layout of a checkpoint changes incompatibly.
+pub const FORMAT_VERSION: u32 = 1;
+const MODEL_FILE: &str = "model.safetensors";
+const OPTIM_FILE: &str = "optimizer.safetensors";
+const STATE_FILE: &str = "state.json";
+const TOKENIZER_FILE: &str = "tokenizer.json";
+const LATEST_FILE: &str = "latest";
+
+/// Everything besides tensors that `--resume` needs to continue bit-identically.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct TrainState {
+    /// Checkpoint format version.
+    pub format_version: u32,
+    /// Optimizer steps completed.
+    pub step: u64,
+    /// Training tokens consumed so far.
+    pub tokens_seen: u64,
+    /// Model shape (must match on resume).
+    pub model: GptConfig,
+    /// The run's full configuration, as TOML text, for the record.
+    pub run_config: String,
+    /// Optimizer kind (`adamw`, `sgd`) and its committed step count.
+    pub optimizer_kind: String,
+    pub optimizer_steps: u64,
+    /// The training sampler's position and RNG.
+    pub sampler: SamplerState,
+    /// Dropout's RNG.
+    pub dropout_rng: Pcg64,
+    /// Wall-clock seconds trained before this checkpoint (for metrics).
+    pub wall_s: f64,
+    /// sha256 of every other file in the checkpoint.
+    pub files: BTreeMap<String, String>,
+}
+
+/// A checkpoint in memory.
+pub struct Checkpoint {
+    pub state: TrainState,
+    /// Flat parameters, in `ParamLayout` order.
+    pub params: Vec<f32>,
+    /// Optimizer state tensors by name.
+    pub optimizer: Vec<(String, Vec<f32>)>,
+    /// The tokenizer's JSON.
+    pub tokenizer_json: String,
+}
+
+/// Directory holding a run's checkpoints.
+pub fn checkpoints_dir(run_dir: &Path) -> PathBuf {
+    run_dir.join("checkpoints")
+}
+
+/// Save a checkpoint for `state.step` under `run_dir`, then prune all but
+/// the newest `keep`. Returns the checkpoint's directory.
+pub fn save(run_dir: &Path, mut state: TrainState, params: &[f32], optimizer: &[(String, &[f32])], tokenizer_json: &str, keep: usize) -> Result<PathBuf> {
+    let root = checkpoints_dir(run_dir);
+    fs::create_dir_all(&root).with_context(|| format!("cannot create {}", root.display()))?;
+    let name = format!("step-{:06}", state.step);
+    let final_dir = root.join(&name);
+    let tmp = root.join(format!("{name}.tmp-{}", std::process::id()));
+    if tmp.exists() {
+        fs::remove_dir_all(&tmp)?;
+    }
+    fs::create_dir(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
+    let layout = crate::model::ParamLayout::new(&state.model);
+    let named: Vec<(&str, Vec<usize>, &[f32])> = layout.tensors.iter().map(|t| (t.name.as_str(), t.shape.clone(), &params[t.range.clone()])).collect();
+    write_f32_tensors(&tmp.join(MODEL_FILE), &named)?;
+    let opt: Vec<(&str, Vec<usize>, &[f32])> = optimizer.iter().map(|(n, d)| (n.as_str(), vec![d.len()], *d)).collect();
+    write_f32_tensors(&tmp.join(OPTIM_FILE), &opt)?;
+    atomic_write(&tmp.join(TOKENIZER_FILE), tokenizer_json.as_bytes())?;
+    state.files.clear();
+    for f in [MODEL_FILE, OPTIM_FILE, TOKENIZER_FILE] {
+        state.files.insert(f.to_string(), sha256_file(&tmp.join(f))?);
+    }
+    atomic_write(&tmp.join(STATE_FILE), serde_json::to_string_pretty(&state)?.as_bytes())?;
+    sync_dir(&tmp);
+    if final_dir.exists() {
+        // Saving the same step twice (e.g. a re-run): the new one wins.
+        fs::remove_dir_all(&final_dir)?;
+    }
+    fs::rename(&tmp, &final_dir).with_context(|| format!("cannot rename {} to {}", tmp.display(), final_dir.display()))?;
+    sync_dir(&root);
+    atomic_write(&root.join(LATEST_FILE), name.as_bytes())?;
+    prune(&root, keep, &name)?;
+    Ok(final_dir)
+}
+
+/// Remove complete checkpoints beyond the newest `keep` (never `current`)
+/// and temp directories left by crashed writers.
+fn prune(root: &Path, keep: usize, current: &str) -> Result<()> {
+    let mut complete = Vec::new();
+    for e in fs::read_dir(root)? {
+        let name = e?.file_name().to_string_lossy().into_owned();
+        if name.contains(".tmp-") {
+            let _ = fs::remove_dir_all(root.join(&name));
+        } else if name.starts_with("step-") {
+            complete.push(name);
+        }
+    }
+    complete.sort();
+    let excess = complete.len().saturating_sub(keep.max(1));
+    for name in complete.into_iter().take(excess).filter(|n| n != current) {
+        fs::remove_dir_all(root.join(name))?;
+    }
+    Ok(())
+}
+
+/// Resolve what the user passed to `--resume`/`--ckpt`: a checkpoint
+/// directory, or a run directory (its `latest` checkpoint).
+pub fn resolve(path: &Path) -> Result<PathBuf> {
+    if path.join(STATE_FILE).exists() {
+        return Ok(path.to_path_buf());
+    }
+    let root = if path.join(LATEST_FILE).exists() { path.to_path_buf() } else { checkpoints_dir(path) };
+    let latest = root.join(LATEST_FILE);
+    if !latest.exists() {
+        bail!("no checkpoint found at {}: pass a run directory (with checkpoints/latest) or a checkpoints/step-N directory", path.display());
+    }
+    let name = fs::read_to_string(&latest).with_context(|| format!("cannot read {}", latest.display()))?;
+    Ok(root.join(name.trim()))
+}
+
+/// Load and verify a checkpoint (a checkpoint dir or a run dir).
+pub fn load(path: &Path) -> Result<Checkpoint> {
+    let dir = resolve(path)?;
+    let corrupt = |what: String| {
+        anyhow::anyhow!(
+            "checkpoint {} is unusable: {what}. It was truncated or modified after it was written; resume from an older one (ls {})",
+            dir.display(),
+            dir.parent().map_or_else(|| ".".into(), |p| p.display().to_string())
+        )
+    };
+    let state_text = fs::read_to_string(dir.join(STATE_FILE)).map_err(|e| corrupt(format!("cannot read {STATE_FILE} ({e})")))?;
+    let state: TrainState = serde_json::from_str(&state_text).map_err(|e| corrupt(format!("{STATE_FILE} does not parse ({e})")))?;
+    if state.format_version != FORMAT_VERSION {
+        bail!("checkpoint {} has format version {}, this lowcomm reads version {FORMAT_VERSION}", dir.display(), state.format_version);
+    }
+    for (file, want) in &state.files {
+        let got = sha256_file(&dir.join(file)).map_err(|e| corrupt(format!("{file}: {e:#}")))?;
+        if &got != want {
+            return Err(corrupt(format!("{file} has sha256 {got}, expected {want}")));
+        }
+    }
+    let layout = crate::model::ParamLayout::new(&state.model);
+    let mut params = vec![0.0f32; layout.len];
+    let model = read_f32_tensors(&dir.join(MODEL_FILE)).map_err(|e| corrupt(format!("{MODEL_FILE}: {e:#}")))?;
+    for t in &layout.tensors {
+        let (_, shape, data) = model.iter().find(|(n, _, _)| n == &t.name).ok_or_else(|| corrupt(format!("{MODEL_FILE} lacks tensor {}", t.name)))?;
+        if shape != &t.shape {
+            return Err(corrupt(format!("tensor {} has shape {shape:?}, the model config says {:?}", t.name, t.shape)));
+        }
+        params[t.range.clone()].copy_from_slice(data);
+    }
+    let optimizer = read_f32_tensors(&dir.join(OPTIM_FILE)).map_err(|e| corrupt(format!("{OPTIM_FILE}: {e:#}")))?.into_iter().map(|(n, _, d)| (n, d)).collect();
+    let tokenizer_json = fs::read_to_string(dir.join(TOKENIZER_FILE)).map_err(|e| corrupt(format!("{TOKENIZER_FILE}: {e}")))?;
+    Ok(Checkpoint { state, params, optimizer, tokenizer_json })
+}

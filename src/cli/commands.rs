@@ -1,0 +1,142 @@
+//! What each subcommand does, in terms of the library.
+
+use super::{BenchArgs, EvalArgs, ExportArgs, GenerateArgs, PrepareArgs, TrainArgs};
+use crate::checkpoint;
+use crate::data::{prepare::PrepareOptions, Dataset, Tokenizer};
+use crate::model::{Gpt, GptConfig};
+use crate::sample::{generate as sample, SampleOptions};
+use crate::train::{config::default_data_dir, trainer::check_vocab, RunConfig, RunOptions};
+use anyhow::{Context, Result};
+use std::path::PathBuf;
+
+pub fn prepare(a: PrepareArgs) -> Result<()> {
+    let vocab = match a.vocab_size {
+        Some(v) => v,
+        None => GptConfig::preset(&a.preset)?.vocab_size,
+    };
+    let out = a.out.unwrap_or_else(|| if a.input.is_empty() { default_data_dir(vocab) } else { PathBuf::from(format!("data/custom-{vocab}")) });
+    let opts = PrepareOptions { inputs: a.input, out, vocab_size: vocab, val_fraction: a.val_fraction, cache_dir: a.cache_dir, force: a.force };
+    let report = crate::data::prepare(&opts)?;
+    println!("{report}");
+    Ok(())
+}
+
+/// The run configuration: the config file, else (when resuming) the
+/// checkpoint's own, else the defaults; then the flags on top.
+fn run_config(a: &TrainArgs) -> Result<(RunConfig, Option<PathBuf>)> {
+    let mut cfg = match (&a.config, &a.resume) {
+        (Some(path), _) => RunConfig::from_file(path)?,
+        (None, Some(r)) if !r.as_os_str().is_empty() => {
+            let ck = checkpoint::load(r)?;
+            RunConfig::from_toml(&ck.state.run_config).context("the checkpoint's saved run configuration does not parse")?
+        }
+        _ => RunConfig::default(),
+    };
+    if let Some(p) = &a.preset {
+        GptConfig::preset(p)?;
+        cfg.model.preset = Some(p.clone());
+        if a.out.is_none() && a.config.is_none() {
+            cfg.train.out_dir = PathBuf::from(format!("runs/{p}"));
+        }
+    }
+    let t = &mut cfg.train;
+    macro_rules! set {
+        ($flag:expr, $field:expr) => {
+            if let Some(v) = $flag.clone() {
+                $field = v;
+            }
+        };
+    }
+    set!(a.steps, t.steps);
+    set!(a.batch_size, t.batch_size);
+    set!(a.grad_accum, t.grad_accum);
+    set!(a.seed, t.seed);
+    set!(a.out, t.out_dir);
+    set!(a.eval_every, t.eval_every);
+    set!(a.checkpoint_every, t.checkpoint_every);
+    if a.seq_len.is_some() {
+        t.seq_len = a.seq_len;
+    }
+    set!(a.lr, cfg.schedule.max_lr);
+    if a.data.is_some() {
+        cfg.data.dir = a.data.clone();
+    }
+    let resume = a.resume.as_ref().map(|r| if r.as_os_str().is_empty() { cfg.train.out_dir.clone() } else { r.clone() });
+    Ok((cfg, resume))
+}
+
+pub fn train(a: TrainArgs) -> Result<()> {
+    let (cfg, resume) = run_config(&a)?;
+    let summary = crate::train::run(cfg, &RunOptions { resume, stop_at: a.stop_at, quiet: a.quiet })?;
+    println!(
+        "step {}  tokens {}  val_loss {:.4}  val_ppl {:.2}  ({:.1} s)  checkpoint {}",
+        summary.steps,
+        summary.tokens,
+        summary.eval.val_loss,
+        summary.eval.val_ppl,
+        summary.wall_s,
+        summary.checkpoint.display()
+    );
+    Ok(())
+}
+
+pub fn eval(a: EvalArgs) -> Result<()> {
+    let ck = checkpoint::load(&a.ckpt)?;
+    let run_cfg = RunConfig::from_toml(&ck.state.run_config)?;
+    let model_cfg = ck.state.model.clone();
+    let data_dir = a.data.unwrap_or_else(|| run_cfg.data_dir(&model_cfg));
+    let data = Dataset::open(&data_dir)?;
+    check_vocab(&model_cfg, data.tokenizer.vocab_size(), &format!("the tokenizer of {}", data_dir.display()), &data_dir)?;
+    let seq = run_cfg.seq_len(&model_cfg);
+    data.check_context(seq)?;
+    let mut model = Gpt::from_params(model_cfg, ck.params, 0)?;
+    let loss = crate::train::trainer::evaluate(&mut model, &data.val, seq, a.batch_size.max(1), a.windows);
+    println!("step {}  val_loss {:.4}  val_ppl {:.2}  ({} windows of {} tokens from {})", ck.state.step, loss, loss.exp(), a.windows.min(data.val.len() / seq), seq, data_dir.display());
+    Ok(())
+}
+
+pub fn generate(a: GenerateArgs) -> Result<()> {
+    let ck = checkpoint::load(&a.ckpt)?;
+    let tok = Tokenizer::from_json(&ck.tokenizer_json)?;
+    let mut model = Gpt::from_params(ck.state.model.clone(), ck.params, 0)?;
+    let mut prompt = tok.encode(&a.prompt);
+    if prompt.is_empty() {
+        prompt.push(tok.eot_id());
+    }
+    let opts = SampleOptions { max_tokens: a.tokens, temperature: a.temperature, top_k: a.top_k, seed: a.seed, stop_token: Some(tok.eot_id()) };
+    let out = sample(&mut model, &prompt, &opts);
+    println!("{}{}", a.prompt, tok.decode(&out));
+    Ok(())
+}
+
+/// Text whose tokens the export check compares (any text works).
+const REFERENCE_TEXT: &str = "It is a truth universally acknowledged, that a single man in possession of a good fortune, must be in want of a wife. \
+However little known the feelings or views of such a man may be on his first entering a neighbourhood, this truth is so well fixed in the minds of the surrounding families.";
+
+pub fn export(a: ExportArgs) -> Result<()> {
+    let ck = checkpoint::load(&a.ckpt)?;
+    crate::export::hf::export(&ck, &a.hf)?;
+    println!("wrote Hugging Face GPT-2 model to {}", a.hf.display());
+    if let Some(path) = a.reference {
+        let tok = Tokenizer::from_json(&ck.tokenizer_json)?;
+        let mut ids = tok.encode(REFERENCE_TEXT);
+        ids.truncate(ck.state.model.ctx);
+        let v = ck.state.model.vocab_size;
+        let mut model = Gpt::from_params(ck.state.model.clone(), ck.params.clone(), 0)?;
+        let logits = model.logits(&ids, 1, ids.len()).to_vec();
+        // Token ids as f32 are exact below 2^24.
+        let ids_f: Vec<f32> = ids.iter().map(|&i| i as f32).collect();
+        checkpoint::write_f32_tensors(&path, &[("tokens", vec![ids.len()], &ids_f), ("logits", vec![ids.len(), v], &logits)])?;
+        println!("wrote reference logits for {} tokens to {}", ids.len(), path.display());
+    }
+    Ok(())
+}
+
+pub fn bench(a: BenchArgs) -> Result<()> {
+    let r = crate::bench::run(&a.preset, a.steps.max(1), a.warmup)?;
+    println!(
+        "RESULT lib=lowcomm preset={} batch={}x{} params={} median_step_s={:.4} tok_per_s={:.0} gflops={:.1} peak_rss_mb={:.0} loss_first={:.4} loss_last={:.4}",
+        r.preset, r.batch, r.seq, r.params, r.median_step_s, r.tokens_per_s, r.gflops, r.peak_rss_mb, r.loss_first, r.loss_last
+    );
+    Ok(())
+}

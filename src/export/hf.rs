@@ -1,0 +1,107 @@
+//! Hugging Face GPT-2 layout: `config.json`, `model.safetensors` with GPT-2
+//! tensor names, `tokenizer.json` (+ `tokenizer_config.json`), loadable by
+//! `transformers.GPT2LMHeadModel.from_pretrained(DIR)`.
+//!
+//! Differences from our layout that the export takes care of:
+//! - GPT-2 uses `Conv1D`, which stores a linear weight as `[in, out]`; ours
+//!   are `nn.Linear`'s `[out, in]`, so the four block matrices are transposed.
+//! - Names get the `transformer.` prefix; the LM head is tied to `wte` and
+//!   not written (transformers re-ties it).
+//! - Our GELU is the erf form: `activation_function = "gelu"`.
+//!
+//! Check it with `scripts/check_hf_export.py` (see docs/export.md).
+
+use crate::checkpoint::{write_f32_tensors_with_metadata, Checkpoint};
+use crate::data::Tokenizer;
+use crate::model::{ParamLayout, TensorSpec};
+use crate::util::atomic_write;
+use anyhow::{Context, Result};
+use serde_json::json;
+use std::collections::HashMap;
+use std::path::Path;
+
+/// Block matrices stored transposed by GPT-2's Conv1D.
+const CONV1D: [&str; 4] = ["attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight"];
+
+/// The GPT-2 name, shape and data of one of our tensors.
+pub fn to_gpt2(spec: &TensorSpec, data: &[f32]) -> (String, Vec<usize>, Vec<f32>) {
+    let name = format!("transformer.{}", spec.name);
+    if CONV1D.iter().any(|s| spec.name.ends_with(s)) {
+        let (rows, cols) = (spec.shape[0], spec.shape[1]);
+        let mut t = vec![0.0f32; data.len()];
+        for r in 0..rows {
+            for c in 0..cols {
+                t[c * rows + r] = data[r * cols + c];
+            }
+        }
+        (name, vec![cols, rows], t)
+    } else {
+        (name, spec.shape.clone(), data.to_vec())
+    }
+}
+
+/// Write the Hugging Face directory for a checkpoint.
+pub fn export(ck: &Checkpoint, dir: &Path) -> Result<()> {
+    std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    let cfg = &ck.state.model;
+    let layout = ParamLayout::new(cfg);
+    let tensors: Vec<_> = layout.tensors.iter().map(|t| to_gpt2(t, &ck.params[t.range.clone()])).collect();
+    let views: Vec<(&str, Vec<usize>, &[f32])> = tensors.iter().map(|(n, s, d)| (n.as_str(), s.clone(), d.as_slice())).collect();
+    let meta = HashMap::from([("format".to_string(), "pt".to_string())]);
+    write_f32_tensors_with_metadata(&dir.join("model.safetensors"), &views, Some(meta))?;
+    let tok = Tokenizer::from_json(&ck.tokenizer_json)?;
+    let eot = tok.eot_id();
+    let config = json!({
+        "architectures": ["GPT2LMHeadModel"],
+        "model_type": "gpt2",
+        "vocab_size": cfg.vocab_size,
+        "n_positions": cfg.ctx,
+        "n_ctx": cfg.ctx,
+        "n_embd": cfg.n_embd,
+        "n_layer": cfg.n_layer,
+        "n_head": cfg.n_head,
+        "n_inner": 4 * cfg.n_embd,
+        "activation_function": "gelu",
+        "layer_norm_epsilon": crate::model::gpt::LN_EPS,
+        "resid_pdrop": cfg.dropout,
+        "embd_pdrop": cfg.dropout,
+        "attn_pdrop": 0.0,
+        "scale_attn_weights": true,
+        "initializer_range": 0.02,
+        "tie_word_embeddings": true,
+        "bos_token_id": eot,
+        "eos_token_id": eot,
+        "torch_dtype": "float32",
+        "use_cache": true,
+    });
+    atomic_write(&dir.join("config.json"), serde_json::to_string_pretty(&config)?.as_bytes())?;
+    atomic_write(&dir.join("tokenizer.json"), ck.tokenizer_json.as_bytes())?;
+    let tok_cfg = json!({
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "bos_token": crate::data::tokenizer::EOT_TOKEN,
+        "eos_token": crate::data::tokenizer::EOT_TOKEN,
+        "model_max_length": cfg.ctx,
+    });
+    atomic_write(&dir.join("tokenizer_config.json"), serde_json::to_string_pretty(&tok_cfg)?.as_bytes())?;
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::GptConfig;
+
+    #[test]
+    fn conv1d_weights_are_transposed_and_renamed() {
+        let l = ParamLayout::new(&GptConfig { vocab_size: 8, n_embd: 4, n_layer: 1, n_head: 2, ctx: 3, dropout: 0.0 });
+        let spec = l.get("h.0.attn.c_attn.weight").unwrap(); // ours [12, 4]
+        let data: Vec<f32> = (0..48).map(|i| i as f32).collect();
+        let (name, shape, t) = to_gpt2(spec, &data);
+        assert_eq!(name, "transformer.h.0.attn.c_attn.weight");
+        assert_eq!(shape, [4, 12]);
+        // ours[r=5][c=2] = 5*4+2 = 22 must be theirs[2][5]
+        assert_eq!(t[2 * 12 + 5], 22.0);
+        let (name, shape, t) = to_gpt2(l.get("wpe.weight").unwrap(), &data[..12]);
+        assert_eq!((name.as_str(), shape, t[7]), ("transformer.wpe.weight", vec![3, 4], 7.0));
+    }
+}

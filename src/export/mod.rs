@@ -1,0 +1,3 @@
+//! Exports to formats other tools load.
+
+pub mod hf;

@@ -1,0 +1,16 @@
+//! lowcomm: data-parallel GPT training when the network is the bottleneck.
+//!
+//! Layers, bottom to top (see shared/DESIGN.md): `model` (GPT on flat f32
+//! buffers), `data` (corpus, tokenizer, samplers), `optim` (optimizers on
+//! flat slices), `checkpoint`, `train` (the single-worker trainer), `export`.
+
+pub mod bench;
+pub mod checkpoint;
+pub mod cli;
+pub mod data;
+pub mod export;
+pub mod model;
+pub mod optim;
+pub mod sample;
+pub mod train;
+pub mod util;

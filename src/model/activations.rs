@@ -1,0 +1,130 @@
+//! Buffers the forward pass saves for the backward, and the backward's
+//! scratch space. Allocated once for the largest (batch, seq) seen and then
+//! reused: first-touch page faults cost ~10x a copy on these VMs.
+
+use super::GptConfig;
+
+/// What one transformer block saves.
+#[derive(Default)]
+pub struct BlockActs {
+    pub ln1: Vec<f32>,
+    pub ln1_mean: Vec<f32>,
+    pub ln1_rstd: Vec<f32>,
+    pub qkv: Vec<f32>,
+    pub probs: Vec<f32>,
+    pub atty: Vec<f32>,
+    /// Residual stream after the attention branch.
+    pub res1: Vec<f32>,
+    pub ln2: Vec<f32>,
+    pub ln2_mean: Vec<f32>,
+    pub ln2_rstd: Vec<f32>,
+    pub fch: Vec<f32>,
+    pub fch_gelu: Vec<f32>,
+    /// Residual stream after the MLP branch: the next block's input.
+    pub res2: Vec<f32>,
+    /// Dropout keep-masks (0 or 1/(1-p)) of the two branches; empty when p = 0.
+    pub mask_attn: Vec<f32>,
+    pub mask_mlp: Vec<f32>,
+}
+
+/// All saved activations plus backward scratch, for up to `rows` tokens.
+#[derive(Default)]
+pub struct Activations {
+    /// Capacity in tokens (batch x seq) and in attention-probability entries.
+    pub rows: usize,
+    pub probs_len: usize,
+    /// Inputs of the last forward, needed by the embedding backward.
+    pub tokens: Vec<u32>,
+    /// Embedding output (the first block's input) and its dropout mask.
+    pub x0: Vec<f32>,
+    pub mask_emb: Vec<f32>,
+    pub blocks: Vec<BlockActs>,
+    pub lnf: Vec<f32>,
+    pub lnf_mean: Vec<f32>,
+    pub lnf_rstd: Vec<f32>,
+    /// Logits `[rows, vocab]`; after a training forward they hold d(loss)/d(logits).
+    pub logits: Vec<f32>,
+    pub losses: Vec<f32>,
+    /// Output of a branch (attention or MLP projection) before the residual add.
+    pub branch: Vec<f32>,
+    // Backward scratch.
+    pub dres: Vec<f32>,
+    pub dbranch: Vec<f32>,
+    pub dln: Vec<f32>,
+    pub dqkv: Vec<f32>,
+    pub dprobs: Vec<f32>,
+    pub datty: Vec<f32>,
+    pub dfch_gelu: Vec<f32>,
+    pub dfch: Vec<f32>,
+}
+
+impl Activations {
+    /// Make room for `b` sequences of `t` tokens; a no-op when it fits.
+    pub fn ensure(&mut self, cfg: &GptConfig, b: usize, t: usize) {
+        let rows = b * t;
+        let probs_len = b * cfg.n_head * t * t;
+        if rows <= self.rows && probs_len <= self.probs_len {
+            return;
+        }
+        let (rows, probs_len) = (rows.max(self.rows), probs_len.max(self.probs_len));
+        let (c, v) = (cfg.n_embd, cfg.vocab_size);
+        let masks = if cfg.dropout > 0.0 { rows * c } else { 0 };
+        let z = |n: usize| vec![0.0f32; n];
+        *self = Activations {
+            rows,
+            probs_len,
+            tokens: vec![0; rows],
+            x0: z(rows * c),
+            mask_emb: z(masks),
+            blocks: (0..cfg.n_layer)
+                .map(|_| BlockActs {
+                    ln1: z(rows * c),
+                    ln1_mean: z(rows),
+                    ln1_rstd: z(rows),
+                    qkv: z(rows * 3 * c),
+                    probs: z(probs_len),
+                    atty: z(rows * c),
+                    res1: z(rows * c),
+                    ln2: z(rows * c),
+                    ln2_mean: z(rows),
+                    ln2_rstd: z(rows),
+                    fch: z(rows * 4 * c),
+                    fch_gelu: z(rows * 4 * c),
+                    res2: z(rows * c),
+                    mask_attn: z(masks),
+                    mask_mlp: z(masks),
+                })
+                .collect(),
+            lnf: z(rows * c),
+            lnf_mean: z(rows),
+            lnf_rstd: z(rows),
+            logits: z(rows * v),
+            losses: z(rows),
+            branch: z(rows * c),
+            dres: z(rows * c),
+            dbranch: z(rows * c),
+            dln: z(rows * c),
+            dqkv: z(rows * 3 * c),
+            dprobs: z(probs_len),
+            datty: z(rows * c),
+            dfch_gelu: z(rows * 4 * c),
+            dfch: z(rows * 4 * c),
+        };
+    }
+
+    /// Bytes held, for memory reports.
+    pub fn bytes(&self) -> usize {
+        let b = &self.blocks;
+        let per_block: usize = b.iter().map(|a| {
+            [&a.ln1, &a.ln1_mean, &a.ln1_rstd, &a.qkv, &a.probs, &a.atty, &a.res1, &a.ln2, &a.ln2_mean, &a.ln2_rstd, &a.fch, &a.fch_gelu, &a.res2, &a.mask_attn, &a.mask_mlp]
+                .iter()
+                .map(|v| v.len())
+                .sum::<usize>()
+        }).sum();
+        let top = [&self.x0, &self.mask_emb, &self.lnf, &self.lnf_mean, &self.lnf_rstd, &self.logits, &self.losses, &self.branch, &self.dres, &self.dbranch, &self.dln, &self.dqkv, &self.dprobs, &self.datty, &self.dfch_gelu, &self.dfch]
+            .iter()
+            .map(|v| v.len())
+            .sum::<usize>();
+        4 * (per_block + top) + 4 * self.tokens.len()
+    }
+}

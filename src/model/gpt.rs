@@ -1,0 +1,249 @@
+//! The GPT: parameters and gradients as two flat f32 buffers, and the
+//! forward/backward pass over them (llm.c style: every step is an explicit
+//! kernel call on slices; nothing is allocated once the buffers exist).
+//!
+//! Block (pre-LN, GPT-2):  x = x + drop(proj(attn(ln_1(x))))
+//!                         x = x + drop(c_proj(gelu(c_fc(ln_2(x)))))
+//! Head:                   logits = ln_f(x) wte^T   (tied to the token embedding)
+
+use super::activations::Activations;
+use super::layout::ParamLayout;
+use super::ops::{attention, embedding, gelu, layernorm, matmul, xent};
+use super::GptConfig;
+use anyhow::{bail, Result};
+use rand::{Rng, SeedableRng};
+use rand_pcg::Pcg64;
+use std::ops::Range;
+
+/// LayerNorm epsilon (GPT-2's `layer_norm_epsilon`).
+pub const LN_EPS: f32 = 1e-5;
+
+/// A GPT with its parameters, gradients and activation buffers.
+pub struct Gpt {
+    /// Shape.
+    pub cfg: GptConfig,
+    /// Where each tensor lives in `params` / `grads`.
+    pub layout: ParamLayout,
+    /// All parameters, flat, in `layout` order.
+    pub params: Vec<f32>,
+    /// All gradients, same layout; accumulate until [`Gpt::zero_grads`].
+    pub grads: Vec<f32>,
+    /// Dropout's random stream (part of a checkpoint's state).
+    pub dropout_rng: Pcg64,
+    acts: Activations,
+}
+
+impl Gpt {
+    /// A freshly initialised model: N(0, 0.02) matrices and embeddings,
+    /// residual projections N(0, 0.02 / sqrt(2 n_layer)) (GPT-2), zero biases,
+    /// unit LayerNorm gains. Same seed, same bits.
+    pub fn new(cfg: GptConfig, seed: u64) -> Result<Self> {
+        cfg.validate()?;
+        let layout = ParamLayout::new(&cfg);
+        let mut params = vec![0.0f32; layout.len];
+        let mut rng = Pcg64::seed_from_u64(seed);
+        let resid_std = 0.02 / (2.0 * cfg.n_layer as f32).sqrt();
+        for t in &layout.tensors {
+            let p = &mut params[t.range.clone()];
+            if t.name.contains("ln_") {
+                p.fill(if t.name.ends_with("weight") { 1.0 } else { 0.0 });
+            } else if t.shape.len() == 2 {
+                let std = if t.name.ends_with("c_proj.weight") { resid_std } else { 0.02 };
+                fill_normal(p, std, &mut rng);
+            }
+        }
+        Self::from_params(cfg, params, seed)
+    }
+
+    /// A model around given parameters (e.g. loaded from a checkpoint).
+    pub fn from_params(cfg: GptConfig, params: Vec<f32>, seed: u64) -> Result<Self> {
+        cfg.validate()?;
+        let layout = ParamLayout::new(&cfg);
+        if params.len() != layout.len {
+            bail!("parameter buffer has {} values but this model shape needs {}", params.len(), layout.len);
+        }
+        let grads = vec![0.0; layout.len];
+        let dropout_rng = Pcg64::seed_from_u64(seed ^ 0xD809_0u64);
+        Ok(Self { cfg, layout, params, grads, dropout_rng, acts: Activations::default() })
+    }
+
+    /// Number of parameters.
+    pub fn num_params(&self) -> usize {
+        self.layout.len
+    }
+
+    /// Reset the gradient accumulators to zero.
+    pub fn zero_grads(&mut self) {
+        self.grads.fill(0.0);
+    }
+
+    /// Bytes of activation buffers currently held.
+    pub fn activation_bytes(&self) -> usize {
+        self.acts.bytes()
+    }
+
+    /// Mean cross-entropy of `targets` given `inputs` (`[b*t]` each), no
+    /// gradients, no dropout.
+    pub fn loss(&mut self, inputs: &[u32], targets: &[u32], b: usize, t: usize) -> f32 {
+        self.forward(inputs, b, t, false);
+        let n = b * t;
+        let a = &mut self.acts;
+        xent::forward(&mut a.losses[..n], &a.logits[..n * self.cfg.vocab_size], targets, self.cfg.vocab_size);
+        mean(&a.losses[..n])
+    }
+
+    /// Logits `[b*t, vocab]` for `inputs`, no dropout.
+    pub fn logits(&mut self, inputs: &[u32], b: usize, t: usize) -> &[f32] {
+        self.forward(inputs, b, t, false);
+        &self.acts.logits[..b * t * self.cfg.vocab_size]
+    }
+
+    /// Forward and backward of `loss_scale x mean cross-entropy`; gradients
+    /// are ADDED to `self.grads` (micro-batch accumulation: pass
+    /// `loss_scale = 1 / micro_batches`). Returns the unscaled mean loss.
+    pub fn forward_backward(&mut self, inputs: &[u32], targets: &[u32], b: usize, t: usize, loss_scale: f32) -> f32 {
+        self.forward(inputs, b, t, true);
+        let (n, v) = (b * t, self.cfg.vocab_size);
+        let a = &mut self.acts;
+        xent::forward_backward(&mut a.losses[..n], &mut a.logits[..n * v], targets, v, loss_scale / n as f32);
+        let loss = mean(&a.losses[..n]);
+        self.backward(b, t);
+        loss
+    }
+
+    fn forward(&mut self, inputs: &[u32], b: usize, t: usize, train: bool) {
+        let cfg = &self.cfg;
+        assert!(t <= cfg.ctx, "sequence of {t} tokens exceeds the context length {}", cfg.ctx);
+        assert_eq!(inputs.len(), b * t, "inputs must hold batch x seq tokens");
+        self.acts.ensure(cfg, b, t);
+        let (n, c, v) = (b * t, cfg.n_embd, cfg.vocab_size);
+        let dims = attention::Dims { b, t, c, heads: cfg.n_head };
+        let p = &self.params;
+        let l = &self.layout;
+        let a = &mut self.acts;
+        let drop = if train { cfg.dropout } else { 0.0 };
+        a.tokens[..n].copy_from_slice(inputs);
+        embedding::forward(&mut a.x0, inputs, &p[l.wte.clone()], &p[l.wpe.clone()], t, c);
+        dropout_forward(&mut a.x0[..n * c], &mut a.mask_emb, drop, &mut self.dropout_rng);
+        for (i, r) in l.blocks.iter().enumerate() {
+            let (done, rest) = a.blocks.split_at_mut(i);
+            let x: &[f32] = if i == 0 { &a.x0[..n * c] } else { &done[i - 1].res2[..n * c] };
+            let s = &mut rest[0];
+            layernorm::forward(&mut s.ln1, &mut s.ln1_mean, &mut s.ln1_rstd, x, &p[r.ln1_w.clone()], &p[r.ln1_b.clone()], c, LN_EPS);
+            matmul::linear_forward(&mut s.qkv, &s.ln1[..n * c], &p[r.qkv_w.clone()], Some(&p[r.qkv_b.clone()]), n, c, 3 * c);
+            attention::forward(&mut s.atty, &mut s.probs, &s.qkv[..n * 3 * c], dims);
+            matmul::linear_forward(&mut a.branch, &s.atty[..n * c], &p[r.proj_w.clone()], Some(&p[r.proj_b.clone()]), n, c, c);
+            dropout_forward(&mut a.branch[..n * c], &mut s.mask_attn, drop, &mut self.dropout_rng);
+            add(&mut s.res1[..n * c], x, &a.branch[..n * c]);
+            layernorm::forward(&mut s.ln2, &mut s.ln2_mean, &mut s.ln2_rstd, &s.res1[..n * c], &p[r.ln2_w.clone()], &p[r.ln2_b.clone()], c, LN_EPS);
+            matmul::linear_forward(&mut s.fch, &s.ln2[..n * c], &p[r.fc_w.clone()], Some(&p[r.fc_b.clone()]), n, c, 4 * c);
+            gelu::forward(&mut s.fch_gelu, &s.fch[..n * 4 * c]);
+            matmul::linear_forward(&mut a.branch, &s.fch_gelu[..n * 4 * c], &p[r.fcproj_w.clone()], Some(&p[r.fcproj_b.clone()]), n, 4 * c, c);
+            dropout_forward(&mut a.branch[..n * c], &mut s.mask_mlp, drop, &mut self.dropout_rng);
+            add(&mut s.res2[..n * c], &s.res1[..n * c], &a.branch[..n * c]);
+        }
+        let last = a.blocks.last().map_or(&a.x0, |s| &s.res2);
+        layernorm::forward(&mut a.lnf, &mut a.lnf_mean, &mut a.lnf_rstd, &last[..n * c], &p[l.lnf_w.clone()], &p[l.lnf_b.clone()], c, LN_EPS);
+        matmul::linear_forward(&mut a.logits, &a.lnf[..n * c], &p[l.wte.clone()], None, n, c, v);
+    }
+
+    /// Backward of the last training forward; `acts.logits` holds dL/dlogits.
+    fn backward(&mut self, b: usize, t: usize) {
+        let cfg = &self.cfg;
+        let (n, c, v) = (b * t, cfg.n_embd, cfg.vocab_size);
+        let dims = attention::Dims { b, t, c, heads: cfg.n_head };
+        let p = &self.params;
+        let l = &self.layout;
+        let g = &mut self.grads;
+        let a = &mut self.acts;
+        let dropout = cfg.dropout > 0.0;
+        // Head: logits = lnf wte^T
+        matmul::linear_backward(Some(&mut a.dln), &mut g[l.wte.clone()], None, &a.logits[..n * v], &a.lnf[..n * c], &p[l.wte.clone()], n, c, v);
+        let dres = &mut a.dres[..n * c];
+        dres.fill(0.0);
+        let last = a.blocks.last().map_or(&a.x0, |s| &s.res2);
+        let (dw, db) = two_mut(g, &l.lnf_w, &l.lnf_b);
+        layernorm::backward(dres, dw, db, &a.dln[..n * c], &last[..n * c], &p[l.lnf_w.clone()], &a.lnf_mean, &a.lnf_rstd, c);
+        for (i, r) in l.blocks.iter().enumerate().rev() {
+            let (done, rest) = a.blocks.split_at(i);
+            let x: &[f32] = if i == 0 { &a.x0[..n * c] } else { &done[i - 1].res2[..n * c] };
+            let s = &rest[0];
+            // MLP branch: res2 = res1 + drop(fcproj(gelu(fc(ln2(res1)))))
+            let dbranch = dropout_backward(&mut a.dbranch[..n * c], dres, &s.mask_mlp, dropout);
+            let (dw, db) = two_mut(g, &r.fcproj_w, &r.fcproj_b);
+            matmul::linear_backward(Some(&mut a.dfch_gelu), dw, Some(db), dbranch, &s.fch_gelu[..n * 4 * c], &p[r.fcproj_w.clone()], n, 4 * c, c);
+            gelu::backward(&mut a.dfch, &s.fch[..n * 4 * c], &a.dfch_gelu[..n * 4 * c]);
+            let (dw, db) = two_mut(g, &r.fc_w, &r.fc_b);
+            matmul::linear_backward(Some(&mut a.dln), dw, Some(db), &a.dfch[..n * 4 * c], &s.ln2[..n * c], &p[r.fc_w.clone()], n, c, 4 * c);
+            let (dw, db) = two_mut(g, &r.ln2_w, &r.ln2_b);
+            layernorm::backward(dres, dw, db, &a.dln[..n * c], &s.res1[..n * c], &p[r.ln2_w.clone()], &s.ln2_mean, &s.ln2_rstd, c);
+            // Attention branch: res1 = x + drop(proj(attn(ln1(x))))
+            let dbranch = dropout_backward(&mut a.dbranch[..n * c], dres, &s.mask_attn, dropout);
+            let (dw, db) = two_mut(g, &r.proj_w, &r.proj_b);
+            matmul::linear_backward(Some(&mut a.datty), dw, Some(db), dbranch, &s.atty[..n * c], &p[r.proj_w.clone()], n, c, c);
+            attention::backward(&mut a.dqkv, &mut a.dprobs, &a.datty[..n * c], &s.qkv[..n * 3 * c], &s.probs, dims);
+            let (dw, db) = two_mut(g, &r.qkv_w, &r.qkv_b);
+            matmul::linear_backward(Some(&mut a.dln), dw, Some(db), &a.dqkv[..n * 3 * c], &s.ln1[..n * c], &p[r.qkv_w.clone()], n, c, 3 * c);
+            let (dw, db) = two_mut(g, &r.ln1_w, &r.ln1_b);
+            layernorm::backward(dres, dw, db, &a.dln[..n * c], x, &p[r.ln1_w.clone()], &s.ln1_mean, &s.ln1_rstd, c);
+        }
+        let dx0 = dropout_backward(&mut a.dbranch[..n * c], dres, &a.mask_emb, dropout);
+        let (dwte, dwpe) = two_mut(g, &l.wte, &l.wpe);
+        embedding::backward(dwte, dwpe, dx0, &a.tokens[..n], t, c);
+    }
+}
+
+/// Two disjoint mutable ranges of one buffer (`a` before `b`).
+fn two_mut<'a>(buf: &'a mut [f32], a: &Range<usize>, b: &Range<usize>) -> (&'a mut [f32], &'a mut [f32]) {
+    assert!(a.end <= b.start, "ranges must be ordered and disjoint");
+    let (lo, hi) = buf.split_at_mut(b.start);
+    (&mut lo[a.clone()], &mut hi[..b.len()])
+}
+
+fn add(out: &mut [f32], x: &[f32], y: &[f32]) {
+    for ((o, a), b) in out.iter_mut().zip(x).zip(y) {
+        *o = a + b;
+    }
+}
+
+fn mean(x: &[f32]) -> f32 {
+    (x.iter().map(|&v| v as f64).sum::<f64>() / x.len() as f64) as f32
+}
+
+/// Inverted dropout: keep with probability 1-p and scale by 1/(1-p), so
+/// evaluation needs no rescaling. The mask is saved for the backward.
+fn dropout_forward(x: &mut [f32], mask: &mut [f32], p: f32, rng: &mut Pcg64) {
+    if p <= 0.0 {
+        return;
+    }
+    let keep = 1.0 / (1.0 - p);
+    for (m, x) in mask[..x.len()].iter_mut().zip(x.iter_mut()) {
+        *m = if rng.random::<f32>() < p { 0.0 } else { keep };
+        *x *= *m;
+    }
+}
+
+/// Gradient through dropout: `dy * mask`, or `dy` itself when off.
+fn dropout_backward<'a>(scratch: &'a mut [f32], dy: &'a [f32], mask: &[f32], on: bool) -> &'a [f32] {
+    if !on {
+        return dy;
+    }
+    for ((s, d), m) in scratch.iter_mut().zip(dy).zip(mask) {
+        *s = d * m;
+    }
+    scratch
+}
+
+/// Fill with N(0, std^2) by Box-Muller: two uniforms -> two normals.
+fn fill_normal(out: &mut [f32], std: f32, rng: &mut Pcg64) {
+    for pair in out.chunks_mut(2) {
+        let u1: f64 = 1.0 - rng.random::<f64>(); // (0, 1]: log is finite
+        let u2: f64 = rng.random::<f64>();
+        let r = (-2.0 * u1.ln()).sqrt();
+        let th = 2.0 * std::f64::consts::PI * u2;
+        pair[0] = (r * th.cos()) as f32 * std;
+        if let Some(x) = pair.get_mut(1) {
+            *x = (r * th.sin()) as f32 * std;
+        }
+    }
+}

@@ -1,0 +1,13 @@
+//! The GPT model: configuration, flat parameter layout, forward/backward.
+
+pub mod activations;
+pub mod config;
+pub mod gpt;
+pub mod layout;
+pub mod ops;
+#[cfg(test)]
+mod tests;
+
+pub use config::GptConfig;
+pub use gpt::Gpt;
+pub use layout::{ParamLayout, TensorSpec};

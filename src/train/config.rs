@@ -1,0 +1,238 @@
+//! The run configuration: one TOML file, every field documented, every
+//! field optional (defaults below), unknown keys rejected.
+//!
+//! ```toml
+//! [model]
+//! preset = "nano"          # nano | micro | small; the fields below override it
+//! [data]
+//! dir = "data/gutenberg-2048"
+//! [train]
+//! steps = 300
+//! batch_size = 16
+//! [schedule]
+//! max_lr = 3e-3
+//! [optimizer]
+//! kind = "adamw"
+//! weight_decay = 0.1
+//! ```
+
+use crate::model::GptConfig;
+use crate::optim::{LrSchedule, OptimizerConfig};
+use anyhow::{Context, Result};
+use serde::{Deserialize, Serialize};
+use std::path::{Path, PathBuf};
+
+/// Model shape: a preset plus optional overrides of any of its fields.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ModelSection {
+    /// Preset to start from: `nano`, `micro` or `small` (default `nano`).
+    pub preset: Option<String>,
+    /// Vocabulary size (must match the prepared corpus' tokenizer).
+    pub vocab_size: Option<usize>,
+    /// Residual-stream width.
+    pub n_embd: Option<usize>,
+    /// Transformer blocks.
+    pub n_layer: Option<usize>,
+    /// Attention heads.
+    pub n_head: Option<usize>,
+    /// Context length in tokens.
+    pub ctx: Option<usize>,
+    /// Dropout probability (default 0).
+    pub dropout: Option<f32>,
+}
+
+impl ModelSection {
+    /// The preset with the overrides applied, validated.
+    pub fn resolve(&self) -> Result<GptConfig> {
+        let mut c = GptConfig::preset(self.preset.as_deref().unwrap_or("nano"))?;
+        c.vocab_size = self.vocab_size.unwrap_or(c.vocab_size);
+        c.n_embd = self.n_embd.unwrap_or(c.n_embd);
+        c.n_layer = self.n_layer.unwrap_or(c.n_layer);
+        c.n_head = self.n_head.unwrap_or(c.n_head);
+        c.ctx = self.ctx.unwrap_or(c.ctx);
+        c.dropout = self.dropout.unwrap_or(c.dropout);
+        c.validate()?;
+        Ok(c)
+    }
+}
+
+/// Where the prepared corpus lives.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DataSection {
+    /// Directory written by `lowcomm data prepare` (default
+    /// `data/gutenberg-{vocab_size}`).
+    pub dir: Option<PathBuf>,
+}
+
+/// The training loop.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TrainSection {
+    /// Optimizer steps to run in total.
+    pub steps: u64,
+    /// Sequences per micro-batch.
+    pub batch_size: usize,
+    /// Tokens per sequence (default: the model's context length).
+    pub seq_len: Option<usize>,
+    /// Micro-batches accumulated into one optimizer step.
+    pub grad_accum: usize,
+    /// Seed of initialisation, data order and dropout.
+    pub seed: u64,
+    /// Clip the global gradient norm to this value (0 disables clipping).
+    pub grad_clip: f32,
+    /// Log a metrics line every this many steps.
+    pub log_every: u64,
+    /// Evaluate on the validation split every this many steps (0: only at the end).
+    pub eval_every: u64,
+    /// Validation windows per evaluation (each `seq_len` tokens, taken in order).
+    pub eval_windows: usize,
+    /// Save a checkpoint every this many steps (0: only at the end).
+    pub checkpoint_every: u64,
+    /// Checkpoints kept on disk (older ones are deleted).
+    pub keep_checkpoints: usize,
+    /// Run directory: metrics.jsonl, checkpoints/, config.toml.
+    pub out_dir: PathBuf,
+}
+
+impl Default for TrainSection {
+    fn default() -> Self {
+        Self {
+            steps: 300,
+            batch_size: 16,
+            seq_len: None,
+            grad_accum: 1,
+            seed: 1337,
+            grad_clip: 1.0,
+            log_every: 10,
+            eval_every: 100,
+            eval_windows: 64,
+            checkpoint_every: 0,
+            keep_checkpoints: 2,
+            out_dir: PathBuf::from("runs/default"),
+        }
+    }
+}
+
+/// Learning-rate schedule (its `total_steps` is `train.steps`).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ScheduleSection {
+    /// Peak learning rate.
+    pub max_lr: f32,
+    /// Linear warmup steps.
+    pub warmup_steps: u64,
+    /// Floor of the cosine decay, as a fraction of `max_lr`.
+    pub min_lr_ratio: f32,
+}
+
+impl Default for ScheduleSection {
+    fn default() -> Self {
+        Self { max_lr: 3e-3, warmup_steps: 20, min_lr_ratio: 0.1 }
+    }
+}
+
+/// A whole run.
+#[derive(Clone, Debug, Default, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct RunConfig {
+    pub model: ModelSection,
+    pub data: DataSection,
+    pub train: TrainSection,
+    pub schedule: ScheduleSection,
+    pub optimizer: OptimizerConfig,
+}
+
+impl RunConfig {
+    /// Parse a TOML file; errors name the file, the key and the fix.
+    pub fn from_file(path: &Path) -> Result<Self> {
+        let text = std::fs::read_to_string(path).with_context(|| format!("cannot read config {}", path.display()))?;
+        Self::from_toml(&text).with_context(|| format!("invalid config {} (every key is documented in configs/README.md)", path.display()))
+    }
+
+    /// Parse TOML text.
+    pub fn from_toml(text: &str) -> Result<Self> {
+        let cfg: RunConfig = toml::from_str(text).map_err(|e| anyhow::anyhow!("{}", e.to_string().trim_end()))?;
+        Ok(cfg)
+    }
+
+    /// The config as TOML (saved beside the run and inside checkpoints).
+    pub fn to_toml(&self) -> String {
+        toml::to_string(self).expect("a RunConfig always serialises")
+    }
+
+    /// Tokens per sequence.
+    pub fn seq_len(&self, model: &GptConfig) -> usize {
+        self.train.seq_len.unwrap_or(model.ctx)
+    }
+
+    /// Prepared-corpus directory.
+    pub fn data_dir(&self, model: &GptConfig) -> PathBuf {
+        self.data.dir.clone().unwrap_or_else(|| default_data_dir(model.vocab_size))
+    }
+
+    /// The learning-rate schedule over `train.steps`.
+    pub fn schedule(&self) -> LrSchedule {
+        let s = &self.schedule;
+        LrSchedule { max_lr: s.max_lr, warmup_steps: s.warmup_steps.min(self.train.steps), total_steps: self.train.steps, min_lr: s.max_lr * s.min_lr_ratio }
+    }
+
+    /// Check everything that can be checked before touching data.
+    pub fn validate(&self) -> Result<GptConfig> {
+        let model = self.model.resolve()?;
+        let t = &self.train;
+        anyhow::ensure!(t.steps >= 1, "train.steps must be at least 1");
+        anyhow::ensure!(t.batch_size >= 1, "train.batch_size must be at least 1");
+        anyhow::ensure!(t.grad_accum >= 1, "train.grad_accum must be at least 1");
+        anyhow::ensure!(t.log_every >= 1, "train.log_every must be at least 1");
+        anyhow::ensure!(t.grad_clip >= 0.0, "train.grad_clip must be >= 0 (0 disables clipping)");
+        let seq = self.seq_len(&model);
+        anyhow::ensure!(seq >= 1 && seq <= model.ctx, "train.seq_len ({seq}) must be between 1 and the model's ctx ({})", model.ctx);
+        anyhow::ensure!((0.0..=1.0).contains(&self.schedule.min_lr_ratio), "schedule.min_lr_ratio must be in [0, 1]");
+        self.schedule().validate()?;
+        self.optimizer.validate()?;
+        Ok(model)
+    }
+}
+
+/// Default location of a prepared Gutenberg corpus for a vocabulary size.
+pub fn default_data_dir(vocab_size: usize) -> PathBuf {
+    PathBuf::from(format!("data/gutenberg-{vocab_size}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn empty_config_gives_nano_defaults() {
+        let c = RunConfig::from_toml("").unwrap();
+        let m = c.validate().unwrap();
+        assert_eq!(m, GptConfig::nano());
+        assert_eq!(c.data_dir(&m), PathBuf::from("data/gutenberg-2048"));
+    }
+
+    #[test]
+    fn unknown_key_is_rejected_with_its_name() {
+        let e = RunConfig::from_toml("[train]\nstepz = 3\n").unwrap_err().to_string();
+        assert!(e.contains("stepz"), "{e}");
+        let e = RunConfig::from_toml("[modle]\n").unwrap_err().to_string();
+        assert!(e.contains("modle"), "{e}");
+    }
+
+    #[test]
+    fn overrides_apply_on_top_of_the_preset() {
+        let c = RunConfig::from_toml("[model]\npreset = \"micro\"\nn_layer = 2\n[optimizer]\nkind = \"sgd\"\nmomentum = 0.9\n").unwrap();
+        let m = c.validate().unwrap();
+        assert_eq!((m.n_layer, m.n_embd), (2, 256));
+        let back = RunConfig::from_toml(&c.to_toml()).unwrap();
+        assert_eq!(back.validate().unwrap(), m);
+    }
+
+    #[test]
+    fn bad_values_name_the_field() {
+        let e = RunConfig::from_toml("[train]\nseq_len = 999\n").unwrap().validate().unwrap_err().to_string();
+        assert!(e.contains("train.seq_len"), "{e}");
+    }
+}

@@ -1,0 +1,130 @@
+//! What a run reports: one JSON object per line in `RUN/metrics.jsonl`,
+//! and a progress bar (or plain lines when stderr is not a terminal).
+
+use anyhow::{Context, Result};
+use indicatif::{ProgressBar, ProgressStyle};
+use serde::Serialize;
+use std::fs::{File, OpenOptions};
+use std::io::{BufRead, BufReader, IsTerminal, Write};
+use std::path::{Path, PathBuf};
+
+/// One optimizer step.
+#[derive(Clone, Debug, Serialize)]
+pub struct StepRecord {
+    /// Steps completed, this one included.
+    pub step: u64,
+    /// Training tokens consumed so far.
+    pub tokens: u64,
+    /// Mean training loss over the step's micro-batches.
+    pub loss: f32,
+    /// Learning rate used.
+    pub lr: f32,
+    /// Global gradient norm before clipping.
+    pub grad_norm: f32,
+    /// Throughput of this step.
+    pub tokens_per_s: f64,
+    /// Seconds since the run started (resumed runs included).
+    pub wall_s: f64,
+}
+
+/// One evaluation on the validation split.
+#[derive(Clone, Debug, Serialize)]
+pub struct EvalRecord {
+    pub step: u64,
+    pub tokens: u64,
+    /// Mean cross-entropy (nats per token).
+    pub val_loss: f32,
+    /// exp(val_loss).
+    pub val_ppl: f32,
+    pub wall_s: f64,
+}
+
+/// Appends records to `metrics.jsonl`, one line each, flushed at once.
+pub struct MetricsLog {
+    file: File,
+    path: PathBuf,
+}
+
+impl MetricsLog {
+    /// Open `dir/metrics.jsonl`. On resume, lines from steps after
+    /// `resume_step` (written by the interrupted run after its last
+    /// checkpoint) are dropped first, so the log has each step once.
+    pub fn open(dir: &Path, resume_step: Option<u64>) -> Result<Self> {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create run directory {}", dir.display()))?;
+        let path = dir.join("metrics.jsonl");
+        match resume_step {
+            Some(step) if path.exists() => {
+                let kept: Vec<String> = BufReader::new(File::open(&path)?)
+                    .lines()
+                    .map_while(|l| l.ok())
+                    .filter(|l| serde_json::from_str::<serde_json::Value>(l).ok().and_then(|v| v["step"].as_u64()).is_some_and(|s| s <= step))
+                    .collect();
+                let mut text = kept.join("\n");
+                if !text.is_empty() {
+                    text.push('\n');
+                }
+                crate::util::atomic_write(&path, text.as_bytes())?;
+            }
+            Some(_) => {}
+            None => {
+                // A fresh run starts a fresh log.
+                crate::util::atomic_write(&path, b"")?;
+            }
+        }
+        let file = OpenOptions::new().append(true).create(true).open(&path).with_context(|| format!("cannot open {}", path.display()))?;
+        Ok(Self { file, path })
+    }
+
+    /// Append one record as a JSON line tagged with its `kind`.
+    pub fn write<T: Serialize>(&mut self, kind: &str, record: &T) -> Result<()> {
+        let mut v = serde_json::to_value(record)?;
+        v["kind"] = kind.into();
+        writeln!(self.file, "{v}").with_context(|| format!("cannot write {}", self.path.display()))?;
+        Ok(())
+    }
+}
+
+/// Progress for humans: an indicatif bar on a terminal, plain lines otherwise.
+pub struct Progress {
+    bar: Option<ProgressBar>,
+    quiet: bool,
+}
+
+impl Progress {
+    /// A bar over `total` steps, starting at `done`.
+    pub fn new(total: u64, done: u64, quiet: bool) -> Self {
+        let bar = (!quiet && std::io::stderr().is_terminal()).then(|| {
+            let b = ProgressBar::new(total);
+            b.set_style(ProgressStyle::with_template("{bar:30} {pos}/{len} steps  {msg}  ETA {eta}").expect("valid template"));
+            b.set_position(done);
+            b
+        });
+        Self { bar, quiet }
+    }
+
+    /// Update after a step (the bar's message; no line).
+    pub fn step(&self, r: &StepRecord) {
+        if let Some(b) = &self.bar {
+            b.set_position(r.step);
+            b.set_message(format!("loss {:.4}  {:.0} tok/s", r.loss, r.tokens_per_s));
+        }
+    }
+
+    /// Print a line above the bar (or to stderr).
+    pub fn line(&self, text: &str) {
+        if self.quiet {
+            return;
+        }
+        match &self.bar {
+            Some(b) => b.println(text),
+            None => eprintln!("{text}"),
+        }
+    }
+
+    /// Remove the bar.
+    pub fn finish(&self) {
+        if let Some(b) = &self.bar {
+            b.finish_and_clear();
+        }
+    }
+}

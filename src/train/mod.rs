@@ -1,0 +1,10 @@
+//! Single-worker training: configuration, the loop, metrics.
+
+pub mod config;
+pub mod metrics;
+pub mod run;
+pub mod trainer;
+
+pub use config::RunConfig;
+pub use run::{run, RunOptions, RunSummary};
+pub use trainer::Trainer;

@@ -1,0 +1,96 @@
+//! `lowcomm train`: the loop around [`Trainer`] that logs, evaluates and
+//! checkpoints on schedule.
+
+use super::config::RunConfig;
+use super::metrics::{EvalRecord, MetricsLog, Progress};
+use super::trainer::Trainer;
+use anyhow::Result;
+use std::path::PathBuf;
+
+/// How to run (beyond the config).
+#[derive(Clone, Debug, Default)]
+pub struct RunOptions {
+    /// Resume from this checkpoint or run directory.
+    pub resume: Option<PathBuf>,
+    /// Stop (with a checkpoint) after this step, as a preempted job would;
+    /// the schedule still spans `train.steps`.
+    pub stop_at: Option<u64>,
+    /// No progress output.
+    pub quiet: bool,
+}
+
+/// What a run ends with.
+#[derive(Clone, Debug)]
+pub struct RunSummary {
+    pub steps: u64,
+    pub tokens: u64,
+    pub final_loss: f32,
+    pub eval: EvalRecord,
+    pub checkpoint: PathBuf,
+    pub wall_s: f64,
+}
+
+/// Train according to `cfg`.
+pub fn run(cfg: RunConfig, opts: &RunOptions) -> Result<RunSummary> {
+    let mut tr = Trainer::new(cfg, opts.resume.as_deref())?;
+    let t = tr.cfg.train.clone();
+    let out = t.out_dir.clone();
+    let mut log = MetricsLog::open(&out, opts.resume.as_ref().map(|_| tr.step))?;
+    crate::util::atomic_write(&out.join("config.toml"), tr.cfg.to_toml().as_bytes())?;
+    let end = opts.stop_at.unwrap_or(t.steps).min(t.steps);
+    let progress = Progress::new(t.steps, tr.step, opts.quiet);
+    progress.line(&format!(
+        "training {} params ({} layers, d {}, vocab {}) for steps {}..{} of {}, {} tokens/step -> {}",
+        tr.model.num_params(),
+        tr.model.cfg.n_layer,
+        tr.model.cfg.n_embd,
+        tr.model.cfg.vocab_size,
+        tr.step,
+        end,
+        t.steps,
+        tr.tokens_per_step(),
+        out.display()
+    ));
+    let mut last_loss = f32::NAN;
+    let mut last_eval = None;
+    while tr.step < end {
+        let r = tr.train_step()?;
+        last_loss = r.loss;
+        progress.step(&r);
+        if r.step % t.log_every == 0 || r.step == end {
+            log.write("train", &r)?;
+            progress.line(&format!(
+                "step {:>6}  loss {:.4}  lr {:.2e}  grad-norm {:.3}  {:.0} tok/s",
+                r.step, r.loss, r.lr, r.grad_norm, r.tokens_per_s
+            ));
+        }
+        if t.eval_every > 0 && r.step % t.eval_every == 0 && r.step != end {
+            let e = tr.evaluate();
+            log.write("eval", &e)?;
+            progress.line(&format!("step {:>6}  val loss {:.4}  val ppl {:.2}", e.step, e.val_loss, e.val_ppl));
+            last_eval = Some(e);
+        }
+        if t.checkpoint_every > 0 && r.step % t.checkpoint_every == 0 && r.step != end {
+            let dir = tr.save_checkpoint()?;
+            progress.line(&format!("checkpoint {}", dir.display()));
+        }
+    }
+    let eval = match last_eval.filter(|e| e.step == tr.step) {
+        Some(e) => e,
+        None => {
+            let e = tr.evaluate();
+            log.write("eval", &e)?;
+            e
+        }
+    };
+    let checkpoint = tr.save_checkpoint()?;
+    progress.finish();
+    progress.line(&format!(
+        "done: step {}  val loss {:.4}  val perplexity {:.2}  checkpoint {}",
+        tr.step,
+        eval.val_loss,
+        eval.val_ppl,
+        checkpoint.display()
+    ));
+    Ok(RunSummary { steps: tr.step, tokens: tr.tokens_seen, final_loss: last_loss, eval, checkpoint, wall_s: tr.wall_s() })
+}

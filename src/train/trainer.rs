@@ -1,0 +1,214 @@
+//! The single-worker training loop: sample, forward/backward with gradient
+//! accumulation, clip, step, log, evaluate, checkpoint.
+//!
+//! Every piece of state that influences the next step (parameters,
+//! optimizer moments, step count, sampler RNG, dropout RNG) is in the
+//! checkpoint, so `--resume` continues bit-identically.
+
+use super::config::RunConfig;
+use super::metrics::{EvalRecord, StepRecord};
+use crate::checkpoint::{self, TrainState};
+use crate::data::sampler::{eval_windows, WindowSampler};
+use crate::data::Dataset;
+use crate::model::{Gpt, GptConfig};
+use crate::optim::{clip_global_norm, global_norm, DecaySegments, LrSchedule, Optimizer};
+use anyhow::{bail, Context, Result};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+/// A model, its optimizer and its data, ready to step.
+pub struct Trainer {
+    /// The run's configuration.
+    pub cfg: RunConfig,
+    /// The model (parameters, gradients).
+    pub model: Gpt,
+    /// The prepared corpus.
+    pub data: Dataset,
+    /// Optimizer steps completed.
+    pub step: u64,
+    /// Training tokens consumed.
+    pub tokens_seen: u64,
+    optimizer: Box<dyn Optimizer>,
+    decay: DecaySegments,
+    schedule: LrSchedule,
+    sampler: WindowSampler,
+    seq_len: usize,
+    inputs: Vec<u32>,
+    targets: Vec<u32>,
+    /// Seconds trained by earlier runs (resumed), so wall time is cumulative.
+    wall_before: f64,
+    started: Instant,
+}
+
+impl Trainer {
+    /// Build from a config, fresh or resuming from a checkpoint (a run
+    /// directory or a `checkpoints/step-N` directory).
+    pub fn new(cfg: RunConfig, resume: Option<&Path>) -> Result<Self> {
+        let model_cfg = cfg.validate()?;
+        let data_dir = cfg.data_dir(&model_cfg);
+        let data = Dataset::open(&data_dir)?;
+        check_vocab(&model_cfg, data.tokenizer.vocab_size(), &format!("the tokenizer of {}", data_dir.display()), &data_dir)?;
+        let seq_len = cfg.seq_len(&model_cfg);
+        data.check_context(seq_len)?;
+        let t = &cfg.train;
+        let n_params = crate::model::ParamLayout::new(&model_cfg).len;
+        let mut optimizer = cfg.optimizer.try_build(n_params)?;
+        let mut sampler = WindowSampler::new(0..data.train.len(), seq_len, t.seed, 0)?;
+        let (model, step, tokens_seen, wall_before) = match resume {
+            None => (Gpt::new(model_cfg.clone(), t.seed)?, 0, 0, 0.0),
+            Some(path) => {
+                let ck = checkpoint::load(path)?;
+                let st = ck.state;
+                if st.model != model_cfg {
+                    bail!(
+                        "checkpoint {} was trained with model {:?} but this run asks for {:?}: resume with the same model settings (or omit --preset/--config to reuse the checkpoint's)",
+                        path.display(),
+                        st.model,
+                        model_cfg
+                    );
+                }
+                let ck_tok = crate::data::Tokenizer::from_json(&ck.tokenizer_json)?;
+                if ck_tok.to_json()? != data.tokenizer.to_json()? {
+                    bail!(
+                        "the checkpoint's tokenizer differs from {}'s: this checkpoint was trained on another corpus; pass the same --data as the original run",
+                        data_dir.display()
+                    );
+                }
+                if st.optimizer_kind != optimizer_kind(&cfg) {
+                    bail!("checkpoint was trained with optimizer `{}`, this run uses `{}`: keep the same [optimizer] to resume", st.optimizer_kind, optimizer_kind(&cfg));
+                }
+                optimizer.load_state(st.optimizer_steps, &ck.optimizer).context("checkpoint's optimizer state does not fit")?;
+                sampler.restore(st.sampler.clone()).context("checkpoint's sampler does not fit this corpus and sequence length")?;
+                let mut m = Gpt::from_params(model_cfg.clone(), ck.params, t.seed)?;
+                m.dropout_rng = st.dropout_rng.clone();
+                (m, st.step, st.tokens_seen, st.wall_s)
+            }
+        };
+        let decay = DecaySegments::new(model.layout.decay_ranges());
+        let schedule = cfg.schedule();
+        let rows = t.batch_size * seq_len;
+        Ok(Self {
+            model,
+            data,
+            step,
+            tokens_seen,
+            optimizer,
+            decay,
+            schedule,
+            sampler,
+            seq_len,
+            inputs: vec![0; rows],
+            targets: vec![0; rows],
+            wall_before,
+            started: Instant::now(),
+            cfg,
+        })
+    }
+
+    /// Tokens per optimizer step.
+    pub fn tokens_per_step(&self) -> u64 {
+        (self.cfg.train.batch_size * self.seq_len * self.cfg.train.grad_accum) as u64
+    }
+
+    /// Seconds trained in total (earlier runs included).
+    pub fn wall_s(&self) -> f64 {
+        self.wall_before + self.started.elapsed().as_secs_f64()
+    }
+
+    /// One optimizer step over `grad_accum` micro-batches.
+    pub fn train_step(&mut self) -> Result<StepRecord> {
+        let t0 = Instant::now();
+        let (b, t, accum) = (self.cfg.train.batch_size, self.seq_len, self.cfg.train.grad_accum);
+        self.model.zero_grads();
+        let mut loss = 0.0f64;
+        for _ in 0..accum {
+            self.sampler.fill_batch(&self.data.train, &mut self.inputs, &mut self.targets);
+            loss += self.model.forward_backward(&self.inputs, &self.targets, b, t, 1.0 / accum as f32) as f64;
+        }
+        let loss = (loss / accum as f64) as f32;
+        let clip = self.cfg.train.grad_clip;
+        let grad_norm = if clip > 0.0 { clip_global_norm(&mut self.model.grads, clip) } else { global_norm(&self.model.grads) };
+        let lr = self.schedule.lr(self.step);
+        if !loss.is_finite() || !grad_norm.is_finite() {
+            bail!(
+                "training diverged at step {}: loss {loss}, gradient norm {grad_norm} (lr {lr:.2e}). Lower schedule.max_lr (--lr) or set train.grad_clip; the last checkpoint on disk is untouched",
+                self.step
+            );
+        }
+        self.optimizer.step(&mut self.model.params, &self.model.grads, lr, &self.decay);
+        self.step += 1;
+        self.tokens_seen += self.tokens_per_step();
+        let dt = t0.elapsed().as_secs_f64();
+        Ok(StepRecord { step: self.step, tokens: self.tokens_seen, loss, lr, grad_norm, tokens_per_s: self.tokens_per_step() as f64 / dt, wall_s: self.wall_s() })
+    }
+
+    /// Mean validation loss over the fixed evaluation windows.
+    pub fn evaluate(&mut self) -> EvalRecord {
+        let loss = evaluate(&mut self.model, &self.data.val, self.seq_len, self.cfg.train.batch_size, self.cfg.train.eval_windows);
+        EvalRecord { step: self.step, tokens: self.tokens_seen, val_loss: loss, val_ppl: loss.exp(), wall_s: self.wall_s() }
+    }
+
+    /// Write a checkpoint for the current step; returns its directory.
+    pub fn save_checkpoint(&self) -> Result<PathBuf> {
+        let state = TrainState {
+            format_version: checkpoint::FORMAT_VERSION,
+            step: self.step,
+            tokens_seen: self.tokens_seen,
+            model: self.model.cfg.clone(),
+            run_config: self.cfg.to_toml(),
+            optimizer_kind: optimizer_kind(&self.cfg).into(),
+            optimizer_steps: self.optimizer.steps_taken(),
+            sampler: self.sampler.state(),
+            dropout_rng: self.model.dropout_rng.clone(),
+            wall_s: self.wall_s(),
+            files: Default::default(),
+        };
+        let opt = self.optimizer.state_tensors();
+        checkpoint::save(&self.cfg.train.out_dir, state, &self.model.params, &opt, &self.data.tokenizer.to_json()?, self.cfg.train.keep_checkpoints)
+    }
+
+    /// Bytes of optimizer state.
+    pub fn optimizer_bytes(&self) -> usize {
+        4 * self.optimizer.state_len()
+    }
+}
+
+/// Mean loss of `model` over up to `max_windows` evenly spread windows of
+/// `tokens`, `batch` windows at a time.
+pub fn evaluate(model: &mut Gpt, tokens: &[u32], seq: usize, batch: usize, max_windows: usize) -> f32 {
+    let starts = eval_windows(tokens, seq, max_windows);
+    let (mut x, mut y) = (Vec::with_capacity(batch * seq), Vec::with_capacity(batch * seq));
+    let (mut total, mut count) = (0.0f64, 0usize);
+    for group in starts.chunks(batch) {
+        x.clear();
+        y.clear();
+        for &s in group {
+            x.extend_from_slice(&tokens[s..s + seq]);
+            y.extend_from_slice(&tokens[s + 1..s + seq + 1]);
+        }
+        total += model.loss(&x, &y, group.len(), seq) as f64 * group.len() as f64;
+        count += group.len();
+    }
+    (total / count.max(1) as f64) as f32
+}
+
+/// The `kind` tag of the configured optimizer.
+fn optimizer_kind(cfg: &RunConfig) -> &'static str {
+    match cfg.optimizer {
+        crate::optim::OptimizerConfig::AdamW(_) => "adamw",
+        crate::optim::OptimizerConfig::Sgd(_) => "sgd",
+    }
+}
+
+/// The model's vocabulary must be the tokenizer's.
+pub fn check_vocab(model: &GptConfig, tokenizer_vocab: usize, what: &str, data_dir: &Path) -> Result<()> {
+    if model.vocab_size != tokenizer_vocab {
+        bail!(
+            "vocabulary mismatch: the model has vocab_size {} but {what} has {tokenizer_vocab} tokens. Prepare a matching corpus (`lowcomm data prepare --vocab-size {} --out {}`) or set model.vocab_size = {tokenizer_vocab}",
+            model.vocab_size,
+            model.vocab_size,
+            data_dir.display(),
+        );
+    }
+    Ok(())
+}
