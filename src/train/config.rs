@@ -82,6 +82,11 @@ pub struct TrainSection {
     pub seed: u64,
     /// Clip the global gradient norm to this value (0 disables clipping).
     pub grad_clip: f32,
+    /// Also apply weight decay to biases and LayerNorm parameters
+    /// (by default only weight matrices and the token embedding decay).
+    pub decay_biases_and_norms: bool,
+    /// Also apply weight decay to the position embedding.
+    pub decay_position_embedding: bool,
     /// Log a metrics line every this many steps.
     pub log_every: u64,
     /// Evaluate on the validation split every this many steps (0: only at the end).
@@ -105,6 +110,8 @@ impl Default for TrainSection {
             grad_accum: 1,
             seed: 1337,
             grad_clip: 1.0,
+            decay_biases_and_norms: false,
+            decay_position_embedding: false,
             log_every: 10,
             eval_every: 100,
             eval_windows: 64,
@@ -228,6 +235,20 @@ mod tests {
         assert_eq!((m.n_layer, m.n_embd), (2, 256));
         let back = RunConfig::from_toml(&c.to_toml()).unwrap();
         assert_eq!(back.validate().unwrap(), m);
+    }
+
+    #[test]
+    fn shipped_configs_parse_and_validate() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("configs");
+        let mut n = 0;
+        for e in std::fs::read_dir(dir).unwrap() {
+            let p = e.unwrap().path();
+            if p.extension().is_some_and(|x| x == "toml") {
+                RunConfig::from_file(&p).and_then(|c| c.validate()).unwrap_or_else(|e| panic!("{}: {e:#}", p.display()));
+                n += 1;
+            }
+        }
+        assert!(n >= 3);
     }
 
     #[test]

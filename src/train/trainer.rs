@@ -84,7 +84,7 @@ impl Trainer {
                 (m, st.step, st.tokens_seen, st.wall_s)
             }
         };
-        let decay = DecaySegments::new(model.layout.decay_ranges());
+        let decay = decay_segments(&model.layout, &cfg);
         let schedule = cfg.schedule();
         let rows = t.batch_size * seq_len;
         Ok(Self {
@@ -192,6 +192,14 @@ pub fn evaluate(model: &mut Gpt, tokens: &[u32], seq: usize, batch: usize, max_w
     (total / count.max(1) as f64) as f32
 }
 
+/// Which parameters take weight decay: weight matrices and the token
+/// embedding always; biases, LayerNorm and the position embedding only
+/// when the config asks.
+pub fn decay_segments(layout: &crate::model::ParamLayout, cfg: &RunConfig) -> DecaySegments {
+    let t = &cfg.train;
+    DecaySegments::new(layout.tensors.iter().filter(|s| s.decay || (s.name == "wpe.weight" && t.decay_position_embedding) || (s.shape.len() == 1 && t.decay_biases_and_norms)).map(|s| s.range.clone()))
+}
+
 /// The `kind` tag of the configured optimizer.
 fn optimizer_kind(cfg: &RunConfig) -> &'static str {
     match cfg.optimizer {
@@ -211,4 +219,24 @@ pub fn check_vocab(model: &GptConfig, tokenizer_vocab: usize, what: &str, data_d
         );
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::model::ParamLayout;
+
+    #[test]
+    fn weight_decay_selection_follows_the_config() {
+        let layout = ParamLayout::new(&GptConfig::nano());
+        let mut cfg = RunConfig::default();
+        let at = |name: &str| layout.get(name).unwrap().range.start;
+        let d = decay_segments(&layout, &cfg);
+        assert!(d.contains(at("wte.weight")) && d.contains(at("h.1.mlp.c_fc.weight")));
+        assert!(!d.contains(at("wpe.weight")) && !d.contains(at("h.0.ln_1.weight")) && !d.contains(at("h.0.attn.c_attn.bias")));
+        cfg.train.decay_position_embedding = true;
+        cfg.train.decay_biases_and_norms = true;
+        let d = decay_segments(&layout, &cfg);
+        assert!(d.contains(at("wpe.weight")) && d.contains(at("h.0.ln_1.weight")) && d.contains(at("ln_f.bias")));
+    }
 }

@@ -99,6 +99,6 @@ mod tests {
 
     #[test]
     fn sha256_of_abc() {
-        assert_eq!(sha256_hex(b"abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177ecae35d5ad8a6d4ee9f");
+        assert_eq!(sha256_hex(b"abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
     }
 }
