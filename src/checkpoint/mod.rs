@@ -82,7 +82,13 @@ pub fn checkpoints_dir(run_dir: &Path) -> PathBuf {
 pub fn save(run_dir: &Path, mut state: TrainState, params: &[f32], optimizer: &[(String, &[f32])], tokenizer_json: &str, keep: usize) -> Result<PathBuf> {
     let root = checkpoints_dir(run_dir);
     fs::create_dir_all(&root).with_context(|| format!("cannot create {}", root.display()))?;
-    let name = format!("step-{:06}", state.step);
+    // A step saved again (e.g. a fresh run into an old run directory) gets a
+    // new name instead of replacing the old directory, so there is no moment
+    // at which `latest` points at nothing.
+    let name = (0..)
+        .map(|k| if k == 0 { format!("step-{:06}", state.step) } else { format!("step-{:06}-{k}", state.step) })
+        .find(|n| !root.join(n).exists())
+        .expect("some suffix is free");
     let final_dir = root.join(&name);
     let tmp = root.join(format!("{name}.tmp-{}", std::process::id()));
     if tmp.exists() {
@@ -101,10 +107,6 @@ pub fn save(run_dir: &Path, mut state: TrainState, params: &[f32], optimizer: &[
     }
     atomic_write(&tmp.join(STATE_FILE), serde_json::to_string_pretty(&state)?.as_bytes())?;
     sync_dir(&tmp);
-    if final_dir.exists() {
-        // Saving the same step twice (e.g. a re-run): the new one wins.
-        fs::remove_dir_all(&final_dir)?;
-    }
     fs::rename(&tmp, &final_dir).with_context(|| format!("cannot rename {} to {}", tmp.display(), final_dir.display()))?;
     sync_dir(&root);
     atomic_write(&root.join(LATEST_FILE), name.as_bytes())?;
@@ -120,22 +122,34 @@ fn prune(root: &Path, keep: usize, current: &str) -> Result<()> {
         let name = e?.file_name().to_string_lossy().into_owned();
         if name.contains(".tmp-") {
             let _ = fs::remove_dir_all(root.join(&name));
-        } else if name.starts_with("step-") {
-            complete.push(name);
+        } else if let Some(key) = checkpoint_order(&name) {
+            complete.push((key, name));
         }
     }
+    // Oldest first: by step, then by re-save suffix.
     complete.sort();
     let excess = complete.len().saturating_sub(keep.max(1));
-    for name in complete.into_iter().take(excess).filter(|n| n != current) {
+    for (_, name) in complete.into_iter().take(excess).filter(|(_, n)| n != current) {
         fs::remove_dir_all(root.join(name))?;
     }
     Ok(())
 }
 
+/// `step-N` or `step-N-K` -> (N, K); anything else -> None.
+fn checkpoint_order(name: &str) -> Option<(u64, u64)> {
+    let rest = name.strip_prefix("step-")?;
+    let mut parts = rest.splitn(2, '-');
+    let step = parts.next()?.parse().ok()?;
+    let k = parts.next().map_or(Some(0), |k| k.parse().ok())?;
+    Some((step, k))
+}
+
 /// Resolve what the user passed to `--resume`/`--ckpt`: a checkpoint
 /// directory, or a run directory (its `latest` checkpoint).
 pub fn resolve(path: &Path) -> Result<PathBuf> {
-    if path.join(STATE_FILE).exists() {
+    // A checkpoint directory, even a damaged one (load then says what is wrong).
+    let named_like_one = path.file_name().and_then(|n| n.to_str()).is_some_and(|n| checkpoint_order(n).is_some());
+    if path.join(STATE_FILE).exists() || (named_like_one && path.is_dir()) {
         return Ok(path.to_path_buf());
     }
     let root = if path.join(LATEST_FILE).exists() { path.to_path_buf() } else { checkpoints_dir(path) };

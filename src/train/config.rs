@@ -158,10 +158,21 @@ impl RunConfig {
         Self::from_toml(&text).with_context(|| format!("invalid config {} (every key is documented in configs/README.md)", path.display()))
     }
 
-    /// Parse TOML text.
+    /// Parse TOML text. Errors are one line: where, and what (toml's own
+    /// message names the unknown key and lists the valid ones).
     pub fn from_toml(text: &str) -> Result<Self> {
-        let cfg: RunConfig = toml::from_str(text).map_err(|e| anyhow::anyhow!("{}", e.to_string().trim_end()))?;
-        Ok(cfg)
+        toml::from_str(text).map_err(|e| {
+            let what = e.message().trim_end().replace('\n', " ");
+            match e.span() {
+                Some(span) => {
+                    let start = span.start.min(text.len());
+                    let line_no = text[..start].matches('\n').count() + 1;
+                    let line = text.lines().nth(line_no - 1).unwrap_or("").trim();
+                    anyhow::anyhow!("line {line_no} (`{line}`): {what}")
+                }
+                None => anyhow::anyhow!("{what}"),
+            }
+        })
     }
 
     /// The config as TOML (saved beside the run and inside checkpoints).
@@ -223,7 +234,7 @@ mod tests {
     #[test]
     fn unknown_key_is_rejected_with_its_name() {
         let e = RunConfig::from_toml("[train]\nstepz = 3\n").unwrap_err().to_string();
-        assert!(e.contains("stepz"), "{e}");
+        assert!(e.contains("stepz") && e.starts_with("line 2 (`stepz = 3`):") && !e.contains("\n"), "{e}");
         let e = RunConfig::from_toml("[modle]\n").unwrap_err().to_string();
         assert!(e.contains("modle"), "{e}");
     }

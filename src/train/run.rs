@@ -53,6 +53,7 @@ pub fn run(cfg: RunConfig, opts: &RunOptions) -> Result<RunSummary> {
     ));
     let mut last_loss = f32::NAN;
     let mut last_eval = None;
+    let first_step = tr.step;
     while tr.step < end {
         let r = tr.train_step()?;
         last_loss = r.loss;
@@ -74,6 +75,14 @@ pub fn run(cfg: RunConfig, opts: &RunOptions) -> Result<RunSummary> {
             let dir = tr.save_checkpoint()?;
             progress.line(&format!("checkpoint {}", dir.display()));
         }
+    }
+    if tr.step == first_step {
+        // Nothing trained (resuming a finished run): report, write nothing.
+        let eval = tr.evaluate();
+        progress.finish();
+        progress.line(&format!("nothing to do: the run is already at step {} of {}", tr.step, t.steps));
+        let checkpoint = crate::checkpoint::resolve(opts.resume.as_deref().unwrap_or(&out))?;
+        return Ok(RunSummary { steps: tr.step, tokens: tr.tokens_seen, final_loss: last_loss, eval, checkpoint, wall_s: tr.wall_s() });
     }
     let eval = match last_eval.filter(|e| e.step == tr.step) {
         Some(e) => e,

@@ -132,7 +132,7 @@ impl Trainer {
         if !loss.is_finite() || !grad_norm.is_finite() {
             bail!(
                 "training diverged at step {}: loss {loss}, gradient norm {grad_norm} (lr {lr:.2e}). Lower schedule.max_lr (--lr) or set train.grad_clip; the last checkpoint on disk is untouched",
-                self.step
+                self.step + 1
             );
         }
         self.optimizer.step(&mut self.model.params, &self.model.grads, lr, &self.decay);
