@@ -43,4 +43,24 @@ mod tests {
         assert_eq!(dwte, [0.0, 0.0, 0.0, 0.0, 4.0, 6.0]);
         assert_eq!(dwpe, [1.0, 2.0, 3.0, 4.0]);
     }
+
+    #[test]
+    fn embedding_backward_matches_finite_differences() {
+        use crate::model::ops::gradcheck::{check_op, probe};
+        let (v, c, t) = (5, 3, 4);
+        let tokens = [1u32, 4, 1, 0, 2, 2, 3, 1]; // b = 2, repeated ids accumulate
+        check_op(
+            &[probe(v * c, 1.1), probe(t * c, 2.3)],
+            |ins| {
+                let mut out = vec![0.0; tokens.len() * c];
+                forward(&mut out, &tokens, &ins[0], &ins[1], t, c);
+                (out, ())
+            },
+            |ins, dy, _| {
+                let (mut dwte, mut dwpe) = (vec![0.0; ins[0].len()], vec![0.0; ins[1].len()]);
+                backward(&mut dwte, &mut dwpe, dy, &tokens, t, c);
+                vec![dwte, dwpe]
+            },
+        );
+    }
 }

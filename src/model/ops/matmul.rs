@@ -139,6 +139,25 @@ mod tests {
     }
 
     #[test]
+    fn linear_backward_matches_finite_differences() {
+        use crate::model::ops::gradcheck::{check_op, probe};
+        let (n, c, oc) = (4, 5, 3);
+        check_op(
+            &[probe(n * c, 1.0), probe(oc * c, 2.0), probe(oc, 3.0)],
+            |ins| {
+                let mut out = vec![0.0; n * oc];
+                linear_forward(&mut out, &ins[0], &ins[1], Some(&ins[2]), n, c, oc);
+                (out, ())
+            },
+            |ins, dy, _| {
+                let (mut dx, mut dw, mut db) = (vec![0.0; n * c], vec![0.0; oc * c], vec![0.0; oc]);
+                linear_backward(Some(&mut dx), &mut dw, Some(&mut db), dy, &ins[0], &ins[1], n, c, oc);
+                vec![dx, dw, db]
+            },
+        );
+    }
+
+    #[test]
     fn gemm_matches_hand_computed_2x2() {
         // [1 2; 3 4] * [5 6; 7 8] = [19 22; 43 50]
         let (a, b) = ([1.0, 2.0, 3.0, 4.0], [5.0, 6.0, 7.0, 8.0]);
