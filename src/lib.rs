@@ -7,6 +7,7 @@
 pub mod bench;
 pub mod checkpoint;
 pub mod cli;
+pub mod comm;
 pub mod data;
 pub mod export;
 pub mod model;

@@ -1,0 +1,304 @@
+//! Alpha-beta link model: an operation on `B` bytes over a link of latency
+//! `alpha` (s) and bandwidth `bw` (bytes/s) takes `alpha + B / bw`.
+//!
+//! Collective costs on one tier of `p` workers (ring algorithms; Thakur,
+//! Rabenseifner & Gropp, "Optimization of Collective Communication
+//! Operations in MPICH", IJHPCA 2005; Patarasuk & Yuan, "Bandwidth optimal
+//! all-reduce algorithms for clusters of workstations", JPDC 2009, who show
+//! the ring all-reduce's `2 (p-1)/p B / bw` is the bandwidth lower bound):
+//!
+//! - all-reduce (reduce-scatter + all-gather ring): `2(p-1) alpha + 2(p-1)/p * B / bw`
+//! - reduce-scatter, all-gather (ring): `(p-1) alpha + (p-1)/p * B / bw`
+//! - broadcast (pipelined chain, large-message limit): `(p-1) alpha + B / bw`
+//!
+//! `B` is the whole buffer (for reduce-scatter the input, for all-gather the
+//! output). With `p = 1` every cost is 0. These are the same per-rank byte
+//! volumes [`super::CommStats`] counts.
+//!
+//! Two tiers (`inter` set and `p > workers_per_node = k`, `m = ceil(p / k)`
+//! nodes), the hierarchical schemes:
+//! - all-reduce: intra reduce-scatter of B (k) + inter all-reduce of B/k (m)
+//!   + intra all-gather of B (k)
+//! - reduce-scatter: intra reduce-scatter of B (k) + inter reduce-scatter of B/k (m);
+//!   all-gather is the mirror image
+//! - broadcast: chain across node leaders (m) then chain inside each node (k),
+//!   not pipelined across tiers.
+
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::str::FromStr;
+
+/// One kind of link: latency and bandwidth.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Tier {
+    /// Per-message latency (alpha), seconds.
+    pub latency_s: f64,
+    /// Bandwidth (1 / beta), bytes per second.
+    pub bandwidth_bytes_per_s: f64,
+}
+
+impl Tier {
+    /// Ring all-reduce of `bytes` over `p` workers, seconds.
+    pub fn all_reduce_s(&self, bytes: f64, p: usize) -> f64 {
+        let f = (p - 1) as f64;
+        2.0 * f * self.latency_s + 2.0 * f / p as f64 * bytes / self.bandwidth_bytes_per_s
+    }
+
+    /// Ring reduce-scatter (or all-gather) of a `bytes` buffer over `p` workers, seconds.
+    pub fn scatter_gather_s(&self, bytes: f64, p: usize) -> f64 {
+        let f = (p - 1) as f64;
+        f * self.latency_s + f / p as f64 * bytes / self.bandwidth_bytes_per_s
+    }
+
+    /// Pipelined chain broadcast of `bytes` over `p` workers, seconds.
+    pub fn broadcast_s(&self, bytes: f64, p: usize) -> f64 {
+        if p <= 1 {
+            return 0.0;
+        }
+        (p - 1) as f64 * self.latency_s + bytes / self.bandwidth_bytes_per_s
+    }
+}
+
+/// Link costs for a cluster: one tier, or nodes of `workers_per_node` with an
+/// `intra` (e.g. NVLink) and an `inter` (e.g. Ethernet) tier.
+#[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
+pub struct LinkModel {
+    /// Links inside a node (or the only tier when `inter` is `None`).
+    pub intra: Tier,
+    /// Links between nodes; `None` for a flat network.
+    pub inter: Option<Tier>,
+    /// Workers per node; only read when `inter` is set.
+    pub workers_per_node: usize,
+}
+
+impl LinkModel {
+    /// A flat network where every pair of workers talks over `tier`.
+    pub fn flat(tier: Tier) -> LinkModel {
+        LinkModel { intra: tier, inter: None, workers_per_node: 1 }
+    }
+
+    /// `(k, m, inter)`: workers per node, nodes and inter tier when the
+    /// hierarchical formulas apply to `p` workers.
+    fn tiers(&self, p: usize) -> Option<(usize, usize, &Tier)> {
+        let k = self.workers_per_node.max(1);
+        match &self.inter {
+            Some(inter) if p > k => Some((k, p.div_ceil(k), inter)),
+            _ => None,
+        }
+    }
+
+    /// All-reduce of `n` elements of `bytes_per_elem` over `p` workers, seconds.
+    pub fn all_reduce_s(&self, n: usize, bytes_per_elem: usize, p: usize) -> f64 {
+        let b = (n * bytes_per_elem) as f64;
+        match self.tiers(p) {
+            None => self.intra.all_reduce_s(b, p),
+            Some((k, m, inter)) => {
+                2.0 * self.intra.scatter_gather_s(b, k) + inter.all_reduce_s(b / k as f64, m)
+            }
+        }
+    }
+
+    /// Reduce-scatter of an `n`-element input over `p` workers, seconds.
+    pub fn reduce_scatter_s(&self, n: usize, bytes_per_elem: usize, p: usize) -> f64 {
+        let b = (n * bytes_per_elem) as f64;
+        match self.tiers(p) {
+            None => self.intra.scatter_gather_s(b, p),
+            Some((k, m, inter)) => self.intra.scatter_gather_s(b, k) + inter.scatter_gather_s(b / k as f64, m),
+        }
+    }
+
+    /// All-gather into an `n`-element output over `p` workers, seconds.
+    pub fn all_gather_s(&self, n: usize, bytes_per_elem: usize, p: usize) -> f64 {
+        // The mirror image of reduce-scatter moves the same bytes.
+        self.reduce_scatter_s(n, bytes_per_elem, p)
+    }
+
+    /// Broadcast of `n` elements over `p` workers, seconds.
+    pub fn broadcast_s(&self, n: usize, bytes_per_elem: usize, p: usize) -> f64 {
+        let b = (n * bytes_per_elem) as f64;
+        match self.tiers(p) {
+            None => self.intra.broadcast_s(b, p),
+            Some((k, m, inter)) => inter.broadcast_s(b, m) + self.intra.broadcast_s(b, k),
+        }
+    }
+}
+
+/// Why a link spec such as `1gbit,50us` did not parse.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LinkParseError(pub String);
+
+impl fmt::Display for LinkParseError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.0)
+    }
+}
+
+impl std::error::Error for LinkParseError {}
+
+/// Splits `"25GB/s"` into `(25.0, "GB/s")`; `None` when there is no leading number.
+fn number_unit(s: &str) -> Option<(f64, &str)> {
+    let end = s.find(|c: char| !(c.is_ascii_digit() || c == '.' || c == '-' || c == '+')).unwrap_or(s.len());
+    let v = s[..end].parse::<f64>().ok()?;
+    Some((v, s[end..].trim()))
+}
+
+/// Bytes per second per unit of bandwidth (decimal SI prefixes).
+fn bandwidth_unit(u: &str) -> Option<f64> {
+    let core = u.strip_suffix("/s").unwrap_or(u);
+    let bits = match core.to_ascii_lowercase().as_str() {
+        "bit" | "bps" => Some(1.0),
+        "kbit" | "kbps" => Some(1e3),
+        "mbit" | "mbps" => Some(1e6),
+        "gbit" | "gbps" => Some(1e9),
+        "tbit" | "tbps" => Some(1e12),
+        _ => None,
+    };
+    if let Some(b) = bits {
+        return Some(b / 8.0);
+    }
+    // Byte units are case-sensitive: "gb" alone would be ambiguous.
+    match core {
+        "B" => Some(1.0),
+        "kB" | "KB" => Some(1e3),
+        "MB" => Some(1e6),
+        "GB" => Some(1e9),
+        "TB" => Some(1e12),
+        _ => None,
+    }
+}
+
+fn latency_unit(u: &str) -> Option<f64> {
+    match u {
+        "s" => Some(1.0),
+        "ms" => Some(1e-3),
+        "us" | "µs" => Some(1e-6),
+        "ns" => Some(1e-9),
+        _ => None,
+    }
+}
+
+impl FromStr for Tier {
+    type Err = LinkParseError;
+
+    /// `BANDWIDTH[,LATENCY]`, e.g. `1gbit,50us`, `100mbit,1ms`, `10gbit`,
+    /// `25GB/s,2us`. Bandwidth units: bit/kbit/mbit/gbit/tbit (per second,
+    /// `/s` optional) or B/KB/MB/GB/TB per second; latency units s/ms/us/ns,
+    /// default 0.
+    fn from_str(s: &str) -> Result<Tier, LinkParseError> {
+        let err = |problem: String| {
+            LinkParseError(format!("cannot parse link \"{s}\": {problem}; expected e.g. 1gbit,50us or 25GB/s,2us"))
+        };
+        let mut parts = s.split(',').map(str::trim);
+        let bw = parts.next().unwrap_or("");
+        let lat = parts.next();
+        if parts.next().is_some() {
+            return Err(err("more than one comma".into()));
+        }
+        let (v, unit) = number_unit(bw).ok_or_else(|| err(format!("bandwidth \"{bw}\" does not start with a number")))?;
+        if unit.is_empty() {
+            return Err(err(format!("bandwidth \"{bw}\" has no unit")));
+        }
+        let mult = bandwidth_unit(unit).ok_or_else(|| err(format!("unknown bandwidth unit \"{unit}\"")))?;
+        let bandwidth = v * mult;
+        if !(bandwidth > 0.0 && bandwidth.is_finite()) {
+            return Err(err(format!("bandwidth must be positive, got \"{bw}\"")));
+        }
+        let latency = match lat {
+            None => 0.0,
+            Some(l) => {
+                let (v, unit) = number_unit(l).ok_or_else(|| err(format!("latency \"{l}\" does not start with a number")))?;
+                if unit.is_empty() {
+                    return Err(err(format!("latency \"{l}\" has no unit")));
+                }
+                let mult = latency_unit(unit).ok_or_else(|| err(format!("unknown latency unit \"{unit}\"")))?;
+                let t = v * mult;
+                if !(t >= 0.0 && t.is_finite()) {
+                    return Err(err(format!("latency must be >= 0, got \"{l}\"")));
+                }
+                t
+            }
+        };
+        Ok(Tier { latency_s: latency, bandwidth_bytes_per_s: bandwidth })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn tier(bw: f64, lat: f64) -> Tier {
+        Tier { latency_s: lat, bandwidth_bytes_per_s: bw }
+    }
+
+    fn close(a: f64, b: f64) -> bool {
+        (a - b).abs() <= 1e-12 * b.abs().max(1e-9)
+    }
+
+    /// Parses `s` and compares with `(bandwidth, latency)` up to decimal rounding.
+    fn parses_to(s: &str, bw: f64, lat: f64) {
+        let t: Tier = s.parse().unwrap();
+        assert!(close(t.bandwidth_bytes_per_s, bw) && close(t.latency_s, lat), "{s}: {t:?}");
+    }
+
+    #[test]
+    fn link_parses_documented_examples() {
+        parses_to("1gbit,50us", 1.25e8, 50e-6);
+        parses_to("100mbit,1ms", 1.25e7, 1e-3);
+        parses_to("10gbit", 1.25e9, 0.0);
+        parses_to("25GB/s,2us", 2.5e10, 2e-6);
+        parses_to(" 80Gbit/s , 0.5ms ", 1e10, 5e-4);
+    }
+
+    #[test]
+    fn link_errors_name_the_problem_and_an_example() {
+        let e = |s: &str| s.parse::<Tier>().unwrap_err().to_string();
+        assert_eq!(
+            e("1gbt,50us"),
+            "cannot parse link \"1gbt,50us\": unknown bandwidth unit \"gbt\"; expected e.g. 1gbit,50us or 25GB/s,2us"
+        );
+        assert!(e("0gbit").contains("bandwidth must be positive"));
+        assert!(e("-1gbit").contains("bandwidth must be positive"));
+        assert!(e("10").contains("has no unit"));
+        assert!(e("1gbit,50").contains("latency \"50\" has no unit"));
+        assert!(e("1gbit,5xs").contains("unknown latency unit \"xs\""));
+        assert!(e("1gbit,-5us").contains("latency must be >= 0"));
+        assert!(e("fast").contains("does not start with a number"));
+        assert!(e("1gbit,1us,2").contains("more than one comma"));
+        assert!(e("1gb").contains("unknown bandwidth unit \"gb\""));
+    }
+
+    #[test]
+    fn ring_formulas_by_hand() {
+        // 2 workers, 1 MB at 1 GB/s, no latency: 2 * (1/2) * 1e6 / 1e9 = 1 ms.
+        let flat = LinkModel::flat(tier(1e9, 0.0));
+        assert!(close(flat.all_reduce_s(250_000, 4, 2), 1e-3));
+        // 4 workers, 10 us: reduce-scatter 3*10us + 3/4 * 1 ms = 0.78 ms.
+        let lat = LinkModel::flat(tier(1e9, 10e-6));
+        assert!(close(lat.reduce_scatter_s(250_000, 4, 4), 0.78e-3));
+        assert!(close(lat.all_gather_s(500_000, 2, 4), 0.78e-3));
+        // all-reduce: 6*10us + 2*3/4 ms = 1.56 ms; broadcast: 3*10us + 1 ms.
+        assert!(close(lat.all_reduce_s(250_000, 4, 4), 1.56e-3));
+        assert!(close(lat.broadcast_s(250_000, 4, 4), 1.03e-3));
+        // One worker communicates nothing.
+        for f in [LinkModel::all_reduce_s, LinkModel::reduce_scatter_s, LinkModel::broadcast_s] {
+            assert_eq!(f(&lat, 1000, 4, 1), 0.0);
+        }
+    }
+
+    #[test]
+    fn hierarchical_formulas_by_hand() {
+        // 2 nodes x 4, intra 10 GB/s, inter 1 GB/s, no latency, 1 MB:
+        // intra RS 3/4 * 1e6/1e10 = 75 us, inter AR of 250 kB over 2 nodes
+        // 2*(1/2)*2.5e5/1e9 = 250 us, intra AG 75 us: 400 us in all,
+        // against 2*7/8 * 1 ms = 1.75 ms flat at 1 GB/s.
+        let two = LinkModel { intra: tier(1e10, 0.0), inter: Some(tier(1e9, 0.0)), workers_per_node: 4 };
+        assert!(close(two.all_reduce_s(250_000, 4, 8), 400e-6));
+        assert!(close(LinkModel::flat(tier(1e9, 0.0)).all_reduce_s(250_000, 4, 8), 1.75e-3));
+        // RS: 75 us + (1/2) * 250 us = 200 us.
+        assert!(close(two.reduce_scatter_s(250_000, 4, 8), 200e-6));
+        // Broadcast: 1 ms across nodes + 0.1 ms inside.
+        assert!(close(two.broadcast_s(250_000, 4, 8), 1.1e-3));
+        // Within one node only the intra tier is used.
+        assert!(close(two.all_reduce_s(250_000, 4, 4), 2.0 * 0.75 * 1e-4));
+    }
+}

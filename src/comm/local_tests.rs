@@ -1,0 +1,309 @@
+//! Tests of the shared-memory backend against an f64 reference.
+//!
+//! Tolerance, with A = sum over ranks of |x_q| for one element (divided by p
+//! for Mean) and u32 = 2^-24 the f32 unit roundoff:
+//! - f32 wire: recursive summation of p terms errs by at most (p-1) u32 A,
+//!   Mean's division adds u32 |result|: tol = (p+1) u32 A.
+//! - bf16 wire: each contribution is rounded (<= 2^-8 |x_q|, bf16's unit
+//!   roundoff), summed in f32 as above, and the result rounded again
+//!   (<= 2^-8 |result| <= 2^-8 A (1 + 2^-8)): tol = (2^-7 * 1.01 + (p+1) u32) A.
+
+use super::*;
+use crate::comm::padded_len;
+
+const SIZES: [usize; 3] = [1, 7, 1001];
+const WIRES: [WireDtype; 2] = [WireDtype::F32, WireDtype::Bf16];
+
+/// Deterministic, rank-dependent values in about [-4, 4) with full mantissas.
+fn val(rank: usize, i: usize) -> f32 {
+    let mut h = (rank as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (i as u64).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    h ^= h >> 31;
+    h = h.wrapping_mul(0x94D0_49BB_1331_11EB);
+    h ^= h >> 29;
+    ((h >> 40) as f32 / (1u64 << 24) as f32) * 8.0 - 4.0
+}
+
+fn input(rank: usize, n: usize) -> Vec<f32> {
+    (0..n).map(|i| val(rank, i)).collect()
+}
+
+/// Runs `f` on one thread per communicator; results in rank order.
+pub(super) fn run<C: Communicator, R: Send>(comms: Vec<C>, f: impl Fn(&mut C) -> R + Sync) -> Vec<R> {
+    let f = &f;
+    std::thread::scope(|s| {
+        let hs: Vec<_> = comms.into_iter().map(|mut c| s.spawn(move || f(&mut c))).collect();
+        hs.into_iter().map(|h| h.join().unwrap()).collect()
+    })
+}
+
+/// Checks `got` against the f64 reduction of element `i` over `p` ranks.
+fn check_reduced(got: f32, i: usize, p: usize, op: ReduceOp, wire: WireDtype, what: &str) {
+    let exact: f64 = (0..p).map(|q| val(q, i) as f64).sum();
+    let mut a: f64 = (0..p).map(|q| (val(q, i) as f64).abs()).sum();
+    let exact = if op == ReduceOp::Mean {
+        a /= p as f64;
+        exact / p as f64
+    } else {
+        exact
+    };
+    let u = 2f64.powi(-24);
+    let rel = match wire {
+        WireDtype::F32 => (p + 1) as f64 * u,
+        WireDtype::Bf16 => 2f64.powi(-7) * 1.01 + (p + 1) as f64 * u,
+    };
+    let tol = rel * a + 1e-30;
+    assert!((got as f64 - exact).abs() <= tol, "{what}: p={p} {op:?} {wire:?} i={i}: got {got}, exact {exact}, tol {tol}");
+}
+
+fn all_same(results: &[Vec<f32>]) -> bool {
+    results.iter().all(|r| r.iter().map(|x| x.to_bits()).eq(results[0].iter().map(|x| x.to_bits())))
+}
+
+#[test]
+fn all_reduce_matches_reference_worlds_1_to_8_sizes_and_wires() {
+    for wire in WIRES {
+        for p in 1..=8 {
+            for n in SIZES {
+                for op in [ReduceOp::Sum, ReduceOp::Mean] {
+                    let res = run(LocalGroup::new(p, wire), |c| {
+                        let mut b = input(c.rank(), n);
+                        c.all_reduce(&mut b, op);
+                        b
+                    });
+                    assert!(all_same(&res), "ranks differ: p={p} n={n} {wire:?}");
+                    for (i, &g) in res[0].iter().enumerate() {
+                        check_reduced(g, i, p, op, wire, "all_reduce");
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn reduce_scatter_gives_rank_r_chunk_r() {
+    for wire in WIRES {
+        for p in 1..=8 {
+            for m in SIZES {
+                let res = run(LocalGroup::new(p, wire), |c| {
+                    let mut out = vec![0.0; m];
+                    c.reduce_scatter(&input(c.rank(), p * m), &mut out, ReduceOp::Sum);
+                    out
+                });
+                for (r, out) in res.iter().enumerate() {
+                    for (j, &g) in out.iter().enumerate() {
+                        check_reduced(g, r * m + j, p, ReduceOp::Sum, wire, "reduce_scatter");
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn all_gather_concatenates_rounded_inputs() {
+    for wire in WIRES {
+        for p in 1..=8 {
+            for m in SIZES {
+                let res = run(LocalGroup::new(p, wire), |c| {
+                    let mut out = vec![f32::NAN; p * m];
+                    c.all_gather(&input(c.rank(), m), &mut out);
+                    out
+                });
+                assert!(all_same(&res));
+                let want: Vec<f32> = (0..p).flat_map(|q| input(q, m)).map(|x| wire.round(x)).collect();
+                assert_eq!(res[0], want, "p={p} m={m} {wire:?}");
+            }
+        }
+    }
+}
+
+#[test]
+fn broadcast_from_every_root() {
+    for wire in WIRES {
+        for p in 1..=8 {
+            for root in 0..p {
+                let res = run(LocalGroup::new(p, wire), |c| {
+                    let mut b = input(c.rank(), 7);
+                    c.broadcast(&mut b, root);
+                    b
+                });
+                let want: Vec<f32> = input(root, 7).iter().map(|&x| wire.round(x)).collect();
+                assert!(res.iter().all(|r| *r == want), "p={p} root={root} {wire:?}");
+            }
+        }
+    }
+}
+
+#[test]
+fn padded_reduce_scatter_then_all_gather_equals_all_reduce() {
+    // The ZeRO-1 pattern on an odd length: pad to a multiple of world.
+    for wire in WIRES {
+        for p in 1..=8 {
+            let n = 1001;
+            let res = run(LocalGroup::new(p, wire), |c| {
+                let mut full = input(c.rank(), n);
+                full.resize(padded_len(n, p), 0.0);
+                let mut shard = vec![0.0; full.len() / p];
+                c.reduce_scatter(&full, &mut shard, ReduceOp::Mean);
+                c.all_gather(&shard, &mut full);
+                let mut ar = input(c.rank(), n);
+                c.all_reduce(&mut ar, ReduceOp::Mean);
+                (full, ar)
+            });
+            for (full, ar) in res {
+                // Same per-element summation order, rounding is idempotent.
+                assert_eq!(&full[..n], &ar[..], "p={p} {wire:?}");
+                assert!(full[n..].iter().all(|&x| x == 0.0));
+            }
+        }
+    }
+}
+
+#[test]
+fn mean_is_sum_over_world() {
+    for wire in WIRES {
+        for p in 1..=8 {
+            let res = run(LocalGroup::new(p, wire), |c| {
+                let (mut s, mut m) = (input(c.rank(), 1001), input(c.rank(), 1001));
+                c.all_reduce(&mut s, ReduceOp::Sum);
+                c.all_reduce(&mut m, ReduceOp::Mean);
+                (s, m)
+            });
+            let (s, m) = &res[0];
+            for (&s, &m) in s.iter().zip(m) {
+                let want = s / p as f32;
+                match wire {
+                    WireDtype::F32 => assert_eq!(m.to_bits(), want.to_bits()),
+                    // Both sides carry one bf16 rounding of the same f32 sum.
+                    WireDtype::Bf16 => assert!((m - want).abs() <= 2f32.powi(-7) * want.abs()),
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn results_bitwise_identical_across_runs() {
+    for wire in WIRES {
+        let once = || {
+            run(LocalGroup::new(5, wire), |c| {
+                let mut b = input(c.rank(), 100_003);
+                for k in 0..3 {
+                    b.iter_mut().enumerate().for_each(|(i, x)| *x += val(c.rank(), i + k));
+                    c.all_reduce(&mut b, ReduceOp::Mean);
+                }
+                b
+            })
+        };
+        let (a, b) = (once(), once());
+        assert!(all_same(&a));
+        assert!(a[0].iter().zip(&b[0]).all(|(x, y)| x.to_bits() == y.to_bits()));
+    }
+}
+
+#[test]
+fn byte_counters_match_ring_convention() {
+    let res = run(LocalGroup::new(4, WireDtype::F32), |c| {
+        let mut b = vec![1.0; 1000];
+        c.all_reduce(&mut b, ReduceOp::Sum); // 2*3/4*4000 = 6000
+        let mut out = vec![0.0; 250];
+        c.reduce_scatter(&b, &mut out, ReduceOp::Sum); // 3*250*4 = 3000
+        c.all_gather(&out, &mut b); // 3000
+        c.barrier();
+        c.broadcast(&mut b, 2); // chain 2->3->0->1: 4000 each, rank 1 sends 0
+        c.stats()
+    });
+    assert_eq!(res[0], CommStats { bytes_sent: 16_000, bytes_received: 16_000, ops: 5 });
+    assert_eq!(res[1], CommStats { bytes_sent: 12_000, bytes_received: 16_000, ops: 5 });
+    assert_eq!(res[2], CommStats { bytes_sent: 16_000, bytes_received: 12_000, ops: 5 });
+    let bf = run(LocalGroup::new(2, WireDtype::Bf16), |c| {
+        c.all_reduce(&mut [0.0; 1000], ReduceOp::Sum); // 2*1/2*2000 = 2000
+        c.stats()
+    });
+    assert_eq!(bf[1].bytes_sent, 2000);
+}
+
+#[test]
+fn two_tier_all_reduce_matches_reference_and_subgroups_are_right() {
+    for wire in WIRES {
+        for (nodes, per) in [(2, 3), (3, 2), (1, 4), (4, 1)] {
+            let p = nodes * per;
+            for n in [7, 1002] {
+                let res = run(LocalGroup::two_tier(nodes, per, wire), |c| {
+                    let g = c.rank();
+                    assert_eq!((c.intra.rank(), c.inter.rank()), (g % per, g / per));
+                    assert_eq!((c.intra.world(), c.inter.world(), c.world()), (per, nodes, p));
+                    let mut b = input(g, n);
+                    c.all_reduce(&mut b, ReduceOp::Sum);
+                    // The intra group alone only sums this node.
+                    let mut node = vec![1.0; 3];
+                    c.intra.all_reduce(&mut node, ReduceOp::Sum);
+                    assert_eq!(node, vec![per as f32; 3]);
+                    b
+                });
+                assert!(all_same(&res));
+                // bf16: the node's partial sum is rounded once more before
+                // the inter-node stage, so allow twice the flat bound.
+                for (i, &g) in res[0].iter().enumerate() {
+                    if wire == WireDtype::F32 {
+                        check_reduced(g, i, p, ReduceOp::Sum, wire, "two_tier");
+                    } else {
+                        let exact: f64 = (0..p).map(|q| val(q, i) as f64).sum();
+                        let a: f64 = (0..p).map(|q| (val(q, i) as f64).abs()).sum();
+                        assert!((g as f64 - exact).abs() <= 2f64.powi(-6) * a, "i={i}");
+                    }
+                }
+            }
+        }
+    }
+}
+
+#[test]
+fn length_mismatch_panics_on_every_rank() {
+    let comms = LocalGroup::new(3, WireDtype::F32);
+    let outcomes = std::thread::scope(|s| {
+        let hs: Vec<_> = comms
+            .into_iter()
+            .map(|mut c| s.spawn(move || c.all_reduce(&mut vec![0.0; 5 + c.rank()], ReduceOp::Sum)))
+            .collect();
+        hs.into_iter().map(|h| h.join().is_err()).collect::<Vec<_>>()
+    });
+    assert_eq!(outcomes, vec![true; 3]);
+}
+
+#[test]
+fn panicking_rank_makes_others_panic_instead_of_hanging() {
+    let comms = LocalGroup::new(3, WireDtype::F32);
+    let msgs = std::thread::scope(|s| {
+        let hs: Vec<_> = comms
+            .into_iter()
+            .map(|mut c| {
+                s.spawn(move || {
+                    if c.rank() == 1 {
+                        panic!("worker 1 failed");
+                    }
+                    c.all_reduce(&mut [1.0; 4], ReduceOp::Sum);
+                })
+            })
+            .collect();
+        hs.into_iter()
+            .map(|h| h.join().err().and_then(|e| e.downcast_ref::<String>().cloned()))
+            .collect::<Vec<_>>()
+    });
+    for r in [0, 2] {
+        let m = msgs[r].as_deref().expect("rank should have panicked with a message");
+        assert!(m.contains("rank 1 panicked"), "{m}");
+    }
+}
+
+#[test]
+fn two_tier_stats_sum_the_three_stages() {
+    // 2 nodes x 2, 8 f32: intra RS (2-1)*4*4 = 16, inter AR of 4 on 2 nodes
+    // 2*1*16/2 = 16, intra AG 16: 48 bytes each way, one op per stage.
+    let res = run(LocalGroup::two_tier(2, 2, WireDtype::F32), |c| {
+        c.all_reduce(&mut [1.0; 8], ReduceOp::Sum);
+        c.stats()
+    });
+    assert_eq!(res[3], CommStats { bytes_sent: 48, bytes_received: 48, ops: 3 });
+}

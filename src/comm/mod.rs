@@ -1,0 +1,215 @@
+//! Communication: collectives over a group of data-parallel workers.
+//!
+//! A [`Communicator`] is one worker's handle on a group: rank, world size and
+//! the blocking collectives on flat `f32` buffers. Backends:
+//! - [`local`]: threads of one process sharing memory (the embedded default).
+//!
+//! On top of any backend, [`async_op::CommThread`] runs *started*
+//! collectives on a dedicated communication thread (the papers'
+//! "communication stream"), optionally held for the time a [`link::LinkModel`]
+//! gives them (an emulated slow network).
+//!
+//! # Wire dtype
+//! With [`WireDtype::Bf16`] every rank's contribution is rounded to bf16
+//! (round-to-nearest-even) before it is combined, and the result is rounded
+//! to bf16 again (what would arrive over the wire); buffers stay `f32`.
+//!
+//! # Byte counters
+//! [`CommStats`] counts what a bandwidth-optimal *ring* implementation would
+//! send and receive per rank, so counters are comparable across backends and
+//! match [`link::LinkModel`]'s formulas. With `p = world`, `b` the wire bytes
+//! per element (4 for f32, 2 for bf16) and `n` the buffer length:
+//!
+//! | op | sent = received (per rank) |
+//! |---|---|
+//! | `all_reduce(n)` | `2 (p-1) n b / p` (integer division) |
+//! | `reduce_scatter(input p*m)` | `(p-1) m b` |
+//! | `all_gather(output p*m)` | `(p-1) m b` |
+//! | `broadcast(n)` | pipelined chain `root -> root+1 -> ...`: every rank but the last in the chain sends `n b`; every rank but the root receives `n b` |
+//! | `barrier` | 0 |
+//!
+//! With `p = 1` nothing is counted. `ops` counts every call, barrier included.
+
+pub mod async_op;
+pub mod bench;
+pub mod bf16;
+pub mod link;
+pub mod local;
+pub mod two_tier;
+
+pub use async_op::{CommThread, Completed, OpHandle, OpKind};
+pub use link::{LinkModel, Tier};
+pub use local::{LocalComm, LocalGroup};
+pub use two_tier::TwoTierComm;
+
+use serde::{Deserialize, Serialize};
+
+/// How contributions are combined.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ReduceOp {
+    /// Element-wise sum over ranks (in rank order 0..p, so bitwise deterministic).
+    Sum,
+    /// The sum divided by the world size.
+    Mean,
+}
+
+/// The number format of data on the wire.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum WireDtype {
+    /// Full precision: 4 bytes per element.
+    #[default]
+    F32,
+    /// bfloat16: 2 bytes per element, values rounded to nearest even.
+    Bf16,
+}
+
+impl WireDtype {
+    /// Bytes one element occupies on the wire.
+    pub fn bytes_per_elem(self) -> usize {
+        match self {
+            WireDtype::F32 => 4,
+            WireDtype::Bf16 => 2,
+        }
+    }
+
+    /// Rounds `x` to what this wire dtype can carry.
+    #[inline]
+    pub fn round(self, x: f32) -> f32 {
+        match self {
+            WireDtype::F32 => x,
+            WireDtype::Bf16 => bf16::round_bf16(x),
+        }
+    }
+}
+
+/// Per-rank traffic counters; see the module docs for the counting model.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct CommStats {
+    /// Bytes this rank would put on the wire.
+    pub bytes_sent: u64,
+    /// Bytes this rank would take off the wire.
+    pub bytes_received: u64,
+    /// Number of collective calls, barrier included.
+    pub ops: u64,
+}
+
+/// Element-wise sum (e.g. over the sub-groups of a two-tier worker).
+impl std::ops::Add for CommStats {
+    type Output = CommStats;
+    fn add(self, o: CommStats) -> CommStats {
+        CommStats {
+            bytes_sent: self.bytes_sent + o.bytes_sent,
+            bytes_received: self.bytes_received + o.bytes_received,
+            ops: self.ops + o.ops,
+        }
+    }
+}
+
+impl CommStats {
+    /// Counts one all-reduce of `n` elements under the ring model.
+    pub fn count_all_reduce(&mut self, n: usize, p: usize, b: usize) {
+        let bytes = (2 * (p - 1) * n * b / p) as u64;
+        self.count(bytes, bytes);
+    }
+
+    /// Counts one reduce-scatter or all-gather whose per-rank chunk is `m` elements.
+    pub fn count_scatter_gather(&mut self, m: usize, p: usize, b: usize) {
+        let bytes = ((p - 1) * m * b) as u64;
+        self.count(bytes, bytes);
+    }
+
+    /// Counts one chain broadcast of `n` elements from `root`, seen by `rank`.
+    pub fn count_broadcast(&mut self, n: usize, p: usize, b: usize, rank: usize, root: usize) {
+        let bytes = (n * b) as u64;
+        let last = (root + p - 1) % p;
+        let sent = if p > 1 && rank != last { bytes } else { 0 };
+        let received = if rank != root { bytes } else { 0 };
+        self.count(sent, received);
+    }
+
+    /// Counts one barrier (no payload).
+    pub fn count_barrier(&mut self) {
+        self.count(0, 0);
+    }
+
+    fn count(&mut self, sent: u64, received: u64) {
+        self.bytes_sent += sent;
+        self.bytes_received += received;
+        self.ops += 1;
+    }
+}
+
+/// One worker's handle on a group of workers.
+///
+/// Every rank of the group must call the same collectives in the same order
+/// with the same lengths; a mismatch is a bug and panics (on every rank, when
+/// the backend can detect it).
+pub trait Communicator: Send {
+    /// This worker's index in the group, `0..world()`.
+    fn rank(&self) -> usize;
+    /// Number of workers in the group.
+    fn world(&self) -> usize;
+    /// In place: every rank ends with the reduction of all ranks' `buf`.
+    fn all_reduce(&mut self, buf: &mut [f32], op: ReduceOp);
+    /// `input.len() == world * output.len()`; rank r receives the reduction of chunk r.
+    fn reduce_scatter(&mut self, input: &[f32], output: &mut [f32], op: ReduceOp);
+    /// `output.len() == world * input.len()`; chunk r of output is rank r's input.
+    fn all_gather(&mut self, input: &[f32], output: &mut [f32]);
+    /// Every rank's `buf` becomes rank `root`'s `buf`.
+    fn broadcast(&mut self, buf: &mut [f32], root: usize);
+    /// Returns once every rank has entered the barrier.
+    fn barrier(&mut self);
+    /// The wire dtype of this group.
+    fn wire(&self) -> WireDtype;
+    /// Traffic so far, under the ring model of the module docs.
+    fn stats(&self) -> CommStats;
+}
+
+/// `n` rounded up to a multiple of `world`: the length of the flat vector a
+/// ZeRO-1 shard layout pads to, so each rank owns `padded_len / world` elements.
+pub fn padded_len(n: usize, world: usize) -> usize {
+    assert!(world > 0, "padded_len: world must be >= 1");
+    n.div_ceil(world) * world
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn padded_len_rounds_up_to_world_multiple() {
+        assert_eq!(padded_len(0, 4), 0);
+        assert_eq!(padded_len(1, 4), 4);
+        assert_eq!(padded_len(8, 4), 8);
+        assert_eq!(padded_len(1001, 8), 1008);
+        assert_eq!(padded_len(7, 1), 7);
+    }
+
+    #[test]
+    fn byte_counters_follow_ring_model_by_hand() {
+        // all-reduce of 1000 f32 on 4 ranks: 2*3/4*4000 = 6000 bytes each way.
+        let mut s = CommStats::default();
+        s.count_all_reduce(1000, 4, 4);
+        assert_eq!((s.bytes_sent, s.bytes_received, s.ops), (6000, 6000, 1));
+        // reduce-scatter, chunk 250 bf16 on 4 ranks: 3*250*2 = 1500.
+        s.count_scatter_gather(250, 4, 2);
+        assert_eq!(s.bytes_sent, 7500);
+        // broadcast of 10 f32 from root 2 on 4 ranks: chain 2->3->0->1.
+        let bc = |rank| {
+            let mut s = CommStats::default();
+            s.count_broadcast(10, 4, 4, rank, 2);
+            (s.bytes_sent, s.bytes_received)
+        };
+        assert_eq!(bc(2), (40, 0));
+        assert_eq!(bc(3), (40, 40));
+        assert_eq!(bc(1), (0, 40));
+    }
+
+    #[test]
+    fn wire_dtype_serde_is_lowercase() {
+        assert_eq!(serde_json::to_string(&WireDtype::Bf16).unwrap(), "\"bf16\"");
+        assert_eq!(serde_json::from_str::<ReduceOp>("\"mean\"").unwrap(), ReduceOp::Mean);
+    }
+}
