@@ -46,6 +46,14 @@ impl Trainer {
     pub fn new(cfg: RunConfig, resume: Option<&Path>) -> Result<Self> {
         let model_cfg = cfg.validate()?;
         let data_dir = cfg.data_dir(&model_cfg);
+        if !data_dir.join(crate::data::tokens::META_FILE).exists() {
+            bail!(
+                "no prepared corpus at {}: run `lowcomm data prepare --vocab-size {} --out {}` first (add --input FILES for your own text)",
+                data_dir.display(),
+                model_cfg.vocab_size,
+                data_dir.display()
+            );
+        }
         let data = Dataset::open(&data_dir)?;
         check_vocab(&model_cfg, data.tokenizer.vocab_size(), &format!("the tokenizer of {}", data_dir.display()), &data_dir)?;
         let seq_len = cfg.seq_len(&model_cfg);
