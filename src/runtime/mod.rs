@@ -1,0 +1,88 @@
+//! Runtimes: how the workers of a strategy are run.
+//!
+//! A strategy is written once as an `async fn` over a [`Ctx`] and runs in
+//! both runtimes (shared/DESIGN.md, "One strategy, two runtimes"):
+//!
+//! - [`sim`]: one thread, virtual time, an event queue ordered by
+//!   (time, rank). Compute costs come from a cost model, collectives complete
+//!   at `last join + link cost`. Real math, deterministic by construction.
+//! - [`real`]: one OS thread per worker plus one communication thread per
+//!   worker; started collectives really overlap the next micro-batches.
+//!
+//! A strategy never sleeps, reads a clock or spawns a thread: it asks its
+//! context to compute and to communicate.
+
+pub mod real;
+pub mod sim;
+
+use crate::comm::ReduceOp;
+use std::future::Future;
+
+/// Work a strategy asks the runtime to time.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum Work {
+    /// Forward + backward of one micro-batch.
+    MicroBatch,
+    /// An optimizer step over this many parameters (sim: free, it is
+    /// memory-bound and small next to a micro-batch; real: measured).
+    Optimizer { params: usize },
+}
+
+/// A collective, with the buffers it takes over until it completes.
+#[derive(Debug)]
+pub enum Collective {
+    /// In place on `buf`.
+    AllReduce { buf: Vec<f32>, op: ReduceOp },
+    /// `input.len() == world * output.len()`.
+    ReduceScatter { input: Vec<f32>, output: Vec<f32>, op: ReduceOp },
+    /// `output.len() == world * input.len()`.
+    AllGather { input: Vec<f32>, output: Vec<f32> },
+    /// In place on `buf`, from `root`.
+    Broadcast { buf: Vec<f32>, root: usize },
+}
+
+/// The buffers of a completed collective, handed back.
+#[derive(Debug, Default)]
+pub struct Finished {
+    /// The result (the in-place buffer, or the output).
+    pub output: Vec<f32>,
+    /// The input of reduce-scatter / all-gather, for reuse; empty otherwise.
+    pub input: Vec<f32>,
+}
+
+/// What a worker's strategy can ask of its runtime.
+pub trait Ctx {
+    /// Handle of a started collective.
+    type Handle;
+    /// This worker's rank.
+    fn rank(&self) -> usize;
+    /// Number of workers.
+    fn world(&self) -> usize;
+    /// Seconds since the run started (virtual in sim).
+    fn now(&self) -> f64;
+    /// Run `f` (the math) and account for its time.
+    fn compute<R>(&mut self, work: Work, f: impl FnOnce() -> R) -> impl Future<Output = R>;
+    /// Start a collective; it proceeds while the worker computes.
+    fn start(&mut self, op: Collective) -> Self::Handle;
+    /// Has it completed (at the current time)?
+    fn is_done(&self, h: &Self::Handle) -> bool;
+    /// Wait for it and take the buffers back.
+    fn wait(&mut self, h: Self::Handle) -> impl Future<Output = Finished>;
+    /// This worker's accounting so far (`total_s` = now).
+    fn times(&self) -> WorkerTimes;
+}
+
+/// Per-worker accounting a runtime keeps while a strategy runs.
+#[derive(Clone, Debug, Default, serde::Serialize)]
+pub struct WorkerTimes {
+    /// Seconds spent in [`Ctx::compute`].
+    pub compute_s: f64,
+    /// Seconds spent blocked in [`Ctx::wait`] (idle, waiting on communication).
+    pub idle_s: f64,
+    /// Micro-batches computed.
+    pub micro_batches: u64,
+    /// Collectives started.
+    pub collectives: u64,
+    /// Seconds from the start to when these times were read.
+    pub total_s: f64,
+}

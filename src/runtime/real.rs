@@ -1,0 +1,125 @@
+//! The real runtime: one OS thread per worker, each with its own
+//! communication thread ([`CommThread`]), so a started collective really
+//! runs while the worker computes. Optional link emulation (the comm thread
+//! holds each op for its modeled time) and per-worker slowdown: a worker of
+//! speed s waits (1/s - 1) x its measured compute time after each
+//! micro-batch (the ACCO paper's Sec. 5.5 protocol).
+
+use super::{Collective, Ctx, Finished, Work, WorkerTimes};
+use crate::comm::async_op::{CommThread, OpHandle};
+use crate::comm::{Communicator, LinkModel, LocalGroup, WireDtype};
+use anyhow::{bail, Result};
+use std::future::Future;
+use std::pin::pin;
+use std::task::{Context, Poll, Waker};
+use std::time::Instant;
+
+/// How the real cluster runs.
+#[derive(Clone, Debug)]
+pub struct RealSpec {
+    /// Speed factor per worker (1 nominal).
+    pub speeds: Vec<f64>,
+    /// Emulated link; `None`: as fast as shared memory allows.
+    pub link: Option<LinkModel>,
+    /// What travels on the wire.
+    pub wire: WireDtype,
+}
+
+/// A worker's view of the real cluster.
+pub struct RealCtx {
+    rank: usize,
+    world: usize,
+    comm: CommThread,
+    speed: f64,
+    t0: Instant,
+    times: WorkerTimes,
+}
+
+impl Ctx for RealCtx {
+    type Handle = OpHandle;
+    fn rank(&self) -> usize {
+        self.rank
+    }
+    fn world(&self) -> usize {
+        self.world
+    }
+    fn now(&self) -> f64 {
+        self.t0.elapsed().as_secs_f64()
+    }
+    async fn compute<R>(&mut self, work: Work, f: impl FnOnce() -> R) -> R {
+        let t = Instant::now();
+        let r = f();
+        let dt = t.elapsed();
+        if work == Work::MicroBatch && self.speed < 1.0 {
+            std::thread::sleep(dt.mul_f64(1.0 / self.speed - 1.0));
+        }
+        self.times.compute_s += t.elapsed().as_secs_f64();
+        self.times.micro_batches += u64::from(work == Work::MicroBatch);
+        r
+    }
+    fn start(&mut self, op: Collective) -> OpHandle {
+        self.times.collectives += 1;
+        match op {
+            Collective::AllReduce { buf, op } => self.comm.start_all_reduce(buf, op),
+            Collective::ReduceScatter { input, output, op } => self.comm.start_reduce_scatter(input, output, op),
+            Collective::AllGather { input, output } => self.comm.start_all_gather(input, output),
+            Collective::Broadcast { buf, root } => self.comm.start_broadcast(buf, root),
+        }
+    }
+    fn is_done(&self, h: &OpHandle) -> bool {
+        h.is_done()
+    }
+    async fn wait(&mut self, h: OpHandle) -> Finished {
+        let t = Instant::now();
+        let c = h.wait();
+        self.times.idle_s += t.elapsed().as_secs_f64();
+        Finished { output: c.output, input: c.input }
+    }
+    fn times(&self) -> WorkerTimes {
+        WorkerTimes { total_s: self.now(), ..self.times.clone() }
+    }
+}
+
+/// Drive a future whose awaits never suspend (every real-runtime operation
+/// blocks instead): one poll completes it.
+fn block_on<T>(fut: impl Future<Output = T>) -> T {
+    let mut fut = pin!(fut);
+    let mut cx = Context::from_waker(Waker::noop());
+    loop {
+        if let Poll::Ready(v) = fut.as_mut().poll(&mut cx) {
+            return v;
+        }
+        // Only reachable if a future from outside this module suspends.
+        std::thread::yield_now();
+    }
+}
+
+/// Run `world` workers, one thread each; `make(ctx)` builds worker r's future.
+pub fn run<T, F, Fut>(spec: RealSpec, world: usize, make: F) -> Result<Vec<T>>
+where
+    T: Send,
+    F: Fn(RealCtx) -> Fut + Sync,
+    Fut: Future<Output = Result<T>>,
+{
+    if spec.speeds.len() != world {
+        bail!("real runtime: {} speed factors for {world} workers", spec.speeds.len());
+    }
+    let comms = LocalGroup::new(world, spec.wire);
+    let t0 = Instant::now();
+    let results: Vec<Result<T>> = std::thread::scope(|s| {
+        let handles: Vec<_> = comms
+            .into_iter()
+            .enumerate()
+            .map(|(rank, comm)| {
+                let (make, spec) = (&make, &spec);
+                s.spawn(move || {
+                    let comm = CommThread::spawn(Box::new(comm) as Box<dyn Communicator>, spec.link.clone());
+                    let ctx = RealCtx { rank, world, comm, speed: spec.speeds[rank], t0, times: WorkerTimes::default() };
+                    block_on(make(ctx))
+                })
+            })
+            .collect();
+        handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(anyhow::anyhow!("a worker thread panicked")))).collect()
+    });
+    results.into_iter().collect()
+}

@@ -1,0 +1,35 @@
+//! DDP: every step, average the gradients of all workers, then every worker
+//! takes the same optimizer step on its full replica (the baseline).
+//!
+//! ```text
+//! for t in 0..T:
+//!     g_i   = (1/K) sum_k grad f(theta; xi_{i,k})      K = grad_accum micro-batches
+//!     g     = (1/N) sum_i g_i                          all-reduce (mean)
+//!     theta = Opt(theta, clip(g))                      identical on every worker
+//! ```
+
+use super::worker::{accumulate, Plan, Worker};
+use crate::comm::ReduceOp;
+use crate::optim::clip_global_norm;
+use crate::runtime::{Collective, Ctx, Work};
+use anyhow::Result;
+
+/// Run DDP on one worker; returns its per-step losses.
+pub async fn run<C: Ctx>(ctx: &mut C, w: &mut Worker, plan: &Plan) -> Result<Vec<f32>> {
+    let n = w.model.num_params();
+    let mut opt = plan.optimizer.try_build(n)?;
+    let mut losses = Vec::with_capacity(plan.steps as usize);
+    for step in 0..plan.steps {
+        losses.push(accumulate(ctx, w, plan.grad_accum).await);
+        let grads = std::mem::take(&mut w.model.grads);
+        let h = ctx.start(Collective::AllReduce { buf: grads, op: ReduceOp::Mean });
+        w.model.grads = ctx.wait(h).await.output;
+        if plan.grad_clip > 0.0 {
+            clip_global_norm(&mut w.model.grads, plan.grad_clip);
+        }
+        let lr = plan.schedule.lr(step);
+        let m = &mut w.model;
+        ctx.compute(Work::Optimizer { params: n }, || opt.step(&mut m.params, &m.grads, lr, &plan.decay)).await;
+    }
+    Ok(losses)
+}

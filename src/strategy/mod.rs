@@ -1,0 +1,81 @@
+//! Strategies: what each worker computes, communicates, and when. One file
+//! per method, each reading like its paper's pseudo-code, written once
+//! against [`crate::runtime::Ctx`] and run by either runtime.
+
+pub mod ddp;
+mod worker;
+pub mod zero1;
+
+pub use worker::{accumulate, Plan, Worker, WorkerReport};
+
+use crate::runtime::{real, sim, Ctx};
+use anyhow::{bail, Result};
+use std::str::FromStr;
+use std::sync::Mutex;
+
+/// A data-parallel method.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Method {
+    /// Average gradients every step.
+    Ddp,
+    /// DDP with the optimizer state sharded (ZeRO-1).
+    Zero1,
+}
+
+impl Method {
+    /// Names accepted on the command line.
+    pub const NAMES: [&'static str; 2] = ["ddp", "zero1"];
+}
+
+impl FromStr for Method {
+    type Err = anyhow::Error;
+    fn from_str(s: &str) -> Result<Self> {
+        Ok(match s {
+            "ddp" => Self::Ddp,
+            "zero1" => Self::Zero1,
+            other => bail!("unknown method `{other}`: choose one of {}, e.g. --method zero1", Self::NAMES.join(", ")),
+        })
+    }
+}
+
+/// Run `method` on one worker to the end of the plan.
+pub async fn run_worker<C: Ctx>(method: Method, ctx: &mut C, w: &mut Worker, plan: &Plan) -> Result<WorkerReport> {
+    let losses = match method {
+        Method::Ddp => ddp::run(ctx, w, plan).await?,
+        Method::Zero1 => zero1::run(ctx, w, plan).await?,
+    };
+    Ok(WorkerReport { rank: ctx.rank(), losses, times: ctx.times(), params: w.model.params.clone() })
+}
+
+/// Which runtime, with its settings.
+#[derive(Clone, Debug)]
+pub enum Runtime {
+    /// Threads, really overlapping.
+    Real(real::RealSpec),
+    /// Deterministic virtual-time cluster.
+    Sim(sim::SimSpec),
+}
+
+/// Run `method` on `workers` (one per rank, in rank order) under `runtime`.
+pub fn run_cluster(method: Method, runtime: &Runtime, workers: Vec<Worker>, plan: &Plan) -> Result<Vec<WorkerReport>> {
+    let world = workers.len();
+    if world == 0 {
+        bail!("need at least one worker (--workers 1 or more)");
+    }
+    let slots: Vec<Mutex<Option<Worker>>> = workers.into_iter().map(|w| Mutex::new(Some(w))).collect();
+    let take = |rank: usize| slots[rank].lock().expect("worker slot").take().expect("each worker runs once");
+    match runtime {
+        Runtime::Sim(spec) => sim::run(spec.clone(), world, |mut ctx| {
+            let mut w = take(ctx.rank());
+            async move { run_worker(method, &mut ctx, &mut w, plan).await }
+        }),
+        Runtime::Real(spec) => real::run(spec.clone(), world, |mut ctx| {
+            let mut w = take(ctx.rank());
+            async move { run_worker(method, &mut ctx, &mut w, plan).await }
+        }),
+    }
+}
+
+#[cfg(test)]
+mod tests;

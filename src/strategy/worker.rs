@@ -1,0 +1,84 @@
+//! What every strategy's worker owns: a model replica, its data shard and
+//! sampler, and the plan shared by all workers.
+
+use crate::data::sampler::WindowSampler;
+use crate::model::Gpt;
+use crate::optim::{DecaySegments, LrSchedule, OptimizerConfig};
+use crate::runtime::{Ctx, Work, WorkerTimes};
+use anyhow::Result;
+use std::ops::Range;
+use std::sync::Arc;
+
+/// One worker's model replica and data.
+pub struct Worker {
+    /// The replica (parameters identical on every worker at the start).
+    pub model: Gpt,
+    sampler: WindowSampler,
+    tokens: Arc<Vec<u32>>,
+    inputs: Vec<u32>,
+    targets: Vec<u32>,
+    batch: usize,
+    seq: usize,
+}
+
+impl Worker {
+    /// A worker drawing windows of `seq` tokens from `shard` of `tokens`,
+    /// `batch` sequences per micro-batch; its sampler is seeded by (seed, rank).
+    pub fn new(model: Gpt, tokens: Arc<Vec<u32>>, shard: Range<usize>, batch: usize, seq: usize, seed: u64, rank: usize) -> Result<Self> {
+        let sampler = WindowSampler::new(shard, seq, seed, rank)?;
+        Ok(Self { model, sampler, tokens, inputs: vec![0; batch * seq], targets: vec![0; batch * seq], batch, seq })
+    }
+
+    /// Tokens per micro-batch.
+    pub fn tokens_per_micro_batch(&self) -> usize {
+        self.batch * self.seq
+    }
+
+    /// Forward + backward of the next micro-batch; gradients accumulate with
+    /// weight `loss_scale`. Returns the micro-batch's mean loss.
+    pub fn micro_batch(&mut self, loss_scale: f32) -> f32 {
+        self.sampler.fill_batch(&self.tokens, &mut self.inputs, &mut self.targets);
+        self.model.forward_backward(&self.inputs, &self.targets, self.batch, self.seq, loss_scale)
+    }
+}
+
+/// Everything about the optimisation that all workers share.
+#[derive(Clone, Debug)]
+pub struct Plan {
+    /// Optimizer steps (rounds).
+    pub steps: u64,
+    /// Micro-batches per step for synchronous methods.
+    pub grad_accum: usize,
+    /// Learning rate per step.
+    pub schedule: LrSchedule,
+    /// Optimizer and hyper-parameters.
+    pub optimizer: OptimizerConfig,
+    /// Which elements of the flat parameter vector take weight decay.
+    pub decay: DecaySegments,
+    /// Global gradient-norm clip (0: off).
+    pub grad_clip: f32,
+}
+
+/// What a worker reports at the end.
+#[derive(Clone, Debug)]
+pub struct WorkerReport {
+    /// Rank.
+    pub rank: usize,
+    /// Mean training loss of this worker's micro-batches, per step.
+    pub losses: Vec<f32>,
+    /// Time accounting from the runtime.
+    pub times: WorkerTimes,
+    /// Final parameters (flat).
+    pub params: Vec<f32>,
+}
+
+/// Zero the gradients and accumulate `k` micro-batches (loss weight 1/k);
+/// returns their mean loss.
+pub async fn accumulate<C: Ctx>(ctx: &mut C, w: &mut Worker, k: usize) -> f32 {
+    w.model.zero_grads();
+    let mut loss = 0.0f64;
+    for _ in 0..k {
+        loss += ctx.compute(Work::MicroBatch, || w.micro_batch(1.0 / k as f32)).await as f64;
+    }
+    (loss / k as f64) as f32
+}
