@@ -14,8 +14,8 @@ use crate::optim::clip_global_norm;
 use crate::runtime::{Collective, Ctx, Work};
 use anyhow::Result;
 
-/// Run DDP on one worker; returns its per-step losses.
-pub async fn run<C: Ctx>(ctx: &mut C, w: &mut Worker, plan: &Plan) -> Result<Vec<f32>> {
+/// Run DDP on one worker; returns its per-step losses and optimizer steps taken.
+pub async fn run<C: Ctx>(ctx: &mut C, w: &mut Worker, plan: &Plan) -> Result<(Vec<f32>, u64)> {
     let n = w.model.num_params();
     let mut opt = plan.optimizer.try_build(n)?;
     let mut losses = Vec::with_capacity(plan.steps as usize);
@@ -31,5 +31,5 @@ pub async fn run<C: Ctx>(ctx: &mut C, w: &mut Worker, plan: &Plan) -> Result<Vec
         let m = &mut w.model;
         ctx.compute(Work::Optimizer { params: n }, || opt.step(&mut m.params, &m.grads, lr, &plan.decay)).await;
     }
-    Ok(losses)
+    Ok((losses, opt.steps_taken()))
 }

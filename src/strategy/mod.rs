@@ -2,7 +2,11 @@
 //! per method, each reading like its paper's pseudo-code, written once
 //! against [`crate::runtime::Ctx`] and run by either runtime.
 
+pub mod acco;
+pub mod acco_wp;
 pub mod ddp;
+pub mod dpu;
+pub mod sharded;
 mod worker;
 pub mod zero1;
 
@@ -14,18 +18,23 @@ use std::str::FromStr;
 use std::sync::Mutex;
 
 /// A data-parallel method.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "lowercase")]
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Method {
     /// Average gradients every step.
     Ddp,
     /// DDP with the optimizer state sharded (ZeRO-1).
     Zero1,
+    /// Delayed parameter update, with `warmup_steps` of non-delayed steps first.
+    Dpu { warmup_steps: u64 },
+    /// ACCO with weight prediction.
+    AccoWp,
+    /// ACCO, the two-stage algorithm.
+    Acco,
 }
 
 impl Method {
     /// Names accepted on the command line.
-    pub const NAMES: [&'static str; 2] = ["ddp", "zero1"];
+    pub const NAMES: [&'static str; 5] = ["ddp", "zero1", "dpu", "acco-wp", "acco"];
 }
 
 impl FromStr for Method {
@@ -34,6 +43,9 @@ impl FromStr for Method {
         Ok(match s {
             "ddp" => Self::Ddp,
             "zero1" => Self::Zero1,
+            "dpu" => Self::Dpu { warmup_steps: 0 },
+            "acco-wp" => Self::AccoWp,
+            "acco" => Self::Acco,
             other => bail!("unknown method `{other}`: choose one of {}, e.g. --method zero1", Self::NAMES.join(", ")),
         })
     }
@@ -41,11 +53,14 @@ impl FromStr for Method {
 
 /// Run `method` on one worker to the end of the plan.
 pub async fn run_worker<C: Ctx>(method: Method, ctx: &mut C, w: &mut Worker, plan: &Plan) -> Result<WorkerReport> {
-    let losses = match method {
+    let (losses, optimizer_steps) = match method {
         Method::Ddp => ddp::run(ctx, w, plan).await?,
         Method::Zero1 => zero1::run(ctx, w, plan).await?,
+        Method::Dpu { warmup_steps } => dpu::run(ctx, w, plan, warmup_steps).await?,
+        Method::AccoWp => acco_wp::run(ctx, w, plan).await?,
+        Method::Acco => acco::run(ctx, w, plan).await?,
     };
-    Ok(WorkerReport { rank: ctx.rank(), losses, times: ctx.times(), params: w.model.params.clone() })
+    Ok(WorkerReport { rank: ctx.rank(), losses, optimizer_steps, times: ctx.times(), params: w.model.params.clone() })
 }
 
 /// Which runtime, with its settings.
@@ -79,3 +94,5 @@ pub fn run_cluster(method: Method, runtime: &Runtime, workers: Vec<Worker>, plan
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_delayed;

@@ -8,15 +8,15 @@ use crate::optim::{AdamWConfig, DecaySegments, LrSchedule, OptimizerConfig};
 use crate::runtime::{real::RealSpec, sim::SimSpec};
 use std::sync::Arc;
 
-fn tiny() -> GptConfig {
+pub(super) fn tiny() -> GptConfig {
     GptConfig { vocab_size: 37, n_embd: 16, n_layer: 2, n_head: 2, ctx: 8, dropout: 0.0 }
 }
 
-fn tokens() -> Arc<Vec<u32>> {
+pub(super) fn tokens() -> Arc<Vec<u32>> {
     Arc::new((0..4000u32).map(|i| (i * 7 + i * i / 3) % 37).collect())
 }
 
-fn plan(steps: u64, accum: usize, clip: f32) -> Plan {
+pub(super) fn plan(steps: u64, accum: usize, clip: f32) -> Plan {
     let layout = crate::model::ParamLayout::new(&tiny());
     Plan {
         steps,
@@ -29,14 +29,14 @@ fn plan(steps: u64, accum: usize, clip: f32) -> Plan {
 }
 
 /// `world` workers, each with its shard of the same token stream; same init.
-fn workers(world: usize, batch: usize) -> Vec<Worker> {
+pub(super) fn workers(world: usize, batch: usize) -> Vec<Worker> {
     let toks = tokens();
     (0..world)
         .map(|r| Worker::new(Gpt::new(tiny(), 42).unwrap(), toks.clone(), shard_range(toks.len(), r, world), batch, tiny().ctx, 9, r).unwrap())
         .collect()
 }
 
-fn sim(world: usize) -> Runtime {
+pub(super) fn sim(world: usize) -> Runtime {
     Runtime::Sim(SimSpec { micro_batch_s: 1.0, speeds: vec![1.0; world], link: None, wire: WireDtype::F32, comm_scale: 1.0 })
 }
 
@@ -44,7 +44,7 @@ fn real(world: usize) -> Runtime {
     Runtime::Real(RealSpec { speeds: vec![1.0; world], link: None, wire: WireDtype::F32 })
 }
 
-fn bits(v: &[f32]) -> Vec<u32> {
+pub(super) fn bits(v: &[f32]) -> Vec<u32> {
     v.iter().map(|x| x.to_bits()).collect()
 }
 

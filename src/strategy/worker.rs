@@ -66,6 +66,8 @@ pub struct WorkerReport {
     pub rank: usize,
     /// Mean training loss of this worker's micro-batches, per step.
     pub losses: Vec<f32>,
+    /// Optimizer steps committed (by this worker's shard, or its replica).
+    pub optimizer_steps: u64,
     /// Time accounting from the runtime.
     pub times: WorkerTimes,
     /// Final parameters (flat).

@@ -1,0 +1,51 @@
+//! ACCO: Accumulate While You Communicate (Nabli et al.; eqs. 1-2 and
+//! Algorithm 1 of the ACCO paper). Each round has two stages; in each, the
+//! worker accumulates as many micro-batches as fit while the other stage's
+//! communication and sharded optimizer step run.
+//!
+//! ```text
+//! g~_i(0) = grad F(theta(0), xi),  N~_i(0) = 1
+//! for t in 0..T:
+//!   stage 1:  g_i(t)  = sum_{k<=N_i(t)}  grad F(theta(t), xi)   | theta~(t+1) = Opt(theta(t), sum_i g~_i(t) / sum_i N~_i(t))        (1)  look-ahead, commits nothing
+//!   stage 2:  g~_i(t+1) = sum_{k<=N~_i} grad F(theta~(t+1), xi) | theta(t+1)  = Opt(theta(t), sum_i (g_i(t) + g~_i(t)) / sum_i (N_i(t) + N~_i(t)))   (2)
+//! ```
+//! With SGD, theta(t+1) = theta(t) - lr * (sum of gradients at theta(t) and
+//! at theta~(t)) / (their count): no stale gradient (Sec. 3, "Theoretical
+//! discussion").
+
+use super::sharded::{accumulate_while, Sharded, Update};
+use super::worker::{Plan, Worker};
+use crate::runtime::{Ctx, Work};
+use anyhow::Result;
+
+/// Run ACCO on one worker; returns per-step losses and optimizer steps taken.
+pub async fn run<C: Ctx>(ctx: &mut C, w: &mut Worker, plan: &Plan) -> Result<(Vec<f32>, u64)> {
+    let mut shard = Sharded::new(&w.model.params, ctx.rank(), ctx.world(), plan)?;
+    let mut losses = Vec::with_capacity(plan.steps as usize);
+    // g~(0): one micro-batch on theta(0).
+    w.model.zero_grads();
+    ctx.compute(Work::MicroBatch, || w.micro_batch(1.0)).await;
+    let (mut tilde, mut tilde_n) = (w.model.grads.clone(), 1usize);
+    for t in 0..plan.steps {
+        let lr = plan.schedule.lr(t);
+        // Stage 1 (eq. 1): estimate theta~(t+1) from g~(t) while computing g(t) on theta(t).
+        let mut r1 = shard.start(ctx, &tilde, tilde_n as f32, None, Update::LookAhead, lr);
+        w.model.zero_grads();
+        let (loss1, n1) = accumulate_while(ctx, w, &mut shard, &mut r1).await;
+        shard.finish(ctx, &mut r1).await;
+        w.model.params.copy_from_slice(shard.gathered()); // theta~(t+1)
+        // Stage 2 (eq. 2): commit theta(t+1) from g(t) + g~(t) while computing g~(t+1) on theta~(t+1).
+        for (a, g) in tilde.iter_mut().zip(&w.model.grads) {
+            *a += g;
+        }
+        let mut r2 = shard.start(ctx, &tilde, (n1 + tilde_n) as f32, None, Update::Commit, lr);
+        w.model.zero_grads();
+        let (loss2, n2) = accumulate_while(ctx, w, &mut shard, &mut r2).await;
+        shard.finish(ctx, &mut r2).await;
+        w.model.params.copy_from_slice(shard.gathered()); // theta(t+1)
+        losses.push(((loss1 + loss2) / (n1 + n2) as f64) as f32);
+        tilde.copy_from_slice(&w.model.grads);
+        tilde_n = n2;
+    }
+    Ok((losses, shard.steps_taken()))
+}

@@ -1,0 +1,143 @@
+//! Tests of the overlapped methods (dpu, acco-wp, acco) against their
+//! papers' update equations, replayed by hand with plain SGD.
+
+use super::tests::{bits, sim, tiny, tokens, workers};
+use super::*;
+use crate::comm::{LinkModel, Tier, WireDtype};
+use crate::data::sampler::shard_range;
+use crate::model::Gpt;
+use crate::optim::{DecaySegments, LrSchedule, Optimizer, OptimizerConfig, SgdConfig};
+use crate::runtime::sim::SimSpec;
+
+const LR: f32 = 0.05;
+
+fn sgd_plan(steps: u64) -> Plan {
+    Plan {
+        steps,
+        grad_accum: 1,
+        schedule: LrSchedule::constant(LR),
+        optimizer: OptimizerConfig::Sgd(SgdConfig::default()),
+        decay: DecaySegments::none(),
+        grad_clip: 0.0,
+    }
+}
+
+/// A single worker replaying the same micro-batches as rank 0 of a 1-worker run.
+struct Replay {
+    w: Worker,
+    opt: Box<dyn Optimizer>,
+}
+
+impl Replay {
+    fn new() -> Self {
+        let toks = tokens();
+        let w = Worker::new(Gpt::new(tiny(), 42).unwrap(), toks.clone(), shard_range(toks.len(), 0, 1), 2, tiny().ctx, 9, 0).unwrap();
+        let n = w.model.num_params();
+        Self { w, opt: OptimizerConfig::Sgd(SgdConfig::default()).try_build(n).unwrap() }
+    }
+    /// Gradient (sum over one micro-batch) of the next batch at `params`.
+    fn grad_at(&mut self, params: &[f32]) -> Vec<f32> {
+        self.w.model.params.copy_from_slice(params);
+        self.w.model.zero_grads();
+        self.w.micro_batch(1.0);
+        self.w.model.grads.clone()
+    }
+    /// One SGD step theta <- theta - lr * g.
+    fn sgd(&mut self, theta: &mut [f32], g: &[f32]) {
+        self.opt.step(theta, g, LR, &DecaySegments::none());
+    }
+}
+
+fn one_worker(method: Method, steps: u64) -> WorkerReport {
+    run_cluster(method, &sim(1), workers(1, 2), &sgd_plan(steps)).unwrap().remove(0)
+}
+
+#[test]
+fn acco_with_sgd_satisfies_the_update_equation() {
+    // theta(t+1) = theta(t) - lr * (g(theta(t)) + g(theta~(t))) / 2 with
+    // theta~(t+1) = theta(t) - lr * g(theta~(t)) (one micro-batch per stage:
+    // with free communication each stage computes exactly one).
+    let got = one_worker(Method::Acco, 4);
+    let mut r = Replay::new();
+    let mut theta = r.w.model.params.clone();
+    let mut g_tilde = r.grad_at(&theta.clone());
+    for _ in 0..4 {
+        let g = r.grad_at(&theta.clone());
+        let mut theta_tilde = theta.clone();
+        let est: Vec<f32> = g_tilde.iter().map(|x| x / 1.0).collect();
+        r.sgd(&mut theta_tilde, &est);
+        let g_tilde_next = r.grad_at(&theta_tilde);
+        let both: Vec<f32> = g_tilde.iter().zip(&g).map(|(a, b)| (a + b) / 2.0).collect();
+        r.sgd(&mut theta, &both);
+        g_tilde = g_tilde_next;
+    }
+    assert_eq!(bits(&got.params), bits(&theta));
+}
+
+#[test]
+fn dpu_uses_exactly_one_step_stale_gradients() {
+    // theta(t+1) = theta(t) - lr * g(theta(t-1)), g(-1) = g(theta(0)).
+    let got = one_worker(Method::Dpu { warmup_steps: 0 }, 4);
+    let mut r = Replay::new();
+    let mut theta = r.w.model.params.clone();
+    let mut stale = r.grad_at(&theta.clone());
+    for _ in 0..4 {
+        let fresh = r.grad_at(&theta.clone());
+        r.sgd(&mut theta, &stale);
+        stale = fresh;
+    }
+    assert_eq!(bits(&got.params), bits(&theta));
+    // With warmup covering every step, DPU is zero1 (no delay at all).
+    let warm = run_cluster(Method::Dpu { warmup_steps: 4 }, &sim(2), workers(2, 2), &sgd_plan(4)).unwrap();
+    let z = run_cluster(Method::Zero1, &sim(2), workers(2, 2), &sgd_plan(4)).unwrap();
+    assert_eq!(bits(&warm[0].params), bits(&z[0].params));
+}
+
+#[test]
+fn acco_wp_prediction_is_a_second_optimizer_step() {
+    // theta(t+1) = theta(t) - lr g~(t);  theta~(t+2) = theta(t+1) - lr g~(t);
+    // g~(t+1) computed on theta~(t+1). The run ends on the committed theta(T).
+    let got = one_worker(Method::AccoWp, 4);
+    let mut r = Replay::new();
+    let mut theta = r.w.model.params.clone();
+    let mut predicted = theta.clone();
+    let mut pending = r.grad_at(&theta.clone());
+    for _ in 0..4 {
+        let next = r.grad_at(&predicted.clone());
+        r.sgd(&mut theta, &pending);
+        predicted = theta.clone();
+        r.sgd(&mut predicted, &pending);
+        pending = next;
+    }
+    assert_eq!(bits(&got.params), bits(&theta));
+}
+
+#[test]
+fn acco_look_ahead_commits_no_optimizer_state() {
+    // AdamW: T rounds of ACCO run 2T optimizer computations but commit T.
+    let plan = super::tests::plan(3, 1, 1.0);
+    for method in [Method::Acco, Method::AccoWp, Method::Zero1, Method::Dpu { warmup_steps: 1 }] {
+        let r = run_cluster(method, &sim(3), workers(3, 1), &plan).unwrap();
+        assert!(r.iter().all(|w| w.optimizer_steps == 3), "{method:?}: {:?}", r.iter().map(|w| w.optimizer_steps).collect::<Vec<_>>());
+        for w in &r[1..] {
+            assert_eq!(bits(&w.params), bits(&r[0].params), "{method:?}: replicas diverged");
+        }
+    }
+}
+
+#[test]
+fn acco_accumulates_while_communicating_and_slow_workers_compute_less() {
+    // A link where one all-reduce of the gradients costs ~3 micro-batches:
+    // each stage accumulates several micro-batches, and a 4x slower worker
+    // fewer than the fast ones, with no one idle for long.
+    let n = crate::model::ParamLayout::new(&tiny()).len as f64;
+    let tier = Tier { latency_s: 0.0, bandwidth_bytes_per_s: 4.0 * n / 3.0 };
+    let spec = SimSpec { micro_batch_s: 1.0, speeds: vec![1.0, 1.0, 0.25], link: Some(LinkModel::flat(tier)), wire: WireDtype::F32, comm_scale: 1.0 };
+    let r = run_cluster(Method::Acco, &Runtime::Sim(spec), workers(3, 1), &super::tests::plan(4, 1, 1.0)).unwrap();
+    let mb: Vec<u64> = r.iter().map(|w| w.times.micro_batches).collect();
+    assert!(mb[0] > 2 * 4 + 1, "fast workers accumulate several micro-batches per stage: {mb:?}");
+    assert!(mb[2] < mb[0], "the slow worker computes fewer: {mb:?}");
+    for w in &r[1..] {
+        assert_eq!(bits(&w.params), bits(&r[0].params));
+    }
+}
