@@ -12,10 +12,12 @@
 //! A strategy never sleeps, reads a clock or spawns a thread: it asks its
 //! context to compute and to communicate.
 
+pub mod cluster;
 pub mod real;
 pub mod sim;
 
-use crate::comm::ReduceOp;
+use crate::comm::{CommStats, ReduceOp};
+use crate::metrics::EventLog;
 use std::future::Future;
 
 /// Work a strategy asks the runtime to time.
@@ -70,6 +72,44 @@ pub trait Ctx {
     fn wait(&mut self, h: Self::Handle) -> impl Future<Output = Finished>;
     /// This worker's accounting so far (`total_s` = now).
     fn times(&self) -> WorkerTimes;
+    /// Tag the spans recorded from now on with optimizer round `round`
+    /// (so the summary can count micro-batches per round).
+    fn mark_round(&mut self, round: u64);
+    /// The compute and communication spans recorded so far (taken).
+    fn take_events(&mut self) -> EventLog;
+}
+
+impl Collective {
+    /// Short name, for traces.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Collective::AllReduce { .. } => "all_reduce",
+            Collective::ReduceScatter { .. } => "reduce_scatter",
+            Collective::AllGather { .. } => "all_gather",
+            Collective::Broadcast { .. } => "broadcast",
+        }
+    }
+
+    /// Bytes this rank sends under the ring model of [`CommStats`], with
+    /// `bytes_per_elem` on the wire and `p` workers.
+    pub fn bytes_sent(&self, rank: usize, p: usize, bytes_per_elem: usize) -> u64 {
+        let mut s = CommStats::default();
+        match self {
+            Collective::AllReduce { buf, .. } => s.count_all_reduce(buf.len(), p, bytes_per_elem),
+            Collective::ReduceScatter { output, .. } => s.count_scatter_gather(output.len(), p, bytes_per_elem),
+            Collective::AllGather { input, .. } => s.count_scatter_gather(input.len(), p, bytes_per_elem),
+            Collective::Broadcast { buf, root } => s.count_broadcast(buf.len(), p, bytes_per_elem, rank, *root),
+        }
+        s.bytes_sent
+    }
+}
+
+/// The name a [`Work`] gets in traces.
+pub fn work_name(w: Work) -> &'static str {
+    match w {
+        Work::MicroBatch => "micro-batch",
+        Work::Optimizer { .. } => "optimizer",
+    }
 }
 
 /// Per-worker accounting a runtime keeps while a strategy runs.

@@ -5,7 +5,8 @@
 //! speed s waits (1/s - 1) x its measured compute time after each
 //! micro-batch (the ACCO paper's Sec. 5.5 protocol).
 
-use super::{Collective, Ctx, Finished, Work, WorkerTimes};
+use super::{work_name, Collective, Ctx, Finished, Work, WorkerTimes};
+use crate::metrics::{EventLog, Span};
 use crate::comm::async_op::{CommThread, OpHandle};
 use crate::comm::{Communicator, LinkModel, LocalGroup, WireDtype};
 use anyhow::{bail, Result};
@@ -33,10 +34,24 @@ pub struct RealCtx {
     speed: f64,
     t0: Instant,
     times: WorkerTimes,
+    events: EventLog,
+    round: u64,
+    bytes_per_elem: usize,
+    /// When the communication thread finishes the ops started so far: ops
+    /// run in order, so the next one starts at max(its start call, this).
+    comm_free_at: f64,
+}
+
+/// A started op with what its span needs.
+pub struct RealHandle {
+    op: OpHandle,
+    name: &'static str,
+    called_at: f64,
+    bytes: u64,
 }
 
 impl Ctx for RealCtx {
-    type Handle = OpHandle;
+    type Handle = RealHandle;
     fn rank(&self) -> usize {
         self.rank
     }
@@ -47,36 +62,52 @@ impl Ctx for RealCtx {
         self.t0.elapsed().as_secs_f64()
     }
     async fn compute<R>(&mut self, work: Work, f: impl FnOnce() -> R) -> R {
+        let start = self.now();
         let t = Instant::now();
         let r = f();
         let dt = t.elapsed();
         if work == Work::MicroBatch && self.speed < 1.0 {
             std::thread::sleep(dt.mul_f64(1.0 / self.speed - 1.0));
         }
-        self.times.compute_s += t.elapsed().as_secs_f64();
+        let spent = t.elapsed().as_secs_f64();
+        self.times.compute_s += spent;
         self.times.micro_batches += u64::from(work == Work::MicroBatch);
+        let mb = u32::from(work == Work::MicroBatch);
+        self.events.push(Span::compute(self.rank, work_name(work), start, start + spent).with_micro_batches(mb).with_round(self.round));
         r
     }
-    fn start(&mut self, op: Collective) -> OpHandle {
+    fn start(&mut self, op: Collective) -> RealHandle {
         self.times.collectives += 1;
-        match op {
+        let (name, bytes, called_at) = (op.name(), op.bytes_sent(self.rank, self.world, self.bytes_per_elem), self.now());
+        let op = match op {
             Collective::AllReduce { buf, op } => self.comm.start_all_reduce(buf, op),
             Collective::ReduceScatter { input, output, op } => self.comm.start_reduce_scatter(input, output, op),
             Collective::AllGather { input, output } => self.comm.start_all_gather(input, output),
             Collective::Broadcast { buf, root } => self.comm.start_broadcast(buf, root),
-        }
+        };
+        RealHandle { op, name, called_at, bytes }
     }
-    fn is_done(&self, h: &OpHandle) -> bool {
-        h.is_done()
+    fn is_done(&self, h: &RealHandle) -> bool {
+        h.op.is_done()
     }
-    async fn wait(&mut self, h: OpHandle) -> Finished {
+    async fn wait(&mut self, h: RealHandle) -> Finished {
         let t = Instant::now();
-        let c = h.wait();
+        let c = h.op.wait();
         self.times.idle_s += t.elapsed().as_secs_f64();
+        let begin = h.called_at.max(self.comm_free_at);
+        let end = begin + c.measured.as_secs_f64();
+        self.comm_free_at = end;
+        self.events.push(Span::comm(self.rank, h.name, begin, end).with_bytes(h.bytes).with_round(self.round));
         Finished { output: c.output, input: c.input }
     }
     fn times(&self) -> WorkerTimes {
         WorkerTimes { total_s: self.now(), ..self.times.clone() }
+    }
+    fn mark_round(&mut self, round: u64) {
+        self.round = round;
+    }
+    fn take_events(&mut self) -> EventLog {
+        std::mem::take(&mut self.events)
     }
 }
 
@@ -114,7 +145,18 @@ where
                 let (make, spec) = (&make, &spec);
                 s.spawn(move || {
                     let comm = CommThread::spawn(Box::new(comm) as Box<dyn Communicator>, spec.link.clone());
-                    let ctx = RealCtx { rank, world, comm, speed: spec.speeds[rank], t0, times: WorkerTimes::default() };
+                    let ctx = RealCtx {
+                        rank,
+                        world,
+                        comm,
+                        speed: spec.speeds[rank],
+                        t0,
+                        times: WorkerTimes::default(),
+                        events: EventLog::new(),
+                        round: 0,
+                        bytes_per_elem: spec.wire.bytes_per_elem(),
+                        comm_free_at: 0.0,
+                    };
                     block_on(make(ctx))
                 })
             })

@@ -14,8 +14,9 @@
 //! - [`Ctx::is_done`] at time t is exact: a peer that joins before t has
 //!   already been polled, because events are processed in time order.
 
-use super::{Collective, Ctx, Finished, Work, WorkerTimes};
+use super::{work_name, Collective, Ctx, Finished, Work, WorkerTimes};
 use crate::comm::{LinkModel, ReduceOp, WireDtype};
+use crate::metrics::{EventLog, Span};
 use anyhow::{bail, Result};
 use std::cell::RefCell;
 use std::cmp::Reverse;
@@ -68,6 +69,8 @@ struct State {
     started: Vec<u64>,
     spec: SimSpec,
     times: Vec<WorkerTimes>,
+    events: Vec<EventLog>,
+    rounds: Vec<u64>,
 }
 
 impl State {
@@ -108,7 +111,12 @@ impl Ctx for SimCtx {
             let t = &mut st.times[self.rank];
             t.compute_s += dt;
             t.micro_batches += u64::from(work == Work::MicroBatch);
-            (st.now + dt, dt)
+            let (now, round) = (st.now, st.rounds[self.rank]);
+            if dt > 0.0 {
+                let span = Span::compute(self.rank, work_name(work), now, now + dt).with_micro_batches(u32::from(work == Work::MicroBatch)).with_round(round);
+                st.events[self.rank].push(span);
+            }
+            (now + dt, dt)
         };
         if dt > 0.0 {
             SleepUntil { state: &self.state, rank: self.rank, until, registered: false }.await;
@@ -116,7 +124,9 @@ impl Ctx for SimCtx {
         r
     }
     fn start(&mut self, op: Collective) -> SimHandle {
-        let mut st = self.state.borrow_mut();
+        let mut guard = self.state.borrow_mut();
+        // Through a plain &mut so fields can be borrowed separately.
+        let st = &mut *guard;
         let seq = st.started[self.rank];
         st.started[self.rank] += 1;
         st.times[self.rank].collectives += 1;
@@ -135,8 +145,23 @@ impl Ctx for SimCtx {
             let spec = st.spec.clone();
             let op = st.ops.get_mut(&seq).expect("just inserted");
             let last = op.joined.iter().flatten().map(|(_, t)| *t).fold(0.0, f64::max);
+            let bpe = spec.wire.bytes_per_elem();
+            let spans: Vec<Span> = op
+                .joined
+                .iter()
+                .enumerate()
+                .map(|(r, j)| {
+                    let (c, t) = j.as_ref().expect("all joined");
+                    Span::comm(r, c.name(), *t, *t).with_bytes(c.bytes_sent(r, world, bpe))
+                })
+                .collect();
             let (results, cost) = execute(&mut op.joined, &spec);
             let done = last + cost;
+            for mut span in spans {
+                span.end_s = done;
+                span.round = st.rounds[span.worker];
+                st.events[span.worker].push(span);
+            }
             op.results = results.into_iter().map(Some).collect();
             op.done_at = Some(done);
             let waiters = std::mem::take(&mut op.waiters);
@@ -166,6 +191,12 @@ impl Ctx for SimCtx {
     fn times(&self) -> WorkerTimes {
         let st = self.state.borrow();
         WorkerTimes { total_s: st.now, ..st.times[self.rank].clone() }
+    }
+    fn mark_round(&mut self, round: u64) {
+        self.state.borrow_mut().rounds[self.rank] = round;
+    }
+    fn take_events(&mut self) -> EventLog {
+        std::mem::take(&mut self.state.borrow_mut().events[self.rank])
     }
 }
 
@@ -334,6 +365,8 @@ where
         started: vec![0; world],
         spec,
         times: vec![WorkerTimes::default(); world],
+        events: (0..world).map(|_| EventLog::new()).collect(),
+        rounds: vec![0; world],
     }));
     let mut futs: Vec<Option<Pin<Box<dyn Future<Output = Result<T>> + 'a>>>> =
         (0..world).map(|rank| Some(Box::pin(make(SimCtx { rank, world, state: state.clone() })) as Pin<Box<dyn Future<Output = Result<T>>>>)).collect();

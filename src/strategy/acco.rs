@@ -27,6 +27,7 @@ pub async fn run<C: Ctx>(ctx: &mut C, w: &mut Worker, plan: &Plan) -> Result<(Ve
     ctx.compute(Work::MicroBatch, || w.micro_batch(1.0)).await;
     let (mut tilde, mut tilde_n) = (w.model.grads.clone(), 1usize);
     for t in 0..plan.steps {
+        ctx.mark_round(t);
         let lr = plan.schedule.lr(t);
         // Stage 1 (eq. 1): estimate theta~(t+1) from g~(t) while computing g(t) on theta(t).
         let mut r1 = shard.start(ctx, &tilde, tilde_n as f32, None, Update::LookAhead, lr);

@@ -24,6 +24,7 @@ pub async fn run<C: Ctx>(ctx: &mut C, w: &mut Worker, plan: &Plan) -> Result<(Ve
     ctx.compute(Work::MicroBatch, || w.micro_batch(1.0)).await;
     let (mut pending, mut pending_n) = (w.model.grads.clone(), 1usize);
     for t in 0..plan.steps {
+        ctx.mark_round(t);
         let mut round = shard.start(ctx, &pending, pending_n as f32, None, Update::CommitThenPredict, plan.schedule.lr(t));
         w.model.zero_grads();
         let (loss, n) = accumulate_while(ctx, w, &mut shard, &mut round).await;

@@ -20,6 +20,7 @@ pub async fn run<C: Ctx>(ctx: &mut C, w: &mut Worker, plan: &Plan) -> Result<(Ve
     let mut opt = plan.optimizer.try_build(n)?;
     let mut losses = Vec::with_capacity(plan.steps as usize);
     for step in 0..plan.steps {
+        ctx.mark_round(step);
         losses.push(accumulate(ctx, w, plan.grad_accum).await);
         let grads = std::mem::take(&mut w.model.grads);
         let h = ctx.start(Collective::AllReduce { buf: grads, op: ReduceOp::Mean });

@@ -24,6 +24,7 @@ pub async fn run<C: Ctx>(ctx: &mut C, w: &mut Worker, plan: &Plan, warmup_steps:
     // g(t-1) and N(t-1): the gradients the next update will use.
     let mut stale: Option<(Vec<f32>, usize)> = None;
     for t in 0..plan.steps {
+        ctx.mark_round(t);
         let lr = plan.schedule.lr(t);
         if t < warmup_steps {
             losses.push(accumulate(ctx, w, plan.grad_accum).await);

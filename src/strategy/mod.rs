@@ -60,7 +60,7 @@ pub async fn run_worker<C: Ctx>(method: Method, ctx: &mut C, w: &mut Worker, pla
         Method::AccoWp => acco_wp::run(ctx, w, plan).await?,
         Method::Acco => acco::run(ctx, w, plan).await?,
     };
-    Ok(WorkerReport { rank: ctx.rank(), losses, optimizer_steps, times: ctx.times(), params: w.model.params.clone() })
+    Ok(WorkerReport { rank: ctx.rank(), losses, optimizer_steps, times: ctx.times(), params: w.model.params.clone(), events: ctx.take_events() })
 }
 
 /// Which runtime, with its settings.

@@ -141,3 +141,21 @@ fn acco_accumulates_while_communicating_and_slow_workers_compute_less() {
         assert_eq!(bits(&w.params), bits(&r[0].params));
     }
 }
+
+#[test]
+fn acco_hides_communication_that_zero1_exposes() {
+    // Same link for both: one gradient reduce-scatter ~ one micro-batch.
+    let n = crate::model::ParamLayout::new(&tiny()).len as f64;
+    let tier = Tier { latency_s: 0.0, bandwidth_bytes_per_s: 4.0 * n };
+    let spec = |w| SimSpec { micro_batch_s: 1.0, speeds: vec![1.0; w], link: Some(LinkModel::flat(tier)), wire: WireDtype::F32, comm_scale: 1.0 };
+    let summary = |method| {
+        let r = run_cluster(method, &Runtime::Sim(spec(2)), workers(2, 1), &super::tests::plan(4, 2, 0.0)).unwrap();
+        let spans: Vec<_> = r.into_iter().flat_map(|w| w.events.into_spans()).collect();
+        crate::metrics::summarize(&spans, 2, 0).unwrap()
+    };
+    let (acco, zero1) = (summary(Method::Acco), summary(Method::Zero1));
+    let (a, z) = (acco.overlap_ratio.unwrap(), zero1.overlap_ratio.unwrap());
+    assert!(a > 0.5, "acco overlap {a}");
+    assert!(z < 0.05, "zero1 overlap {z}");
+    assert!(acco.workers[0].micro_batches.as_ref().unwrap().mean >= 2.0);
+}

@@ -72,6 +72,8 @@ pub struct WorkerReport {
     pub times: WorkerTimes,
     /// Final parameters (flat).
     pub params: Vec<f32>,
+    /// Compute and communication spans (for the trace and the summary).
+    pub events: crate::metrics::EventLog,
 }
 
 /// Zero the gradients and accumulate `k` micro-batches (loss weight 1/k);

@@ -23,6 +23,7 @@ pub async fn run<C: Ctx>(ctx: &mut C, w: &mut Worker, plan: &Plan) -> Result<(Ve
     let world = ctx.world() as f32;
     let mut losses = Vec::with_capacity(plan.steps as usize);
     for step in 0..plan.steps {
+        ctx.mark_round(step);
         losses.push(accumulate(ctx, w, plan.grad_accum).await);
         let mut round = shard.start(ctx, &w.model.grads, 1.0, Some(world), Update::Commit, plan.schedule.lr(step));
         shard.finish(ctx, &mut round).await;
