@@ -14,12 +14,12 @@
 //! discussion").
 
 use super::sharded::{accumulate_while, Sharded, Update};
-use super::worker::{Plan, Worker};
+use super::worker::{Outcome, Plan, Worker};
 use crate::runtime::{Ctx, Work};
 use anyhow::Result;
 
-/// Run ACCO on one worker; returns per-step losses and optimizer steps taken.
-pub async fn run<C: Ctx>(ctx: &mut C, w: &mut Worker, plan: &Plan) -> Result<(Vec<f32>, u64)> {
+/// Run ACCO on one worker; returns its losses, steps and memory.
+pub async fn run<C: Ctx>(ctx: &mut C, w: &mut Worker, plan: &Plan) -> Result<Outcome> {
     let mut shard = Sharded::new(&w.model.params, ctx.rank(), ctx.world(), plan)?;
     let mut losses = Vec::with_capacity(plan.steps as usize);
     // g~(0): one micro-batch on theta(0).
@@ -48,5 +48,5 @@ pub async fn run<C: Ctx>(ctx: &mut C, w: &mut Worker, plan: &Plan) -> Result<(Ve
         tilde.copy_from_slice(&w.model.grads);
         tilde_n = n2;
     }
-    Ok((losses, shard.steps_taken()))
+    Ok(Outcome { losses, optimizer_steps: shard.steps_taken(), memory: shard.memory(1) })
 }

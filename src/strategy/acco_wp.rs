@@ -11,13 +11,13 @@
 //! ```
 
 use super::sharded::{accumulate_while, Sharded, Update};
-use super::worker::{Plan, Worker};
+use super::worker::{Outcome, Plan, Worker};
 use crate::runtime::{Ctx, Work};
 use anyhow::Result;
 
-/// Run ACCO-wp on one worker; returns per-step losses and optimizer steps taken.
+/// Run ACCO-wp on one worker; returns its losses, steps and memory.
 /// At the end the replica holds the committed theta(T), not the prediction.
-pub async fn run<C: Ctx>(ctx: &mut C, w: &mut Worker, plan: &Plan) -> Result<(Vec<f32>, u64)> {
+pub async fn run<C: Ctx>(ctx: &mut C, w: &mut Worker, plan: &Plan) -> Result<Outcome> {
     let mut shard = Sharded::new(&w.model.params, ctx.rank(), ctx.world(), plan)?;
     let mut losses = Vec::with_capacity(plan.steps as usize);
     w.model.zero_grads();
@@ -36,5 +36,5 @@ pub async fn run<C: Ctx>(ctx: &mut C, w: &mut Worker, plan: &Plan) -> Result<(Ve
     }
     let committed = shard.gather_committed(ctx).await;
     w.model.params.copy_from_slice(committed);
-    Ok((losses, shard.steps_taken()))
+    Ok(Outcome { losses, optimizer_steps: shard.steps_taken(), memory: shard.memory(1) })
 }

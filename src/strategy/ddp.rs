@@ -8,14 +8,14 @@
 //!     theta = Opt(theta, clip(g))                      identical on every worker
 //! ```
 
-use super::worker::{accumulate, Plan, Worker};
+use super::worker::{accumulate, MemoryBytes, Outcome, Plan, Worker};
 use crate::comm::ReduceOp;
 use crate::optim::clip_global_norm;
 use crate::runtime::{Collective, Ctx, Work};
 use anyhow::Result;
 
-/// Run DDP on one worker; returns its per-step losses and optimizer steps taken.
-pub async fn run<C: Ctx>(ctx: &mut C, w: &mut Worker, plan: &Plan) -> Result<(Vec<f32>, u64)> {
+/// Run DDP on one worker; returns its losses, steps and memory.
+pub async fn run<C: Ctx>(ctx: &mut C, w: &mut Worker, plan: &Plan) -> Result<Outcome> {
     let n = w.model.num_params();
     let mut opt = plan.optimizer.try_build(n)?;
     let mut losses = Vec::with_capacity(plan.steps as usize);
@@ -32,5 +32,8 @@ pub async fn run<C: Ctx>(ctx: &mut C, w: &mut Worker, plan: &Plan) -> Result<(Ve
         let m = &mut w.model;
         ctx.compute(Work::Optimizer { params: n }, || opt.step(&mut m.params, &m.grads, lr, &plan.decay)).await;
     }
-    Ok((losses, opt.steps_taken()))
+    let f = std::mem::size_of::<f32>();
+    // The all-reduce runs in place on the gradients: no extra buffer.
+    let memory = MemoryBytes { params: f * n, grads: f * n, comm_buffers: 0, optimizer: f * opt.state_len() };
+    Ok(Outcome { losses, optimizer_steps: opt.steps_taken(), memory })
 }

@@ -12,12 +12,12 @@
 //! recipe Ren et al. recommend; 0 disables the warmup.
 
 use super::sharded::{accumulate_while, Sharded, Update};
-use super::worker::{accumulate, Plan, Worker};
+use super::worker::{accumulate, Outcome, Plan, Worker};
 use crate::runtime::{Ctx, Work};
 use anyhow::Result;
 
-/// Run DPU on one worker; returns per-step losses and optimizer steps taken.
-pub async fn run<C: Ctx>(ctx: &mut C, w: &mut Worker, plan: &Plan, warmup_steps: u64) -> Result<(Vec<f32>, u64)> {
+/// Run DPU on one worker; returns its losses, steps and memory.
+pub async fn run<C: Ctx>(ctx: &mut C, w: &mut Worker, plan: &Plan, warmup_steps: u64) -> Result<Outcome> {
     let mut shard = Sharded::new(&w.model.params, ctx.rank(), ctx.world(), plan)?;
     let world = ctx.world() as f32;
     let mut losses = Vec::with_capacity(plan.steps as usize);
@@ -51,5 +51,5 @@ pub async fn run<C: Ctx>(ctx: &mut C, w: &mut Worker, plan: &Plan, warmup_steps:
         prev.copy_from_slice(&w.model.grads);
         stale = Some((prev, n));
     }
-    Ok((losses, shard.steps_taken()))
+    Ok(Outcome { losses, optimizer_steps: shard.steps_taken(), memory: shard.memory(1) })
 }

@@ -10,7 +10,7 @@ pub mod sharded;
 mod worker;
 pub mod zero1;
 
-pub use worker::{accumulate, Plan, Worker, WorkerReport};
+pub use worker::{accumulate, table1_bytes, MemoryBytes, Outcome, Plan, Worker, WorkerReport};
 
 use crate::runtime::{real, sim, Ctx};
 use anyhow::{bail, Result};
@@ -53,14 +53,22 @@ impl FromStr for Method {
 
 /// Run `method` on one worker to the end of the plan.
 pub async fn run_worker<C: Ctx>(method: Method, ctx: &mut C, w: &mut Worker, plan: &Plan) -> Result<WorkerReport> {
-    let (losses, optimizer_steps) = match method {
+    let out = match method {
         Method::Ddp => ddp::run(ctx, w, plan).await?,
         Method::Zero1 => zero1::run(ctx, w, plan).await?,
         Method::Dpu { warmup_steps } => dpu::run(ctx, w, plan, warmup_steps).await?,
         Method::AccoWp => acco_wp::run(ctx, w, plan).await?,
         Method::Acco => acco::run(ctx, w, plan).await?,
     };
-    Ok(WorkerReport { rank: ctx.rank(), losses, optimizer_steps, times: ctx.times(), params: w.model.params.clone(), events: ctx.take_events() })
+    Ok(WorkerReport {
+        rank: ctx.rank(),
+        losses: out.losses,
+        optimizer_steps: out.optimizer_steps,
+        times: ctx.times(),
+        params: w.model.params.clone(),
+        events: ctx.take_events(),
+        memory: out.memory,
+    })
 }
 
 /// Which runtime, with its settings.

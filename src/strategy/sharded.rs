@@ -187,6 +187,18 @@ impl Sharded {
         r.phase = Phase::Gathering { h: ctx.start(Collective::AllGather { input: out, output: std::mem::take(&mut self.flat) }) };
     }
 
+    /// Model-state bytes of a worker using this shard, with `held` extra
+    /// full-size gradient buffers kept between rounds (ACCO's g~, DPU's g(t-1)).
+    pub fn memory(&self, held: usize) -> super::worker::MemoryBytes {
+        let f = std::mem::size_of::<f32>();
+        super::worker::MemoryBytes {
+            params: f * self.n,
+            grads: f * self.n,
+            comm_buffers: f * (self.flat.len() + self.shard_g.len() + self.shard_out.len() + held * self.n),
+            optimizer: f * (self.opt.state_len() + self.theta.len()),
+        }
+    }
+
     /// First index of this worker's shard in the flat vector.
     pub fn shard_start(&self) -> usize {
         self.lo

@@ -144,3 +144,25 @@ fn sim_virtual_time_follows_the_cost_model_by_hand() {
     assert!((r[1].times.idle_s - 3.0 * comm).abs() < 1e-9);
     assert_eq!(r[0].times.micro_batches, 6);
 }
+
+#[test]
+fn memory_by_category_follows_table_1() {
+    // f32 everywhere here: AdamW's state is m and v (8 bytes/param) for DDP;
+    // a sharded AdamW also keeps its shard of master parameters, so 12
+    // bytes per parameter of its shard: Table 1's K = 12 over N.
+    let n = crate::model::ParamLayout::new(&tiny()).len;
+    let padded = crate::comm::padded_len(n, 4);
+    let d = run_cluster(Method::Ddp, &sim(4), workers(4, 1), &plan(1, 1, 0.0)).unwrap();
+    assert_eq!(d[0].memory.optimizer, 8 * n);
+    assert_eq!(d[0].memory.comm_buffers, 0);
+    let z = run_cluster(Method::Zero1, &sim(4), workers(4, 1), &plan(1, 1, 0.0)).unwrap();
+    assert_eq!(z[0].memory.optimizer, 12 * padded / 4);
+    let a = run_cluster(Method::Acco, &sim(4), workers(4, 1), &plan(1, 1, 0.0)).unwrap();
+    assert!(a[0].memory.comm_buffers > z[0].memory.comm_buffers, "ACCO keeps g~ between rounds");
+    assert_eq!(a[0].memory.optimizer, z[0].memory.optimizer);
+    // The formula itself, by hand: 7.5B params, 64 workers, K = 12.
+    let gb = |m| table1_bytes(m, 7.5e9, 64.0, 12.0) / 1e9;
+    assert!((gb(Method::Ddp) - 120.0).abs() < 1e-9);
+    assert!((gb(Method::Zero1) - 31.40625).abs() < 1e-9);
+    assert!((gb(Method::Acco) - 46.40625).abs() < 1e-9);
+}

@@ -59,6 +59,17 @@ pub struct Plan {
     pub grad_clip: f32,
 }
 
+/// What a strategy returns from one worker's run.
+#[derive(Clone, Debug, Default)]
+pub struct Outcome {
+    /// Mean training loss of this worker's micro-batches, per step.
+    pub losses: Vec<f32>,
+    /// Optimizer steps committed.
+    pub optimizer_steps: u64,
+    /// Bytes of model states held.
+    pub memory: MemoryBytes,
+}
+
 /// What a worker reports at the end.
 #[derive(Clone, Debug)]
 pub struct WorkerReport {
@@ -74,6 +85,31 @@ pub struct WorkerReport {
     pub params: Vec<f32>,
     /// Compute and communication spans (for the trace and the summary).
     pub events: crate::metrics::EventLog,
+    /// Bytes of model states this worker held, by category.
+    pub memory: MemoryBytes,
+}
+
+/// Bytes of model states held by one worker, by category (ACCO paper,
+/// Table 1's columns), measured from the buffers actually allocated.
+#[derive(Clone, Copy, Debug, Default, serde::Serialize)]
+pub struct MemoryBytes {
+    /// The replica's parameters.
+    pub params: usize,
+    /// The gradient accumulator.
+    pub grads: usize,
+    /// Buffers that exist for communication (padded flat vector, shards,
+    /// the gradients held for the next round).
+    pub comm_buffers: usize,
+    /// Optimizer state, including the shard of master parameters a sharded
+    /// optimizer keeps.
+    pub optimizer: usize,
+}
+
+impl MemoryBytes {
+    /// All categories together.
+    pub fn total(&self) -> usize {
+        self.params + self.grads + self.comm_buffers + self.optimizer
+    }
 }
 
 /// Zero the gradients and accumulate `k` micro-batches (loss weight 1/k);
@@ -85,4 +121,17 @@ pub async fn accumulate<C: Ctx>(ctx: &mut C, w: &mut Worker, k: usize) -> f32 {
         loss += ctx.compute(Work::MicroBatch, || w.micro_batch(1.0 / k as f32)).await as f64;
     }
     (loss / k as f64) as f32
+}
+
+/// Model-state bytes per worker by the ACCO paper's Table 1 formula, with
+/// bf16 parameters, gradients and communication buffer (2 bytes each) and
+/// an optimizer costing `k` bytes per parameter (12 for mixed-precision
+/// AdamW: fp32 master copy, m and v), `psi` parameters, `n` workers.
+pub fn table1_bytes(method: super::Method, psi: f64, n: f64, k: f64) -> f64 {
+    use super::Method::*;
+    psi * match method {
+        Ddp => 2.0 + 2.0 + k,
+        Zero1 => 2.0 + 2.0 + k / n,
+        Dpu { .. } | AccoWp | Acco => 2.0 + 2.0 + 2.0 + k / n,
+    }
 }

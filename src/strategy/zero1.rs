@@ -13,12 +13,12 @@
 //! recipe, and an optimizer step on a shard equals that part of a full step).
 
 use super::sharded::{Sharded, Update};
-use super::worker::{accumulate, Plan, Worker};
+use super::worker::{accumulate, Outcome, Plan, Worker};
 use crate::runtime::Ctx;
 use anyhow::Result;
 
-/// Run ZeRO-1 on one worker; returns its per-step losses and the optimizer steps taken.
-pub async fn run<C: Ctx>(ctx: &mut C, w: &mut Worker, plan: &Plan) -> Result<(Vec<f32>, u64)> {
+/// Run ZeRO-1 on one worker; returns its losses, steps and memory.
+pub async fn run<C: Ctx>(ctx: &mut C, w: &mut Worker, plan: &Plan) -> Result<Outcome> {
     let mut shard = Sharded::new(&w.model.params, ctx.rank(), ctx.world(), plan)?;
     let world = ctx.world() as f32;
     let mut losses = Vec::with_capacity(plan.steps as usize);
@@ -29,5 +29,5 @@ pub async fn run<C: Ctx>(ctx: &mut C, w: &mut Worker, plan: &Plan) -> Result<(Ve
         shard.finish(ctx, &mut round).await;
         w.model.params.copy_from_slice(shard.gathered());
     }
-    Ok((losses, shard.steps_taken()))
+    Ok(Outcome { losses, optimizer_steps: shard.steps_taken(), memory: shard.memory(0) })
 }
