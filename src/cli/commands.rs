@@ -61,12 +61,61 @@ fn run_config(a: &TrainArgs) -> Result<(RunConfig, Option<PathBuf>)> {
     if a.data.is_some() {
         cfg.data.dir = a.data.clone();
     }
+    let p = &mut cfg.parallel;
+    if a.method.is_some() {
+        p.method = a.method.clone();
+    }
+    if a.workers.is_some() {
+        p.workers = a.workers;
+    }
+    set!(a.runtime, p.runtime);
+    if a.cluster.is_some() {
+        p.cluster = a.cluster.clone();
+    }
+    if a.link.is_some() {
+        p.link = a.link.clone();
+    }
+    if a.speeds.is_some() {
+        p.speeds = a.speeds.clone();
+    }
+    if let Some(w) = &a.wire {
+        p.wire = Some(match w.as_str() {
+            "f32" => crate::comm::WireDtype::F32,
+            "bf16" => crate::comm::WireDtype::Bf16,
+            other => anyhow::bail!("unknown wire dtype `{other}`: use --wire f32 or --wire bf16"),
+        });
+    }
+    if a.trace.is_some() {
+        p.trace = a.trace.clone();
+    }
+    set!(a.dpu_warmup, p.dpu_warmup_steps);
+    if p.method.is_none() && (a.workers.is_some() || a.runtime.is_some() || a.cluster.is_some() || a.link.is_some() || a.speeds.is_some()) {
+        p.method = Some("ddp".into());
+    }
     let resume = a.resume.as_ref().map(|r| if r.as_os_str().is_empty() { cfg.train.out_dir.clone() } else { r.clone() });
     Ok((cfg, resume))
 }
 
 pub fn train(a: TrainArgs) -> Result<()> {
     let (cfg, resume) = run_config(&a)?;
+    if cfg.parallel.method.is_some() {
+        if resume.is_some() || a.stop_at.is_some() {
+            anyhow::bail!("--resume and --stop-at are for single-worker runs; data-parallel runs (--method) start fresh");
+        }
+        let s = crate::train::parallel::run_parallel(cfg, a.quiet)?;
+        println!(
+            "method {:?}  workers {}  final loss {:.4}  val_loss {:.4}  val_ppl {:.2}  time {:.2} s  overlap {}  checkpoint {}",
+            s.method,
+            s.world,
+            s.final_loss,
+            s.val_loss,
+            s.val_loss.exp(),
+            s.summary.wall_s,
+            s.summary.overlap_ratio.map_or("-".into(), |o| format!("{:.0}%", 100.0 * o)),
+            s.checkpoint.display()
+        );
+        return Ok(());
+    }
     let summary = crate::train::run(cfg, &RunOptions { resume, stop_at: a.stop_at, quiet: a.quiet })?;
     println!(
         "step {}  tokens {}  val_loss {:.4}  val_ppl {:.2}  ({:.1} s)  checkpoint {}",

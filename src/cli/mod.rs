@@ -111,6 +111,33 @@ pub struct TrainArgs {
     /// No progress output.
     #[arg(long)]
     pub quiet: bool,
+    /// Data-parallel method: ddp, zero1, dpu, acco-wp, acco.
+    #[arg(long)]
+    pub method: Option<String>,
+    /// Number of data-parallel workers.
+    #[arg(long)]
+    pub workers: Option<usize>,
+    /// `real` (threads, overlapping) or `sim` (deterministic virtual time).
+    #[arg(long)]
+    pub runtime: Option<String>,
+    /// Simulated cluster profile (configs/clusters/*.toml), with --runtime sim.
+    #[arg(long)]
+    pub cluster: Option<PathBuf>,
+    /// Link to emulate (real) or simulate (sim), e.g. 1gbit,50us or 25GB/s,2us.
+    #[arg(long)]
+    pub link: Option<String>,
+    /// Speed factor per worker, e.g. 1,1,1,0.25 (a 4x slower fourth worker).
+    #[arg(long, value_delimiter = ',')]
+    pub speeds: Option<Vec<f64>>,
+    /// Wire dtype of the collectives: f32 or bf16.
+    #[arg(long)]
+    pub wire: Option<String>,
+    /// Write a Chrome/Perfetto trace of compute and communication per worker.
+    #[arg(long)]
+    pub trace: Option<PathBuf>,
+    /// DPU: steps of non-delayed updates first.
+    #[arg(long)]
+    pub dpu_warmup: Option<u64>,
 }
 
 #[derive(Args, Debug)]

@@ -140,6 +140,39 @@ impl Default for ScheduleSection {
     }
 }
 
+/// Data-parallel training with several workers (unset `method`: one worker,
+/// with checkpoints every N steps and `--resume`).
+#[derive(Clone, Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct ParallelSection {
+    /// `ddp`, `zero1`, `dpu`, `acco-wp` or `acco`.
+    pub method: Option<String>,
+    /// Number of workers (default: the cluster profile's, else 1).
+    pub workers: Option<usize>,
+    /// `real` (threads, really overlapping) or `sim` (virtual time).
+    pub runtime: String,
+    /// Cluster profile for `sim` (configs/clusters/*.toml): workers, device, links.
+    pub cluster: Option<PathBuf>,
+    /// One-tier link, emulated (real) or simulated (sim), e.g. `1gbit,50us`.
+    pub link: Option<String>,
+    /// Speed factor per worker, e.g. `[1, 1, 1, 0.25]` (default all 1).
+    pub speeds: Option<Vec<f64>>,
+    /// What travels on the wire: `f32` or `bf16`.
+    pub wire: Option<crate::comm::WireDtype>,
+    /// DPU only: steps of non-delayed updates before the delay starts.
+    pub dpu_warmup_steps: u64,
+    /// `sim` without a cluster profile: virtual seconds per micro-batch.
+    pub micro_batch_s: f64,
+    /// Write a Chrome/Perfetto trace here (one compute and one comm track per worker).
+    pub trace: Option<PathBuf>,
+}
+
+impl Default for ParallelSection {
+    fn default() -> Self {
+        Self { method: None, workers: None, runtime: "real".into(), cluster: None, link: None, speeds: None, wire: None, dpu_warmup_steps: 0, micro_batch_s: 0.1, trace: None }
+    }
+}
+
 /// A whole run.
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -149,6 +182,7 @@ pub struct RunConfig {
     pub train: TrainSection,
     pub schedule: ScheduleSection,
     pub optimizer: OptimizerConfig,
+    pub parallel: ParallelSection,
 }
 
 impl RunConfig {

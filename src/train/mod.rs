@@ -2,6 +2,7 @@
 
 pub mod config;
 pub mod metrics;
+pub mod parallel;
 pub mod run;
 pub mod trainer;
 

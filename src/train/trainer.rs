@@ -45,19 +45,8 @@ impl Trainer {
     /// directory or a `checkpoints/step-N` directory).
     pub fn new(cfg: RunConfig, resume: Option<&Path>) -> Result<Self> {
         let model_cfg = cfg.validate()?;
-        let data_dir = cfg.data_dir(&model_cfg);
-        if !data_dir.join(crate::data::tokens::META_FILE).exists() {
-            bail!(
-                "no prepared corpus at {}: run `lowcomm data prepare --vocab-size {} --out {}` first (add --input FILES for your own text)",
-                data_dir.display(),
-                model_cfg.vocab_size,
-                data_dir.display()
-            );
-        }
-        let data = Dataset::open(&data_dir)?;
-        check_vocab(&model_cfg, data.tokenizer.vocab_size(), &format!("the tokenizer of {}", data_dir.display()), &data_dir)?;
+        let (data, data_dir) = open_data(&cfg, &model_cfg)?;
         let seq_len = cfg.seq_len(&model_cfg);
-        data.check_context(seq_len)?;
         let t = &cfg.train;
         let n_params = crate::model::ParamLayout::new(&model_cfg).len;
         let mut optimizer = cfg.optimizer.try_build(n_params)?;
@@ -179,6 +168,24 @@ impl Trainer {
     pub fn optimizer_bytes(&self) -> usize {
         4 * self.optimizer.state_len()
     }
+}
+
+/// Open the prepared corpus of a run and check it fits the model: the
+/// vocabulary matches and both splits hold at least one window.
+pub fn open_data(cfg: &RunConfig, model_cfg: &GptConfig) -> Result<(Dataset, PathBuf)> {
+    let data_dir = cfg.data_dir(model_cfg);
+    if !data_dir.join(crate::data::tokens::META_FILE).exists() {
+        bail!(
+            "no prepared corpus at {}: run `lowcomm data prepare --vocab-size {} --out {}` first (add --input FILES for your own text)",
+            data_dir.display(),
+            model_cfg.vocab_size,
+            data_dir.display()
+        );
+    }
+    let data = Dataset::open(&data_dir)?;
+    check_vocab(model_cfg, data.tokenizer.vocab_size(), &format!("the tokenizer of {}", data_dir.display()), &data_dir)?;
+    data.check_context(cfg.seq_len(model_cfg))?;
+    Ok((data, data_dir))
 }
 
 /// Mean loss of `model` over up to `max_windows` evenly spread windows of
