@@ -65,7 +65,10 @@ impl Tier {
 pub struct LinkModel {
     /// Links inside a node (or the only tier when `inter` is `None`).
     pub intra: Tier,
-    /// Links between nodes; `None` for a flat network.
+    /// Links between nodes; `None` for a flat network. Its bandwidth is per
+    /// node: the node's workers share one network interface, so the k
+    /// concurrent inter-node rings of a hierarchical collective together
+    /// move the whole buffer through it.
     pub inter: Option<Tier>,
     /// Workers per node; only read when `inter` is set.
     pub workers_per_node: usize,
@@ -93,7 +96,8 @@ impl LinkModel {
         match self.tiers(p) {
             None => self.intra.all_reduce_s(b, p),
             Some((k, m, inter)) => {
-                2.0 * self.intra.scatter_gather_s(b, k) + inter.all_reduce_s(b / k as f64, m)
+                // k rings of b/k bytes each share the node's NIC: b in total.
+                2.0 * self.intra.scatter_gather_s(b, k) + inter.all_reduce_s(b, m)
             }
         }
     }
@@ -103,7 +107,7 @@ impl LinkModel {
         let b = (n * bytes_per_elem) as f64;
         match self.tiers(p) {
             None => self.intra.scatter_gather_s(b, p),
-            Some((k, m, inter)) => self.intra.scatter_gather_s(b, k) + inter.scatter_gather_s(b / k as f64, m),
+            Some((k, m, inter)) => self.intra.scatter_gather_s(b, k) + inter.scatter_gather_s(b, m),
         }
     }
 
@@ -287,15 +291,15 @@ mod tests {
 
     #[test]
     fn hierarchical_formulas_by_hand() {
-        // 2 nodes x 4, intra 10 GB/s, inter 1 GB/s, no latency, 1 MB:
-        // intra RS 3/4 * 1e6/1e10 = 75 us, inter AR of 250 kB over 2 nodes
-        // 2*(1/2)*2.5e5/1e9 = 250 us, intra AG 75 us: 400 us in all,
-        // against 2*7/8 * 1 ms = 1.75 ms flat at 1 GB/s.
+        // 2 nodes x 4, intra 10 GB/s, inter 1 GB/s per node, no latency, 1 MB:
+        // intra RS 3/4 * 1e6/1e10 = 75 us; inter: 4 rings of 250 kB share the
+        // node's NIC, so 1 MB crosses it: 2*(1/2)*1e6/1e9 = 1000 us; intra AG
+        // 75 us: 1150 us in all, against 2*7/8 * 1 ms = 1.75 ms flat at 1 GB/s.
         let two = LinkModel { intra: tier(1e10, 0.0), inter: Some(tier(1e9, 0.0)), workers_per_node: 4 };
-        assert!(close(two.all_reduce_s(250_000, 4, 8), 400e-6));
+        assert!(close(two.all_reduce_s(250_000, 4, 8), 1150e-6));
         assert!(close(LinkModel::flat(tier(1e9, 0.0)).all_reduce_s(250_000, 4, 8), 1.75e-3));
-        // RS: 75 us + (1/2) * 250 us = 200 us.
-        assert!(close(two.reduce_scatter_s(250_000, 4, 8), 200e-6));
+        // RS: 75 us + (1/2) * 1 MB / 1 GB/s = 575 us.
+        assert!(close(two.reduce_scatter_s(250_000, 4, 8), 575e-6));
         // Broadcast: 1 ms across nodes + 0.1 ms inside.
         assert!(close(two.broadcast_s(250_000, 4, 8), 1.1e-3));
         // Within one node only the intra tier is used.

@@ -1,0 +1,320 @@
+//! Cluster profiles for the simulated runtime: TOML files in
+//! `configs/clusters/` that say how fast a cluster computes and communicates.
+//!
+//! The timing model is separate from the model trained (shared/DESIGN.md):
+//! `[timing]` may name a bigger model (GPT-Neo-125M) whose cost is simulated
+//! while `nano` is what is actually trained. Compute then comes from that
+//! model's FLOPs, and communication is scaled by its parameter count, so the
+//! strategies see the big cluster's compute/communication ratio.
+//!
+//! Every key, with the formulas, is documented in configs/clusters/README.md;
+//! the shipped profiles are examples.
+
+use super::sim::SimSpec;
+use crate::comm::{LinkModel, Tier, WireDtype};
+use crate::model::GptConfig;
+use anyhow::{anyhow, bail, ensure, Context, Result};
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+
+/// A simulated cluster: its shape, devices, links and which model's cost to simulate.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct ClusterProfile {
+    /// Human-readable name, shown in summaries.
+    pub name: String,
+    /// Number of nodes (machines).
+    pub nodes: usize,
+    /// Workers (GPUs) per node; workers in a node talk over `links.intra`.
+    pub workers_per_node: usize,
+    /// What travels on the wire (`f32` or `bf16`): sets the bytes costed and
+    /// the rounding the simulated collectives apply; default `f32`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub wire: Option<WireDtype>,
+    /// The devices' speed; required unless `timing.seconds_per_micro_batch` is set.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub device: Option<DeviceProfile>,
+    /// Link tiers.
+    pub links: LinksProfile,
+    /// Which model's cost to simulate; empty means the trained model's own.
+    #[serde(default)]
+    pub timing: TimingProfile,
+}
+
+/// Speed of one device (all workers share it; `--speeds` scales it per worker).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DeviceProfile {
+    /// Peak FLOP/s in the training precision (A100 bf16 dense: 312e12).
+    pub peak_flops: f64,
+    /// Share of the peak a training step really reaches, in (0, 1] (model FLOPs utilisation).
+    pub utilization: f64,
+}
+
+/// The two link tiers, as `Tier` specs such as `"100gbit,20us"` or `"300GB/s,3us"`.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct LinksProfile {
+    /// Link between workers of one node (e.g. NVLink `"300GB/s,3us"`).
+    pub intra: String,
+    /// Link between nodes (e.g. `"100gbit,20us"`); required when `nodes > 1`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inter: Option<String>,
+}
+
+/// The model whose cost is simulated; every field falls back to the trained run.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TimingProfile {
+    /// Parameters communicated per gradient exchange (default: the trained model's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub params: Option<f64>,
+    /// Training FLOPs per token (default: the trained model's `flops_per_token`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub flops_per_token: Option<f64>,
+    /// Tokens in one micro-batch (default: the trained micro-batch's).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tokens_per_micro_batch: Option<usize>,
+    /// Fixed seconds per micro-batch; overrides the FLOP model and `[device]`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub seconds_per_micro_batch: Option<f64>,
+}
+
+/// Same one-line format as `RunConfig::from_toml`: `line N (`text`): message`.
+fn toml_error(text: &str, e: toml::de::Error) -> anyhow::Error {
+    let what = e.message().trim_end().replace('\n', " ");
+    match e.span() {
+        Some(span) => {
+            let start = span.start.min(text.len());
+            let line_no = text[..start].matches('\n').count() + 1;
+            let line = text.lines().nth(line_no - 1).unwrap_or("").trim();
+            anyhow!("line {line_no} (`{line}`): {what}")
+        }
+        None => anyhow!("{what}"),
+    }
+}
+
+/// `Some(x)` must be positive and finite; `None` is fine.
+fn positive(field: &str, v: Option<f64>, example: &str) -> Result<()> {
+    match v {
+        Some(x) if !(x > 0.0 && x.is_finite()) => bail!("{field} must be > 0, got {x} (e.g. {example})"),
+        _ => Ok(()),
+    }
+}
+
+/// A `--speeds` example with exactly `p` values, so it can be pasted as is.
+fn speeds_example(p: usize) -> String {
+    if p <= 8 {
+        let mut v = vec!["1"; p.saturating_sub(1)];
+        v.push("0.25");
+        v.join(",")
+    } else {
+        format!("1,1,...,1,0.25 ({p} values)")
+    }
+}
+
+impl ClusterProfile {
+    /// Read and validate a profile; errors start with the file name.
+    pub fn from_file(path: impl AsRef<Path>) -> Result<Self> {
+        let path = path.as_ref();
+        let text = std::fs::read_to_string(path).with_context(|| format!("cannot read cluster profile {}", path.display()))?;
+        // One line `file: field: problem`, not a context chain that hides the field.
+        Self::from_toml(&text).map_err(|e| anyhow!("{}: {e:#}", path.display()))
+    }
+
+    /// Parse and validate TOML text.
+    pub fn from_toml(text: &str) -> Result<Self> {
+        let p: Self = toml::from_str(text).map_err(|e| toml_error(text, e))?;
+        p.validate()?;
+        Ok(p)
+    }
+
+    /// Check every field; errors name the field and give a valid example.
+    pub fn validate(&self) -> Result<()> {
+        ensure!(self.nodes >= 1, "nodes must be at least 1 (e.g. nodes = 4)");
+        ensure!(self.workers_per_node >= 1, "workers_per_node must be at least 1 (e.g. workers_per_node = 8)");
+        self.link_model()?;
+        let t = &self.timing;
+        if t.seconds_per_micro_batch.is_none() {
+            let Some(d) = &self.device else {
+                bail!("device: missing [device] section (needed unless timing.seconds_per_micro_batch is set), e.g. [device] peak_flops = 312e12, utilization = 0.4");
+            };
+            positive("device.peak_flops", Some(d.peak_flops), "312e12 for an A100 in bf16")?;
+            ensure!(d.utilization > 0.0 && d.utilization <= 1.0, "device.utilization must be in (0, 1], got {} (e.g. 0.4)", d.utilization);
+        }
+        positive("timing.params", t.params, "125e6 for GPT-Neo-125M")?;
+        positive("timing.flops_per_token", t.flops_per_token, "7.5e8 = 6 x 125e6 for GPT-Neo-125M")?;
+        positive("timing.seconds_per_micro_batch", t.seconds_per_micro_batch, "0.15")?;
+        ensure!(t.tokens_per_micro_batch != Some(0), "timing.tokens_per_micro_batch must be at least 1 (e.g. 24576 = 24 sequences x 1024 tokens)");
+        Ok(())
+    }
+
+    /// Number of workers: `nodes * workers_per_node`.
+    pub fn workers(&self) -> usize {
+        self.nodes * self.workers_per_node
+    }
+
+    /// The link model: `intra`, plus `inter` between nodes when there are several.
+    pub fn link_model(&self) -> Result<LinkModel> {
+        let tier = |field: &str, spec: &str| spec.parse::<Tier>().map_err(|e| anyhow!("links.{field}: {e}"));
+        let intra = tier("intra", &self.links.intra)?;
+        let inter = match (&self.links.inter, self.nodes > 1) {
+            (Some(s), _) => Some(tier("inter", s)?),
+            (None, true) => bail!("links.inter is required when nodes > 1 ({} nodes): the link between nodes, e.g. inter = \"100gbit,20us\"", self.nodes),
+            (None, false) => None,
+        };
+        // With one node the inter tier is parsed (so typos surface) but unused.
+        let inter = inter.filter(|_| self.nodes > 1);
+        Ok(LinkModel { intra, inter, workers_per_node: self.workers_per_node })
+    }
+
+    /// Virtual seconds of one micro-batch at speed 1: `timing.seconds_per_micro_batch`,
+    /// else `flops_per_token * tokens / (peak_flops * utilization)`, where the
+    /// FLOPs and tokens come from `[timing]` or else from the trained run.
+    pub fn micro_batch_s(&self, model: &GptConfig, tokens_per_micro_batch: usize) -> Result<f64> {
+        if let Some(s) = self.timing.seconds_per_micro_batch {
+            return Ok(s);
+        }
+        let d = self.device.as_ref().context("device: missing [device] section, e.g. [device] peak_flops = 312e12, utilization = 0.4")?;
+        let flops = self.timing.flops_per_token.unwrap_or_else(|| model.flops_per_token());
+        let tokens = self.timing.tokens_per_micro_batch.unwrap_or(tokens_per_micro_batch);
+        ensure!(tokens >= 1, "a micro-batch must hold at least one token (set timing.tokens_per_micro_batch, e.g. 24576)");
+        Ok(flops * tokens as f64 / (d.peak_flops * d.utilization))
+    }
+
+    /// Elements costed per element communicated: `timing.params / model_params`, or 1.
+    pub fn comm_scale(&self, model_params: usize) -> Result<f64> {
+        match self.timing.params {
+            None => Ok(1.0),
+            Some(p) => {
+                ensure!(model_params > 0, "the trained model has no parameters; cannot scale communication to timing.params = {p}");
+                Ok(p / model_params as f64)
+            }
+        }
+    }
+
+    /// The sim runtime's cost model for training `model` (`model_params`
+    /// parameters, `tokens_per_micro_batch` tokens per micro-batch) on this
+    /// cluster. `speeds` has one factor per worker (pass `vec![1.0; workers()]`
+    /// for a homogeneous cluster); `wire_override` (e.g. `--wire`) beats the profile's `wire`.
+    pub fn sim_spec(&self, model: &GptConfig, model_params: usize, tokens_per_micro_batch: usize, speeds: Vec<f64>, wire_override: Option<WireDtype>) -> Result<SimSpec> {
+        self.validate()?;
+        let p = self.workers();
+        ensure!(speeds.len() == p, "--speeds has {} values but the cluster has {p} workers; give one per worker, e.g. --speeds {}", speeds.len(), speeds_example(p));
+        if let Some((i, s)) = speeds.iter().enumerate().find(|(_, s)| !(**s > 0.0 && s.is_finite())) {
+            bail!("--speeds value {} (worker {i}) is {s}; every speed must be > 0 (1 = nominal, 0.25 = four times slower)", i + 1);
+        }
+        Ok(SimSpec {
+            micro_batch_s: self.micro_batch_s(model, tokens_per_micro_batch)?,
+            speeds,
+            link: Some(self.link_model()?),
+            wire: wire_override.or(self.wire).unwrap_or(WireDtype::F32),
+            comm_scale: self.comm_scale(model_params)?,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn close(a: f64, b: f64) -> bool {
+        (a - b).abs() <= 1e-12 * b.abs()
+    }
+
+    /// A one-node profile with `extra` TOML appended.
+    fn profile(extra: &str) -> Result<ClusterProfile> {
+        ClusterProfile::from_toml(&format!("name = \"t\"\nnodes = 1\nworkers_per_node = 2\n{extra}"))
+    }
+
+    const DEV: &str = "[device]\npeak_flops = 1e12\nutilization = 0.5\n[links]\nintra = \"1GB/s\"\n";
+
+    #[test]
+    fn micro_batch_time_from_flops_by_hand() {
+        // 6e9 FLOP/token x 1000 tokens / (1e12 x 0.5 FLOP/s) = 12 s.
+        let p = profile(&format!("{DEV}[timing]\nflops_per_token = 6e9\ntokens_per_micro_batch = 1000\n")).unwrap();
+        assert!(close(p.micro_batch_s(&GptConfig::nano(), 7).unwrap(), 12.0));
+        // Without [timing], the trained model's FLOPs and micro-batch tokens.
+        let own = profile(DEV).unwrap();
+        let nano = GptConfig::nano();
+        assert!(close(own.micro_batch_s(&nano, 1000).unwrap(), nano.flops_per_token() * 1000.0 / 5e11));
+    }
+
+    #[test]
+    fn fixed_seconds_override_the_flop_model_and_the_device() {
+        let p = profile("[links]\nintra = \"1GB/s\"\n[timing]\nseconds_per_micro_batch = 0.25\n").unwrap();
+        assert_eq!(p.micro_batch_s(&GptConfig::nano(), 1000).unwrap(), 0.25);
+    }
+
+    #[test]
+    fn comm_scale_is_timing_params_over_trained_params() {
+        let p = profile(&format!("{DEV}[timing]\nparams = 125e6\n")).unwrap();
+        assert_eq!(p.comm_scale(500_000).unwrap(), 250.0);
+        assert_eq!(profile(DEV).unwrap().comm_scale(500_000).unwrap(), 1.0);
+    }
+
+    #[test]
+    fn sim_spec_checks_speeds_and_picks_the_wire() {
+        let p = profile(&format!("wire = \"bf16\"\n{DEV}")).unwrap();
+        let nano = GptConfig::nano();
+        let e = p.sim_spec(&nano, 1000, 64, vec![1.0; 3], None).unwrap_err().to_string();
+        assert_eq!(e, "--speeds has 3 values but the cluster has 2 workers; give one per worker, e.g. --speeds 1,0.25");
+        let e = p.sim_spec(&nano, 1000, 64, vec![1.0, 0.0], None).unwrap_err().to_string();
+        assert!(e.contains("--speeds value 2 (worker 1) is 0"), "{e}");
+        assert_eq!(p.sim_spec(&nano, 1000, 64, vec![1.0; 2], None).unwrap().wire, WireDtype::Bf16);
+        assert_eq!(p.sim_spec(&nano, 1000, 64, vec![1.0; 2], Some(WireDtype::F32)).unwrap().wire, WireDtype::F32);
+        assert_eq!(profile(DEV).unwrap().sim_spec(&nano, 1000, 64, vec![1.0; 2], None).unwrap().wire, WireDtype::F32);
+    }
+
+    #[test]
+    fn shipped_profiles_parse_and_time_nano() {
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("configs/clusters");
+        let mut names = Vec::new();
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            if path.extension().is_some_and(|x| x == "toml") {
+                let p = ClusterProfile::from_file(&path).unwrap();
+                let spec = p.sim_spec(&GptConfig::nano(), 700_000, 16 * 64, vec![1.0; p.workers()], None).unwrap();
+                assert!(spec.micro_batch_s > 0.0 && spec.comm_scale > 0.0, "{}", path.display());
+                // Round-trips, so a run can save the profile it used.
+                assert_eq!(ClusterProfile::from_toml(&toml::to_string(&p).unwrap()).unwrap(), p);
+                names.push(path.file_name().unwrap().to_string_lossy().into_owned());
+            }
+        }
+        for want in ["nvlink-1x8.toml", "a100-4x8-100g.toml", "tcp-16x8-80g.toml"] {
+            assert!(names.iter().any(|n| n == want), "missing {want} in {names:?}");
+        }
+        // The paper's cluster under GPT-Neo-125M: 7.5e8 x 24576 / (312e12 x 0.4) s.
+        let a100 = ClusterProfile::from_file(dir.join("a100-4x8-100g.toml")).unwrap();
+        assert_eq!(a100.workers(), 32);
+        assert!(close(a100.micro_batch_s(&GptConfig::nano(), 1).unwrap(), 7.5e8 * 24576.0 / 1.248e14));
+        assert!(a100.link_model().unwrap().inter.is_some());
+    }
+
+    #[test]
+    fn bad_input_errors_name_the_field() {
+        let e = |t: &str| ClusterProfile::from_toml(t).unwrap_err().to_string();
+        let two = "name = \"t\"\nnodes = 2\nworkers_per_node = 2\n[device]\npeak_flops = 1e12\nutilization = 0.5\n";
+        assert!(e(&format!("{two}[links]\nintra = \"1GB/s\"\n")).starts_with("links.inter is required when nodes > 1"));
+        let bad = e(&format!("{two}[links]\nintra = \"1GB/s\"\ninter = \"fast\"\n"));
+        assert!(bad.starts_with("links.inter: cannot parse link \"fast\"") && bad.contains("expected e.g."), "{bad}");
+        assert!(e(&format!("{two}[links]\nintra = \"0gbit,3us\"\ninter = \"1gbit\"\n")).starts_with("links.intra: cannot parse link \"0gbit,3us\": bandwidth must be positive"));
+        let unknown = e(&format!("{two}[links]\nintra = \"1GB/s\"\ninter = \"1gbit\"\nlatency = 3\n"));
+        assert!(unknown.starts_with("line 10 (`latency = 3`):") && unknown.contains("latency") && !unknown.contains('\n'), "{unknown}");
+        let links = "[links]\nintra = \"1GB/s\"\ninter = \"1gbit\"\n";
+        assert!(e(&format!("{}{links}", two.replace("1e12", "0"))).starts_with("device.peak_flops must be > 0, got 0 (e.g. 312e12"));
+        assert!(e(&format!("{}{links}", two.replace("0.5", "1.5"))).starts_with("device.utilization must be in (0, 1]"));
+        assert!(e("name = \"t\"\nnodes = 0\nworkers_per_node = 8\n[links]\nintra = \"1GB/s\"\n").starts_with("nodes must be at least 1"));
+        assert!(profile("[links]\nintra = \"1GB/s\"\n").unwrap_err().to_string().starts_with("device: missing [device] section"));
+        assert!(profile(&format!("{DEV}[timing]\ntokens_per_micro_batch = 0\n")).unwrap_err().to_string().starts_with("timing.tokens_per_micro_batch"));
+    }
+
+    #[test]
+    fn file_errors_start_with_the_path() {
+        let path = std::env::temp_dir().join(format!("lowcomm-cluster-{}.toml", std::process::id()));
+        std::fs::write(&path, "name = \"t\"\nnodes = 2\nworkers_per_node = 8\n[device]\npeak_flops = 1e12\nutilization = 0.5\n[links]\nintra = \"1GB/s\"\ninter = \"fast\"\n").unwrap();
+        let e = ClusterProfile::from_file(&path).unwrap_err().to_string();
+        std::fs::remove_file(&path).unwrap();
+        assert!(e.starts_with(&format!("{}: links.inter: cannot parse link \"fast\"", path.display())), "{e}");
+    }
+}
