@@ -89,3 +89,41 @@ pub fn peak_rss_mb() -> f64 {
         .and_then(|s| s.lines().find(|l| l.starts_with("VmHWM:")).and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok()))
         .map_or(0.0, |kb| kb / 1024.0)
 }
+
+/// Extra time the simulated runtime adds over the raw math: `steps` DDP
+/// steps of one worker (one micro-batch + AdamW each) run directly, then
+/// through `runtime::sim`. Returns (raw seconds, sim seconds).
+pub fn sim_overhead(preset: &str, steps: u64) -> Result<(f64, f64)> {
+    use crate::optim::{LrSchedule, OptimizerConfig};
+    use crate::runtime::sim::SimSpec;
+    use crate::strategy::{run_cluster, Method, Plan, Runtime, Worker};
+    let (cfg, b) = bench_shape(preset)?;
+    let t = cfg.ctx;
+    let mut rng = rand_pcg::Pcg64::seed_from_u64(1);
+    let tokens: std::sync::Arc<Vec<u32>> = std::sync::Arc::new((0..200_000).map(|_| rng.random_range(0..cfg.vocab_size as u32)).collect());
+    let worker = || Worker::new(Gpt::new(cfg.clone(), 0).unwrap(), tokens.clone(), 0..tokens.len(), b, t, 7, 0);
+    let layout = crate::model::ParamLayout::new(&cfg);
+    let plan = Plan {
+        steps,
+        grad_accum: 1,
+        schedule: LrSchedule::constant(1e-3),
+        optimizer: OptimizerConfig::default(),
+        decay: DecaySegments::new(layout.decay_ranges()),
+        grad_clip: 0.0,
+    };
+    // Warm both paths (first-touch of the activation buffers).
+    let mut w = worker()?;
+    let mut opt = plan.optimizer.try_build(w.model.num_params())?;
+    let t0 = Instant::now();
+    for s in 0..steps {
+        w.model.zero_grads();
+        w.micro_batch(1.0);
+        opt.step(&mut w.model.params, &w.model.grads, plan.schedule.lr(s), &plan.decay);
+    }
+    let raw = t0.elapsed().as_secs_f64();
+    let spec = SimSpec { micro_batch_s: 1.0, speeds: vec![1.0], link: None, wire: crate::comm::WireDtype::F32, comm_scale: 1.0 };
+    let t0 = Instant::now();
+    run_cluster(Method::Ddp, &Runtime::Sim(spec), vec![worker()?], &plan)?;
+    let sim = t0.elapsed().as_secs_f64();
+    Ok((raw, sim))
+}

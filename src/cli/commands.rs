@@ -23,7 +23,7 @@ pub fn prepare(a: PrepareArgs) -> Result<()> {
 
 /// The run configuration: the config file, else (when resuming) the
 /// checkpoint's own, else the defaults; then the flags on top.
-fn run_config(a: &TrainArgs) -> Result<(RunConfig, Option<PathBuf>)> {
+pub(super) fn run_config(a: &TrainArgs) -> Result<(RunConfig, Option<PathBuf>)> {
     let mut cfg = match (&a.config, &a.resume) {
         (Some(path), _) => RunConfig::from_file(path)?,
         (None, Some(r)) if !r.as_os_str().is_empty() => {
@@ -182,6 +182,25 @@ pub fn export(a: ExportArgs) -> Result<()> {
 }
 
 pub fn bench(a: BenchArgs) -> Result<()> {
+    match a.what.as_str() {
+        "step" => {}
+        "comm" => {
+            for world in [2, 4] {
+                let (ar, memcpy) = crate::comm::bench::bench_all_reduce(world, 64, 10);
+                println!(
+                    "RESULT all_reduce 64MiB workers={world} allreduce_GBps={ar:.2} memcpy_GBps={memcpy:.2} ratio={:.2} (bar >= 0.50)",
+                    ar / memcpy
+                );
+            }
+            return Ok(());
+        }
+        "sim" => {
+            let (raw, sim) = crate::bench::sim_overhead(&a.preset, a.steps.max(1) as u64)?;
+            println!("RESULT sim_overhead preset={} steps={} raw_s={raw:.3} sim_s={sim:.3} overhead={:.1}% (bar <= 10%)", a.preset, a.steps, 100.0 * (sim / raw - 1.0));
+            return Ok(());
+        }
+        other => anyhow::bail!("unknown benchmark `{other}`: use --what step, comm or sim"),
+    }
     let r = crate::bench::run(&a.preset, a.steps.max(1), a.warmup)?;
     println!(
         "RESULT lib=lowcomm preset={} batch={}x{} params={} median_step_s={:.4} tok_per_s={:.0} gflops={:.1} peak_rss_mb={:.0} loss_first={:.4} loss_last={:.4}",

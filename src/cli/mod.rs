@@ -2,6 +2,7 @@
 //! the library; see `lowcomm <command> --help`.
 
 mod commands;
+mod compare;
 
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
@@ -29,6 +30,21 @@ pub enum Command {
     Export(ExportArgs),
     /// Benchmark one training step (tokens/s, peak memory).
     Bench(BenchArgs),
+    /// Run several data-parallel methods on the same setup; table + plots.
+    Compare(CompareArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct CompareArgs {
+    /// Methods to run, in order (the table compares against zero1 if present).
+    #[arg(long, value_delimiter = ',', default_value = "ddp,zero1,dpu,acco-wp,acco")]
+    pub methods: Vec<String>,
+    /// Output directory: summary.md, curves.csv, loss_vs_tokens.svg, loss_vs_time.svg, runs/.
+    #[arg(long = "results", default_value = "docs/results/compare")]
+    pub results: PathBuf,
+    /// Every `train` flag applies to each run (--method is set per run).
+    #[command(flatten)]
+    pub train: TrainArgs,
 }
 
 #[derive(Subcommand, Debug)]
@@ -63,7 +79,7 @@ pub struct PrepareArgs {
     pub force: bool,
 }
 
-#[derive(Args, Debug)]
+#[derive(Args, Debug, Clone)]
 pub struct TrainArgs {
     /// TOML run configuration (every key: configs/README.md). Flags below override it.
     #[arg(long)]
@@ -203,6 +219,11 @@ pub struct BenchArgs {
     /// Untimed warm-up steps.
     #[arg(long, default_value_t = 3)]
     pub warmup: usize,
+    /// What to measure: `step` (training step), `comm` (in-process
+    /// all-reduce of 64 MiB on 2 and 4 workers vs memcpy), `sim` (overhead
+    /// of the simulated runtime over the raw math).
+    #[arg(long, default_value = "step")]
+    pub what: String,
 }
 
 /// Parse arguments and run; errors are printed by `main`.
@@ -215,5 +236,6 @@ pub fn main() -> anyhow::Result<()> {
         Command::Generate(a) => commands::generate(a),
         Command::Export(a) => commands::export(a),
         Command::Bench(a) => commands::bench(a),
+        Command::Compare(a) => compare::compare(&a.methods, &a.results, &a.train),
     }
 }

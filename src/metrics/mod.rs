@@ -17,6 +17,7 @@
 pub mod events;
 pub mod intervals;
 pub mod jsonl;
+pub mod plot;
 pub mod summary;
 pub mod trace;
 

@@ -18,19 +18,24 @@ use std::path::PathBuf;
 use std::sync::Arc;
 
 /// One round of a parallel run, as logged.
-#[derive(Serialize)]
-struct RoundRecord {
-    step: u64,
-    tokens: u64,
-    loss: f32,
-    lr: f32,
+#[derive(Clone, Debug, Serialize)]
+pub struct RoundRecord {
+    /// Rounds completed, this one included.
+    pub step: u64,
+    /// Tokens processed by all workers so far.
+    pub tokens: u64,
+    /// Mean training loss over the workers.
+    pub loss: f32,
+    /// Learning rate used.
+    pub lr: f32,
     /// Seconds (virtual under `sim`) at which the round's last work ended.
-    wall_s: f64,
+    pub wall_s: f64,
 }
 
 /// What a parallel run ends with.
 pub struct ParallelSummary {
     pub method: Method,
+    pub rounds: Vec<RoundRecord>,
     pub world: usize,
     pub final_loss: f32,
     pub val_loss: f32,
@@ -134,6 +139,7 @@ pub fn run_parallel(cfg: RunConfig, quiet: bool) -> Result<ParallelSummary> {
     let mut log = super::metrics::MetricsLog::open(&t.out_dir, None)?;
     let mut tokens_so_far = 0u64;
     let mut last_loss = f32::NAN;
+    let mut rounds = Vec::with_capacity(t.steps as usize);
     for step in 0..t.steps {
         let loss = (reports.iter().map(|r| r.losses[step as usize] as f64).sum::<f64>() / world as f64) as f32;
         let in_round = spans.iter().filter(|s| s.round == step);
@@ -144,7 +150,9 @@ pub fn run_parallel(cfg: RunConfig, quiet: bool) -> Result<ParallelSummary> {
         }
         tokens_so_far += mbs * tokens_per_mb;
         last_loss = loss;
-        log.write("train", &RoundRecord { step: step + 1, tokens: tokens_so_far, loss, lr: plan.schedule.lr(step), wall_s: end })?;
+        let rec = RoundRecord { step: step + 1, tokens: tokens_so_far, loss, lr: plan.schedule.lr(step), wall_s: end };
+        log.write("train", &rec)?;
+        rounds.push(rec);
     }
     let mut model = Gpt::from_params(model_cfg.clone(), reports[0].params.clone(), t.seed)?;
     let val_loss = evaluate(&mut model, &data.val, seq, t.batch_size, t.eval_windows);
@@ -175,7 +183,7 @@ pub fn run_parallel(cfg: RunConfig, quiet: bool) -> Result<ParallelSummary> {
         eprint!("{}", report_table(method, &summary, &reports, n));
     }
     say(format!("done: val loss {val_loss:.4}  val ppl {:.2}  checkpoint {}", val_loss.exp(), checkpoint.display()));
-    Ok(ParallelSummary { method, world, final_loss: last_loss, val_loss, summary, reports, checkpoint })
+    Ok(ParallelSummary { method, rounds, world, final_loss: last_loss, val_loss, summary, reports, checkpoint })
 }
 
 /// Human-readable per-worker table: compute, comm, idle, micro-batches per

@@ -1,0 +1,98 @@
+//! `lowcomm compare`: run several methods on the same model, data and
+//! cluster; write a table, the curves (CSV) and plots (SVG) to a directory.
+
+use super::TrainArgs;
+use crate::metrics::plot::{line_plot, Series};
+use crate::train::parallel::{run_parallel, ParallelSummary};
+use anyhow::{Context, Result};
+use std::fmt::Write as _;
+use std::path::PathBuf;
+
+/// Moving average over `w` rounds (the per-round training loss is noisy).
+fn smooth(x: &[f32], w: usize) -> Vec<f64> {
+    (0..x.len()).map(|i| x[i.saturating_sub(w - 1)..=i].iter().map(|&v| v as f64).sum::<f64>() / (i.min(w - 1) + 1) as f64).collect()
+}
+
+/// Run each method in `methods` with the flags of `train`; write to `out`.
+pub fn compare(methods: &[String], out: &PathBuf, train: &TrainArgs) -> Result<()> {
+    std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
+    let mut runs: Vec<(String, ParallelSummary)> = Vec::new();
+    for m in methods {
+        let mut args = train.clone();
+        args.method = Some(m.clone());
+        args.out = Some(out.join("runs").join(m));
+        args.trace = Some(out.join("runs").join(m).join("trace.json"));
+        let (cfg, _) = super::commands::run_config(&args)?;
+        eprintln!("compare: {m} ...");
+        let s = run_parallel(cfg, true)?;
+        eprintln!("compare: {m}: final loss {:.4}, val loss {:.4}, {:.2} s", s.final_loss, s.val_loss, s.summary.wall_s);
+        runs.push((m.clone(), s));
+    }
+    // Time for each method to reach the baseline's final (smoothed) training loss.
+    const W: usize = 10;
+    let base = runs.iter().position(|(m, _)| m == "zero1").unwrap_or(0);
+    let base_loss: Vec<f32> = runs[base].1.rounds.iter().map(|r| r.loss).collect();
+    let target = *smooth(&base_loss, W).last().unwrap_or(&f64::NAN);
+    let reach = |s: &ParallelSummary| {
+        let l: Vec<f32> = s.rounds.iter().map(|r| r.loss).collect();
+        smooth(&l, W).iter().zip(&s.rounds).find(|(v, _)| **v <= target).map(|(_, r)| r.wall_s)
+    };
+    let base_reach = reach(&runs[base].1);
+    let mut md = String::new();
+    writeln!(md, "command: `lowcomm {}`\n", std::env::args().skip(1).collect::<Vec<_>>().join(" "))?;
+    writeln!(md, "| method | rounds | tokens | final train loss | val loss | time (s) | time to {}'s final loss (s) | vs {} | overlap | idle | micro-batches/round |", runs[base].0, runs[base].0)?;
+    writeln!(md, "|---|---|---|---|---|---|---|---|---|---|---|")?;
+    let mut csv = String::from("method,step,tokens,wall_s,loss\n");
+    for (m, s) in &runs {
+        let last = s.rounds.last();
+        let r = reach(s);
+        let ratio = match (r, base_reach) {
+            (Some(a), Some(b)) if b > 0.0 => format!("{:.2}x", a / b),
+            _ => "-".into(),
+        };
+        let mbr = s.summary.workers.iter().filter_map(|w| w.micro_batches.as_ref().map(|m| m.mean)).sum::<f64>() / s.world as f64;
+        let pct = |x: Option<f64>| x.map_or("-".into(), |v| format!("{:.0}%", 100.0 * v));
+        writeln!(
+            md,
+            "| {m} | {} | {} | {:.4} | {:.4} | {:.2} | {} | {ratio} | {} | {} | {mbr:.2} |",
+            s.rounds.len(),
+            last.map_or(0, |r| r.tokens),
+            *smooth(&s.rounds.iter().map(|r| r.loss).collect::<Vec<_>>(), W).last().unwrap_or(&f64::NAN),
+            s.val_loss,
+            s.summary.wall_s,
+            r.map_or("not reached".into(), |t| format!("{t:.2}")),
+            pct(s.summary.overlap_ratio),
+            pct(s.summary.idle_share),
+        )?;
+        for rec in &s.rounds {
+            writeln!(csv, "{m},{},{},{},{}", rec.step, rec.tokens, rec.wall_s, rec.loss)?;
+        }
+    }
+    writeln!(md, "\nTraining loss is a {W}-round moving average of the mean over workers; time is virtual under `--runtime sim`.")?;
+    writeln!(md, "\nPer round, averaged over workers (c = compute, m = communication):\n")?;
+    writeln!(md, "| method | round (s) | c (s) | m (s) | round / max(c, m) | round / (c + m) |")?;
+    writeln!(md, "|---|---|---|---|---|---|")?;
+    for (m, s) in &runs {
+        let r = s.rounds.len().max(1) as f64;
+        let n = s.world as f64;
+        let c = s.summary.workers.iter().map(|w| w.compute_s).sum::<f64>() / n / r;
+        let k = s.summary.workers.iter().map(|w| w.comm_s).sum::<f64>() / n / r;
+        let round = s.summary.wall_s / r;
+        writeln!(md, "| {m} | {round:.4} | {c:.4} | {k:.4} | {:.2} | {:.2} |", round / c.max(k), round / (c + k))?;
+    }
+    crate::util::atomic_write(&out.join("summary.md"), md.as_bytes())?;
+    crate::util::atomic_write(&out.join("curves.csv"), csv.as_bytes())?;
+    let series = |x: fn(&crate::train::parallel::RoundRecord) -> f64| -> Vec<Series> {
+        runs.iter()
+            .map(|(m, s)| {
+                let sm = smooth(&s.rounds.iter().map(|r| r.loss).collect::<Vec<_>>(), W);
+                Series { name: m.clone(), points: s.rounds.iter().zip(sm).map(|(r, l)| (x(r), l)).collect() }
+            })
+            .collect()
+    };
+    line_plot(&out.join("loss_vs_tokens.svg"), "training loss vs tokens", "tokens", "loss", &series(|r| r.tokens as f64))?;
+    line_plot(&out.join("loss_vs_time.svg"), "training loss vs time", "seconds", "loss", &series(|r| r.wall_s))?;
+    print!("{md}");
+    eprintln!("wrote {}/summary.md, curves.csv, loss_vs_tokens.svg, loss_vs_time.svg", out.display());
+    Ok(())
+}
