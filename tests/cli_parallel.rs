@@ -51,6 +51,9 @@ fn parallel_runs_write_metrics_events_trace_and_checkpoint() {
         let tr: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&trace).unwrap()).unwrap();
         assert!(tr.to_string().contains("worker 1 comm"));
         lowcomm::checkpoint::load(&run).expect("final checkpoint loads");
+        for plot in ["loss_vs_tokens.svg", "loss_vs_time.svg"] {
+            assert!(std::fs::read_to_string(run.join(plot)).unwrap().starts_with("<svg"), "{plot}");
+        }
     }
 }
 

@@ -160,6 +160,13 @@ pub fn run_parallel(cfg: RunConfig, quiet: bool) -> Result<ParallelSummary> {
     let summary = metrics::summarize(&spans, world, total_tokens)?;
     log.write("eval", &super::metrics::EvalRecord { step: t.steps, tokens: tokens_so_far, val_loss, val_ppl: val_loss.exp(), wall_s: summary.end_s })?;
     metrics::write_jsonl(&t.out_dir.join("events.jsonl"), &EventLog::merge(reports.iter().map(|r| r.events.clone()).collect()).into_spans(), Some(&summary))?;
+    for (file, title, x_label, x) in [
+        ("loss_vs_tokens.svg", "training loss vs tokens", "tokens", (|r: &RoundRecord| r.tokens as f64) as fn(&RoundRecord) -> f64),
+        ("loss_vs_time.svg", "training loss vs time", "seconds", |r: &RoundRecord| r.wall_s),
+    ] {
+        let series = [metrics::plot::Series { name: format!("{method:?}"), points: rounds.iter().map(|r| (x(r), r.loss as f64)).collect() }];
+        metrics::plot::line_plot(&t.out_dir.join(file), title, x_label, "loss", &series)?;
+    }
     if let Some(path) = &cfg.parallel.trace {
         metrics::write_trace(path, &spans, world)?;
         say(format!("trace written to {} (open in https://ui.perfetto.dev or chrome://tracing)", path.display()));
