@@ -80,20 +80,6 @@ pub struct TimingProfile {
     pub seconds_per_micro_batch: Option<f64>,
 }
 
-/// Same one-line format as `RunConfig::from_toml`: `line N (`text`): message`.
-fn toml_error(text: &str, e: toml::de::Error) -> anyhow::Error {
-    let what = e.message().trim_end().replace('\n', " ");
-    match e.span() {
-        Some(span) => {
-            let start = span.start.min(text.len());
-            let line_no = text[..start].matches('\n').count() + 1;
-            let line = text.lines().nth(line_no - 1).unwrap_or("").trim();
-            anyhow!("line {line_no} (`{line}`): {what}")
-        }
-        None => anyhow!("{what}"),
-    }
-}
-
 /// `Some(x)` must be positive and finite; `None` is fine.
 fn positive(field: &str, v: Option<f64>, example: &str) -> Result<()> {
     match v {
@@ -124,7 +110,7 @@ impl ClusterProfile {
 
     /// Parse and validate TOML text.
     pub fn from_toml(text: &str) -> Result<Self> {
-        let p: Self = toml::from_str(text).map_err(|e| toml_error(text, e))?;
+        let p: Self = toml::from_str(text).map_err(|e| crate::util::toml_error(text, e))?;
         p.validate()?;
         Ok(p)
     }

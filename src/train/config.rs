@@ -195,18 +195,7 @@ impl RunConfig {
     /// Parse TOML text. Errors are one line: where, and what (toml's own
     /// message names the unknown key and lists the valid ones).
     pub fn from_toml(text: &str) -> Result<Self> {
-        toml::from_str(text).map_err(|e| {
-            let what = e.message().trim_end().replace('\n', " ");
-            match e.span() {
-                Some(span) => {
-                    let start = span.start.min(text.len());
-                    let line_no = text[..start].matches('\n').count() + 1;
-                    let line = text.lines().nth(line_no - 1).unwrap_or("").trim();
-                    anyhow::anyhow!("line {line_no} (`{line}`): {what}")
-                }
-                None => anyhow::anyhow!("{what}"),
-            }
-        })
+        toml::from_str(text).map_err(|e| crate::util::toml_error(text, e))
     }
 
     /// The config as TOML (saved beside the run and inside checkpoints).
