@@ -31,6 +31,8 @@ pub enum OpKind {
     AllGather,
     /// In-place broadcast.
     Broadcast,
+    /// A [`Task`].
+    Task,
 }
 
 /// A finished op: the buffers, handed back, and its timing.
@@ -50,13 +52,21 @@ pub struct Completed {
     pub measured: Duration,
     /// Time the link model gives this op (zero without a model).
     pub modeled: Duration,
+    /// What a task (see [`CommThread::start_task`]) returned; `None` for collectives.
+    pub task: Option<Box<dyn std::any::Any + Send>>,
 }
+
+/// Work run on the communication thread with its communicator: several
+/// collectives and local work between them (e.g. a sharded optimizer step).
+/// Returns its result and the link time it models.
+pub type Task = Box<dyn FnOnce(&mut dyn Communicator, Option<&LinkModel>) -> (Box<dyn std::any::Any + Send>, f64) + Send>;
 
 enum Job {
     AllReduce(Vec<f32>, ReduceOp),
     ReduceScatter(Vec<f32>, Vec<f32>, ReduceOp),
     AllGather(Vec<f32>, Vec<f32>),
     Broadcast(Vec<f32>, usize),
+    Task(Task),
 }
 
 struct OpState {
@@ -177,6 +187,11 @@ impl CommThread {
         self.start(Job::AllGather(input, output))
     }
 
+    /// Starts a task on the communication thread (after the ops before it).
+    pub fn start_task(&self, task: Task) -> OpHandle {
+        self.start(Job::Task(task))
+    }
+
     /// Starts a broadcast of `buf` from rank `root`.
     pub fn start_broadcast(&self, buf: Vec<f32>, root: usize) -> OpHandle {
         assert!(root < self.world, "start_broadcast: root {root} out of range for world {}", self.world);
@@ -211,6 +226,7 @@ fn serve(
             Job::ReduceScatter(input, _, _) => l.reduce_scatter_s(input.len(), b, p),
             Job::AllGather(_, output) => l.all_gather_s(output.len(), b, p),
             Job::Broadcast(buf, _) => l.broadcast_s(buf.len(), b, p),
+            Job::Task(_) => 0.0, // the task reports its own
         });
         let modeled = Duration::from_secs_f64(modeled);
         let joined = if link.is_some() {
@@ -221,7 +237,15 @@ fn serve(
         } else {
             begin
         };
+        let mut task_out = None;
+        let mut modeled = modeled;
         let (kind, output, input) = match job {
+            Job::Task(task) => {
+                let (out, m) = task(comm.as_mut(), link.as_ref());
+                task_out = Some(out);
+                modeled = Duration::from_secs_f64(m);
+                (OpKind::Task, Vec::new(), Vec::new())
+            }
             Job::AllReduce(mut buf, op) => {
                 comm.all_reduce(&mut buf, op);
                 (OpKind::AllReduce, buf, Vec::new())
@@ -247,7 +271,7 @@ fn serve(
         let mut s = comm.stats();
         s.ops -= hold_barriers; // emulation barriers are not traffic
         *stats.lock().unwrap_or_else(|e| e.into_inner()) = s;
-        pending.complete(Ok(Completed { kind, output, input, measured: begin.elapsed(), modeled }));
+        pending.complete(Ok(Completed { kind, output, input, measured: begin.elapsed(), modeled, task: task_out }));
     }
 }
 

@@ -41,6 +41,73 @@ pub enum Collective {
     AllGather { input: Vec<f32>, output: Vec<f32> },
     /// In place on `buf`, from `root`.
     Broadcast { buf: Vec<f32>, root: usize },
+    /// A whole sharded-optimizer round, run by the communication side
+    /// without the worker (the ACCO paper's communication stream).
+    Sharded(Box<ShardedOp>),
+}
+
+/// The local work of a sharded round between its reduce-scatter and its
+/// all-gather: an optimizer step on this rank's shard.
+pub trait ShardStep: Send {
+    /// From the reduced, normalised (and clipped) gradient shard, write the
+    /// parameter shard to gather into `out`.
+    fn step(&mut self, grad_shard: &[f32], out: &mut [f32]);
+    /// For the owner to reach its concrete state between rounds.
+    fn as_any(&mut self) -> &mut dyn std::any::Any;
+}
+
+/// One sharded round (ACCO paper, Algorithm 1, communication stream):
+/// `total = known_total or all-reduce(count)`; `g_r = reduce-scatter(flat) / total`;
+/// optional global-norm clip (all-reduce of the squared shard norms);
+/// `out_r = step(g_r)`; `flat = all-gather(out)`.
+pub struct ShardedOp {
+    /// Padded gradients going out; the gathered parameters coming back.
+    pub flat: Vec<f32>,
+    /// This rank's gradient shard (scratch).
+    pub shard_g: Vec<f32>,
+    /// This rank's parameter shard to gather (scratch).
+    pub shard_out: Vec<f32>,
+    /// Micro-batches summed into `flat` by this rank.
+    pub count: f32,
+    /// The sum of counts when known in advance (no count all-reduce).
+    pub known_total: Option<f32>,
+    /// Global-norm clip (0: off).
+    pub clip: f32,
+    /// The optimizer step on the shard.
+    pub step: Box<dyn ShardStep>,
+}
+
+impl ShardedOp {
+    /// Scale the shard by 1/total (division, like the Mean collective, so
+    /// zero1 == ddp bitwise).
+    pub fn normalise(&mut self, total: f32) {
+        self.shard_g.iter_mut().for_each(|g| *g /= total);
+    }
+
+    /// This shard's squared norm, summed in f64 then rounded for the wire.
+    pub fn shard_sq_norm(&self) -> f32 {
+        self.shard_g.iter().map(|&g| (g as f64) * (g as f64)).sum::<f64>() as f32
+    }
+
+    /// Clip by the global norm `sq_total.sqrt()` (PyTorch's rule).
+    pub fn clip_by(&mut self, sq_total: f32) {
+        let norm = sq_total.sqrt();
+        if self.clip > 0.0 && norm.is_finite() && norm > self.clip {
+            let k = self.clip / (norm + 1e-6);
+            self.shard_g.iter_mut().for_each(|g| *g *= k);
+        }
+    }
+
+    /// Run the shard step into `shard_out`.
+    pub fn run_step(&mut self) {
+        self.step.step(&self.shard_g, &mut self.shard_out);
+    }
+}
+
+impl std::fmt::Debug for ShardedOp {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "ShardedOp {{ n: {}, shard: {}, count: {} }}", self.flat.len(), self.shard_g.len(), self.count)
+    }
 }
 
 /// The buffers of a completed collective, handed back.
@@ -50,6 +117,8 @@ pub struct Finished {
     pub output: Vec<f32>,
     /// The input of reduce-scatter / all-gather, for reuse; empty otherwise.
     pub input: Vec<f32>,
+    /// A sharded round, handed back with its gathered parameters in `flat`.
+    pub sharded: Option<Box<ShardedOp>>,
 }
 
 /// What a worker's strategy can ask of its runtime.
@@ -87,6 +156,7 @@ impl Collective {
             Collective::ReduceScatter { .. } => "reduce_scatter",
             Collective::AllGather { .. } => "all_gather",
             Collective::Broadcast { .. } => "broadcast",
+            Collective::Sharded(_) => "sharded_round",
         }
     }
 
@@ -99,6 +169,11 @@ impl Collective {
             Collective::ReduceScatter { output, .. } => s.count_scatter_gather(output.len(), p, bytes_per_elem),
             Collective::AllGather { input, .. } => s.count_scatter_gather(input.len(), p, bytes_per_elem),
             Collective::Broadcast { buf, root } => s.count_broadcast(buf.len(), p, bytes_per_elem, rank, *root),
+            Collective::Sharded(op) => {
+                // reduce-scatter + all-gather of the padded vector (+ two scalars at most)
+                s.count_scatter_gather(op.shard_g.len(), p, bytes_per_elem);
+                s.count_scatter_gather(op.shard_g.len(), p, bytes_per_elem);
+            }
         }
         s.bytes_sent
     }

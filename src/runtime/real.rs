@@ -5,10 +5,10 @@
 //! speed s waits (1/s - 1) x its measured compute time after each
 //! micro-batch (the ACCO paper's Sec. 5.5 protocol).
 
-use super::{work_name, Collective, Ctx, Finished, Work, WorkerTimes};
+use super::{work_name, Collective, Ctx, Finished, ShardedOp, Work, WorkerTimes};
 use crate::metrics::{EventLog, Span};
 use crate::comm::async_op::{CommThread, OpHandle};
-use crate::comm::{Communicator, LinkModel, LocalGroup, WireDtype};
+use crate::comm::{Communicator, LinkModel, LocalGroup, ReduceOp, WireDtype};
 use anyhow::{bail, Result};
 use std::future::Future;
 use std::pin::pin;
@@ -84,6 +84,7 @@ impl Ctx for RealCtx {
             Collective::ReduceScatter { input, output, op } => self.comm.start_reduce_scatter(input, output, op),
             Collective::AllGather { input, output } => self.comm.start_all_gather(input, output),
             Collective::Broadcast { buf, root } => self.comm.start_broadcast(buf, root),
+            Collective::Sharded(op) => self.comm.start_task(sharded_task(op)),
         };
         RealHandle { op, name, called_at, bytes }
     }
@@ -98,7 +99,8 @@ impl Ctx for RealCtx {
         let end = begin + c.measured.as_secs_f64();
         self.comm_free_at = end;
         self.events.push(Span::comm(self.rank, h.name, begin, end).with_bytes(h.bytes).with_round(self.round));
-        Finished { output: c.output, input: c.input }
+        let sharded = c.task.map(|t| t.downcast::<ShardedOp>().expect("a sharded round returns its ShardedOp"));
+        Finished { output: c.output, input: c.input, sharded }
     }
     fn times(&self) -> WorkerTimes {
         WorkerTimes { total_s: self.now(), ..self.times.clone() }
@@ -109,6 +111,41 @@ impl Ctx for RealCtx {
     fn take_events(&mut self) -> EventLog {
         std::mem::take(&mut self.events)
     }
+}
+
+/// A sharded round as a task for the communication thread: the same steps,
+/// in the same order and with the same element recipes, as the simulated
+/// runtime's, so both give the same bits.
+fn sharded_task(mut op: Box<ShardedOp>) -> crate::comm::async_op::Task {
+    Box::new(move |comm: &mut dyn Communicator, link: Option<&LinkModel>| {
+        let (p, bpe, padded) = (comm.world(), comm.wire().bytes_per_elem(), op.flat.len());
+        let cost = |f: &dyn Fn(&LinkModel) -> f64| link.map_or(0.0, f);
+        let mut modeled = 0.0;
+        let total = match op.known_total {
+            Some(t) => t,
+            None => {
+                let mut c = [op.count];
+                comm.all_reduce(&mut c, ReduceOp::Sum);
+                modeled += cost(&|l| l.all_reduce_s(1, bpe, p));
+                c[0]
+            }
+        };
+        let o = &mut *op;
+        comm.reduce_scatter(&o.flat, &mut o.shard_g, ReduceOp::Sum);
+        modeled += cost(&|l| l.reduce_scatter_s(padded, bpe, p));
+        op.normalise(total);
+        if op.clip > 0.0 {
+            let mut sq = [op.shard_sq_norm()];
+            comm.all_reduce(&mut sq, ReduceOp::Sum);
+            op.clip_by(sq[0]);
+            modeled += cost(&|l| l.all_reduce_s(1, bpe, p));
+        }
+        op.run_step();
+        let o = &mut *op;
+        comm.all_gather(&o.shard_out, &mut o.flat);
+        modeled += cost(&|l| l.all_gather_s(padded, bpe, p));
+        (op as Box<dyn std::any::Any + Send>, modeled)
+    })
 }
 
 /// Drive a future whose awaits never suspend (every real-runtime operation

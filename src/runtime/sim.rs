@@ -259,6 +259,41 @@ fn execute(joined: &mut [Option<(Collective, f64)>], spec: &SimSpec) -> (Vec<Fin
     let link = |f: &dyn Fn(&LinkModel) -> f64| spec.link.as_ref().map_or(0.0, f);
     let wire = spec.wire;
     match &ops[0] {
+        Collective::Sharded(_) => {
+            let mut each: Vec<Box<super::ShardedOp>> = ops.into_iter().map(|o| if let Collective::Sharded(b) = o { b } else { panic!("mismatched collectives") }).collect();
+            let m = each[0].shard_g.len();
+            let padded = m * p;
+            let (known, clip) = (each[0].known_total, each[0].clip > 0.0);
+            let total = known.unwrap_or_else(|| {
+                let counts: Vec<[f32; 1]> = each.iter().map(|o| [o.count]).collect();
+                let mut acc = [0.0f32];
+                reduce(&mut acc, &counts.iter().map(|c| &c[..]).collect::<Vec<_>>(), 0, ReduceOp::Sum, wire);
+                acc[0]
+            });
+            let shards: Vec<Vec<f32>> = (0..p)
+                .map(|r| {
+                    let mut acc = vec![0.0f32; m];
+                    reduce(&mut acc, &each.iter().map(|o| &o.flat[..]).collect::<Vec<_>>(), r * m, ReduceOp::Sum, wire);
+                    acc
+                })
+                .collect();
+            for (o, g) in each.iter_mut().zip(shards) {
+                o.shard_g.copy_from_slice(&g);
+                o.normalise(total);
+            }
+            if clip {
+                let sq: Vec<[f32; 1]> = each.iter().map(|o| [o.shard_sq_norm()]).collect();
+                let mut acc = [0.0f32];
+                reduce(&mut acc, &sq.iter().map(|c| &c[..]).collect::<Vec<_>>(), 0, ReduceOp::Sum, wire);
+                each.iter_mut().for_each(|o| o.clip_by(acc[0]));
+            }
+            each.iter_mut().for_each(|o| o.run_step());
+            let gathered: Vec<f32> = each.iter().flat_map(|o| o.shard_out.iter().map(|&x| wire.round(x))).collect();
+            each.iter_mut().for_each(|o| o.flat.copy_from_slice(&gathered));
+            let scalar = |on: bool| if on { link(&|l| l.all_reduce_s(1, bpe, p)) } else { 0.0 };
+            let cost = scalar(known.is_none()) + link(&|l| l.reduce_scatter_s(scaled(padded), bpe, p)) + scalar(clip) + link(&|l| l.all_gather_s(scaled(padded), bpe, p));
+            (each.into_iter().map(|o| Finished { output: Vec::new(), input: Vec::new(), sharded: Some(o) }).collect(), cost)
+        }
         Collective::AllReduce { buf, op } => {
             let (n, op) = (buf.len(), *op);
             let mut acc = vec![0.0f32; n];
@@ -268,7 +303,7 @@ fn execute(joined: &mut [Option<(Collective, f64)>], spec: &SimSpec) -> (Vec<Fin
             let res = ops.into_iter().map(|o| match o {
                 Collective::AllReduce { mut buf, .. } => {
                     buf.copy_from_slice(&acc);
-                    Finished { output: buf, input: Vec::new() }
+                    Finished { output: buf, input: Vec::new(), sharded: None }
                 }
                 _ => unreachable!(),
             });
@@ -288,7 +323,7 @@ fn execute(joined: &mut [Option<(Collective, f64)>], spec: &SimSpec) -> (Vec<Fin
             let res = ops.into_iter().zip(outs).map(|(o, acc)| match o {
                 Collective::ReduceScatter { input, mut output, .. } => {
                     output.copy_from_slice(&acc);
-                    Finished { output, input }
+                    Finished { output, input, sharded: None }
                 }
                 _ => unreachable!(),
             });
@@ -305,7 +340,7 @@ fn execute(joined: &mut [Option<(Collective, f64)>], spec: &SimSpec) -> (Vec<Fin
             let res = ops.into_iter().map(|o| match o {
                 Collective::AllGather { input, mut output } => {
                     output.copy_from_slice(&gathered);
-                    Finished { output, input }
+                    Finished { output, input, sharded: None }
                 }
                 _ => unreachable!(),
             });
@@ -319,7 +354,7 @@ fn execute(joined: &mut [Option<(Collective, f64)>], spec: &SimSpec) -> (Vec<Fin
             let res = ops.into_iter().map(|o| match o {
                 Collective::Broadcast { mut buf, .. } => {
                     buf.copy_from_slice(&data);
-                    Finished { output: buf, input: Vec::new() }
+                    Finished { output: buf, input: Vec::new(), sharded: None }
                 }
                 _ => unreachable!(),
             });

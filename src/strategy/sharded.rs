@@ -9,17 +9,19 @@
 //! ```
 //!
 //! The flat parameter vector is padded to a multiple of N and worker i owns
-//! shard i and the optimizer state of that shard only. A round is a small
-//! state machine so a worker can keep computing micro-batches while it is
-//! in flight and advance it in between ([`Sharded::progress`]); the shard's
-//! optimizer step runs on the worker when the reduce-scatter has landed (it
-//! is 1/N of a full step, small next to a micro-batch).
+//! shard i and the optimizer state of that shard only. The whole round,
+//! optimizer step included, runs on the communication side (one
+//! [`Collective::Sharded`] op: the real runtime's communication thread, or
+//! the simulator at the reduce-scatter's completion), as on the paper's
+//! communication stream: the worker only starts it, keeps computing, and
+//! checks between micro-batches whether it is done.
 
 use super::worker::Plan;
-use crate::comm::{padded_len, ReduceOp};
+use crate::comm::padded_len;
 use crate::optim::{DecaySegments, Optimizer};
-use crate::runtime::{Collective, Ctx, Work};
+use crate::runtime::{Collective, Ctx, ShardStep, ShardedOp, Work};
 use anyhow::Result;
+use std::any::Any;
 
 /// What the round does with the reduced gradient shard.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -33,35 +35,47 @@ pub enum Update {
     CommitThenPredict,
 }
 
-enum Phase<H> {
-    Reducing { counts: Option<H>, grads: H },
-    Norm { h: H },
-    Gathering { h: H },
-    Done,
-}
-
 /// A round in flight.
 pub struct Round<H> {
-    phase: Phase<H>,
+    handle: Option<H>,
+}
+
+/// The shard's optimizer and parameters, run by the communication side.
+struct ShardState {
+    opt: Box<dyn Optimizer>,
+    /// Own shard of the committed parameters theta(t).
+    theta: Vec<f32>,
+    decay: DecaySegments,
     update: Update,
     lr: f32,
-    total: f32,
+}
+
+impl ShardStep for ShardState {
+    fn step(&mut self, g: &[f32], out: &mut [f32]) {
+        let (opt, theta, decay, lr) = (&mut self.opt, &mut self.theta, &self.decay, self.lr);
+        match self.update {
+            Update::Commit => {
+                opt.step(theta, g, lr, decay);
+                out.copy_from_slice(theta);
+            }
+            Update::LookAhead => opt.look_ahead(theta, g, lr, decay, out),
+            Update::CommitThenPredict => {
+                opt.step(theta, g, lr, decay);
+                opt.look_ahead(theta, g, lr, decay, out);
+            }
+        }
+    }
+    fn as_any(&mut self) -> &mut dyn Any {
+        self
+    }
 }
 
 /// One worker's shard of the parameters and of the optimizer state.
 pub struct Sharded {
     n: usize,
-    m: usize,
     lo: usize,
-    opt: Box<dyn Optimizer>,
-    decay: DecaySegments,
-    grad_clip: f32,
-    /// Own shard of the committed parameters theta(t).
-    theta: Vec<f32>,
-    /// Padded flat buffer: gradients going out, parameters coming back.
-    flat: Vec<f32>,
-    shard_g: Vec<f32>,
-    shard_out: Vec<f32>,
+    /// The round's buffers and shard state, here between rounds.
+    op: Option<Box<ShardedOp>>,
 }
 
 impl Sharded {
@@ -72,130 +86,74 @@ impl Sharded {
         let m = padded / world;
         let lo = rank * m;
         let theta = (lo..lo + m).map(|i| if i < n { params[i] } else { 0.0 }).collect();
-        Ok(Self {
-            n,
-            m,
-            lo,
-            opt: plan.optimizer.try_build(m)?,
-            decay: plan.decay.restrict(lo, lo + m),
-            grad_clip: plan.grad_clip,
-            theta,
+        let state = ShardState { opt: plan.optimizer.try_build(m)?, theta, decay: plan.decay.restrict(lo, lo + m), update: Update::Commit, lr: 0.0 };
+        let op = ShardedOp {
             flat: vec![0.0; padded],
             shard_g: vec![0.0; m],
             shard_out: vec![0.0; m],
-        })
+            count: 0.0,
+            known_total: None,
+            clip: plan.grad_clip,
+            step: Box::new(state),
+        };
+        Ok(Self { n, lo, op: Some(Box::new(op)) })
+    }
+
+    fn state(&mut self) -> &mut ShardState {
+        let op = self.op.as_mut().expect("no round in flight");
+        op.step.as_any().downcast_mut::<ShardState>().expect("Sharded's own step")
     }
 
     /// Optimizer steps committed so far.
-    pub fn steps_taken(&self) -> u64 {
-        self.opt.steps_taken()
+    pub fn steps_taken(&mut self) -> u64 {
+        self.state().opt.steps_taken()
     }
 
     /// Start a round on `grads` (length n). `count` is this worker's number
     /// of micro-batches in `grads`; with `known_total = Some(t)` the counts
     /// are not communicated and the reduced sum is divided by `t`.
     pub fn start<C: Ctx>(&mut self, ctx: &mut C, grads: &[f32], count: f32, known_total: Option<f32>, update: Update, lr: f32) -> Round<C::Handle> {
-        let counts = match known_total {
-            Some(_) => None,
-            None => Some(ctx.start(Collective::AllReduce { buf: vec![count], op: ReduceOp::Sum })),
-        };
-        let mut flat = std::mem::take(&mut self.flat);
-        flat[..self.n].copy_from_slice(grads);
-        flat[self.n..].fill(0.0);
-        let grads = ctx.start(Collective::ReduceScatter { input: flat, output: std::mem::take(&mut self.shard_g), op: ReduceOp::Sum });
-        Round { phase: Phase::Reducing { counts, grads }, update, lr, total: known_total.unwrap_or(0.0) }
+        let s = self.state();
+        (s.update, s.lr) = (update, lr);
+        let mut op = self.op.take().expect("one round at a time");
+        op.flat[..self.n].copy_from_slice(grads);
+        op.flat[self.n..].fill(0.0);
+        (op.count, op.known_total) = (count, known_total);
+        Round { handle: Some(ctx.start(Collective::Sharded(op))) }
     }
 
-    /// Advance the round as far as it can go without waiting; true when done.
+    /// Whether the round has completed (never waits).
     pub async fn progress<C: Ctx>(&mut self, ctx: &mut C, r: &mut Round<C::Handle>) -> bool {
-        loop {
-            let ready = match &r.phase {
-                Phase::Reducing { counts, grads } => counts.as_ref().is_none_or(|h| ctx.is_done(h)) && ctx.is_done(grads),
-                Phase::Norm { h } | Phase::Gathering { h } => ctx.is_done(h),
-                Phase::Done => return true,
-            };
-            if !ready {
-                return false;
-            }
-            self.advance(ctx, r).await;
-        }
+        r.handle.as_ref().is_none_or(|h| ctx.is_done(h))
     }
 
     /// Wait for the round to complete.
     pub async fn finish<C: Ctx>(&mut self, ctx: &mut C, r: &mut Round<C::Handle>) {
-        while !matches!(r.phase, Phase::Done) {
-            self.advance(ctx, r).await;
+        if let Some(h) = r.handle.take() {
+            self.op = Some(ctx.wait(h).await.sharded.expect("a sharded round hands its op back"));
         }
     }
 
     /// The gathered parameters of the last completed round (length n).
     pub fn gathered(&self) -> &[f32] {
-        &self.flat[..self.n]
-    }
-
-    /// Take the next phase (waiting on the current one's collectives).
-    async fn advance<C: Ctx>(&mut self, ctx: &mut C, r: &mut Round<C::Handle>) {
-        match std::mem::replace(&mut r.phase, Phase::Done) {
-            Phase::Reducing { counts, grads } => {
-                if let Some(h) = counts {
-                    r.total = ctx.wait(h).await.output[0];
-                }
-                let done = ctx.wait(grads).await;
-                (self.flat, self.shard_g) = (done.input, done.output);
-                // Division, as the Mean collective does, so zero1 == ddp bitwise.
-                let total = r.total;
-                self.shard_g.iter_mut().for_each(|g| *g /= total);
-                if self.grad_clip > 0.0 {
-                    let sq: f64 = self.shard_g.iter().map(|&g| (g as f64) * (g as f64)).sum();
-                    r.phase = Phase::Norm { h: ctx.start(Collective::AllReduce { buf: vec![sq as f32], op: ReduceOp::Sum }) };
-                } else {
-                    self.step_and_gather(ctx, r).await;
-                }
-            }
-            Phase::Norm { h } => {
-                let norm = ctx.wait(h).await.output[0].sqrt();
-                if norm.is_finite() && norm > self.grad_clip {
-                    let k = self.grad_clip / (norm + 1e-6);
-                    self.shard_g.iter_mut().for_each(|g| *g *= k);
-                }
-                self.step_and_gather(ctx, r).await;
-            }
-            Phase::Gathering { h } => {
-                let done = ctx.wait(h).await;
-                (self.shard_out, self.flat) = (done.input, done.output);
-            }
-            Phase::Done => {}
-        }
-    }
-
-    async fn step_and_gather<C: Ctx>(&mut self, ctx: &mut C, r: &mut Round<C::Handle>) {
-        let (lr, m) = (r.lr, self.m);
-        let (opt, theta, g, out, decay) = (&mut self.opt, &mut self.theta, &self.shard_g, &mut self.shard_out, &self.decay);
-        ctx.compute(Work::Optimizer { params: m }, || match r.update {
-            Update::Commit => {
-                opt.step(theta, g, lr, decay);
-                out.copy_from_slice(theta);
-            }
-            Update::LookAhead => opt.look_ahead(theta, g, lr, decay, out),
-            Update::CommitThenPredict => {
-                opt.step(theta, g, lr, decay);
-                opt.look_ahead(theta, g, lr, decay, out);
-            }
-        })
-        .await;
-        let out = std::mem::take(&mut self.shard_out);
-        r.phase = Phase::Gathering { h: ctx.start(Collective::AllGather { input: out, output: std::mem::take(&mut self.flat) }) };
+        &self.op.as_ref().expect("no round in flight").flat[..self.n]
     }
 
     /// Model-state bytes of a worker using this shard, with `held` extra
     /// full-size gradient buffers kept between rounds (ACCO's g~, DPU's g(t-1)).
-    pub fn memory(&self, held: usize) -> super::worker::MemoryBytes {
+    pub fn memory(&mut self, held: usize) -> super::worker::MemoryBytes {
         let f = std::mem::size_of::<f32>();
+        let n = self.n;
+        let (flat, sg, so) = {
+            let op = self.op.as_ref().expect("no round in flight");
+            (op.flat.len(), op.shard_g.len(), op.shard_out.len())
+        };
+        let s = self.state();
         super::worker::MemoryBytes {
-            params: f * self.n,
-            grads: f * self.n,
-            comm_buffers: f * (self.flat.len() + self.shard_g.len() + self.shard_out.len() + held * self.n),
-            optimizer: f * (self.opt.state_len() + self.theta.len()),
+            params: f * n,
+            grads: f * n,
+            comm_buffers: f * (flat + sg + so + held * n),
+            optimizer: f * (s.opt.state_len() + s.theta.len()),
         }
     }
 
@@ -224,10 +182,15 @@ impl Sharded {
     /// All-gather the committed parameters (e.g. at the end of ACCO-wp,
     /// whose replicas hold a prediction).
     pub async fn gather_committed<C: Ctx>(&mut self, ctx: &mut C) -> &[f32] {
-        self.shard_out.copy_from_slice(&self.theta);
-        let h = ctx.start(Collective::AllGather { input: std::mem::take(&mut self.shard_out), output: std::mem::take(&mut self.flat) });
+        let theta = self.state().theta.clone();
+        let mut op = self.op.take().expect("no round in flight");
+        let (input, output) = (std::mem::take(&mut op.shard_out), std::mem::take(&mut op.flat));
+        let mut input = input;
+        input.copy_from_slice(&theta);
+        let h = ctx.start(Collective::AllGather { input, output });
         let done = ctx.wait(h).await;
-        (self.shard_out, self.flat) = (done.input, done.output);
-        &self.flat[..self.n]
+        (op.shard_out, op.flat) = (done.input, done.output);
+        self.op = Some(op);
+        &self.op.as_ref().expect("just restored").flat[..self.n]
     }
 }

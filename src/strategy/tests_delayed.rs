@@ -159,3 +159,15 @@ fn acco_hides_communication_that_zero1_exposes() {
     assert!(z < 0.05, "zero1 overlap {z}");
     assert!(acco.workers[0].micro_batches.as_ref().unwrap().mean >= 2.0);
 }
+
+#[test]
+fn with_free_communication_each_stage_computes_exactly_one_micro_batch() {
+    // The sharded round runs on the communication side, so when it costs
+    // nothing it is done by the end of the first micro-batch: N_i = 1 per
+    // stage, as in the paper (the worker never waits on itself).
+    let plan = super::tests::plan(3, 1, 1.0);
+    for (method, want) in [(Method::Acco, 1 + 2 * 3), (Method::AccoWp, 1 + 3), (Method::Dpu { warmup_steps: 0 }, 1 + 3)] {
+        let r = run_cluster(method, &sim(4), workers(4, 1), &plan).unwrap();
+        assert!(r.iter().all(|w| w.times.micro_batches == want), "{method:?}: {:?}", r.iter().map(|w| w.times.micro_batches).collect::<Vec<_>>());
+    }
+}
