@@ -25,9 +25,9 @@ pub fn line_plot(path: &Path, title: &str, x_label: &str, y_label: &str, series:
         return Err(anyhow!("nothing to plot for {}", path.display()));
     }
     let pad = ((y1 - y0) * 0.05).max(1e-6);
-    let tmp = path.with_extension("svg.tmp");
+    let mut svg = String::new();
     {
-        let root = SVGBackend::new(&tmp, (800, 500)).into_drawing_area();
+        let root = SVGBackend::with_string(&mut svg, (800, 500)).into_drawing_area();
         root.fill(&WHITE).map_err(|e| anyhow!("{e}"))?;
         let mut chart = ChartBuilder::on(&root)
             .caption(title, ("sans-serif", 20))
@@ -48,9 +48,8 @@ pub fn line_plot(path: &Path, title: &str, x_label: &str, y_label: &str, series:
         chart.configure_series_labels().border_style(BLACK).background_style(WHITE.mix(0.8)).draw().map_err(|e| anyhow!("{e}"))?;
         root.present().map_err(|e| anyhow!("{e}"))?;
     }
-    // Rename into place: a reader never sees half a plot.
-    std::fs::rename(&tmp, path)?;
-    Ok(())
+    // Written like every other output: a reader never sees half a plot.
+    crate::util::atomic_write(path, svg.as_bytes())
 }
 
 #[cfg(test)]

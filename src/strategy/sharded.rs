@@ -73,7 +73,6 @@ impl ShardStep for ShardState {
 /// One worker's shard of the parameters and of the optimizer state.
 pub struct Sharded {
     n: usize,
-    lo: usize,
     /// The round's buffers and shard state, here between rounds.
     op: Option<Box<ShardedOp>>,
 }
@@ -96,7 +95,7 @@ impl Sharded {
             clip: plan.grad_clip,
             step: Box::new(state),
         };
-        Ok(Self { n, lo, op: Some(Box::new(op)) })
+        Ok(Self { n, op: Some(Box::new(op)) })
     }
 
     fn state(&mut self) -> &mut ShardState {
@@ -123,7 +122,7 @@ impl Sharded {
     }
 
     /// Whether the round has completed (never waits).
-    pub async fn progress<C: Ctx>(&mut self, ctx: &mut C, r: &mut Round<C::Handle>) -> bool {
+    pub fn is_done<C: Ctx>(&self, ctx: &C, r: &Round<C::Handle>) -> bool {
         r.handle.as_ref().is_none_or(|h| ctx.is_done(h))
     }
 
@@ -156,11 +155,6 @@ impl Sharded {
             optimizer: f * (s.opt.state_len() + s.theta.len()),
         }
     }
-
-    /// First index of this worker's shard in the flat vector.
-    pub fn shard_start(&self) -> usize {
-        self.lo
-    }
 }
 
 /// Compute micro-batches on the current parameters (at least one, so
@@ -172,7 +166,7 @@ pub async fn accumulate_while<C: Ctx>(ctx: &mut C, w: &mut super::Worker, shard:
     loop {
         loss += ctx.compute(Work::MicroBatch, || w.micro_batch(1.0)).await as f64;
         count += 1;
-        if shard.progress(ctx, round).await {
+        if shard.is_done(ctx, round) {
             return (loss, count);
         }
     }
@@ -184,8 +178,7 @@ impl Sharded {
     pub async fn gather_committed<C: Ctx>(&mut self, ctx: &mut C) -> &[f32] {
         let theta = self.state().theta.clone();
         let mut op = self.op.take().expect("no round in flight");
-        let (input, output) = (std::mem::take(&mut op.shard_out), std::mem::take(&mut op.flat));
-        let mut input = input;
+        let (mut input, output) = (std::mem::take(&mut op.shard_out), std::mem::take(&mut op.flat));
         input.copy_from_slice(&theta);
         let h = ctx.start(Collective::AllGather { input, output });
         let done = ctx.wait(h).await;
