@@ -110,6 +110,7 @@ pub fn sim_overhead(preset: &str, steps: u64) -> Result<(f64, f64)> {
         optimizer: OptimizerConfig::default(),
         decay: DecaySegments::new(layout.decay_ranges()),
         grad_clip: 0.0,
+        fixed_micro_batches: None,
     };
     // Alternate the two, three times each, and keep each one's fastest run:
     // both pay the same first-touch of fresh buffers, and the shared

@@ -69,6 +69,7 @@ pub(super) fn run_config(a: &TrainArgs) -> Result<(RunConfig, Option<PathBuf>)> 
         p.workers = a.workers;
     }
     set!(a.runtime, p.runtime);
+    set!(a.backend, p.backend);
     if a.cluster.is_some() {
         p.cluster = a.cluster.clone();
     }
@@ -89,7 +90,10 @@ pub(super) fn run_config(a: &TrainArgs) -> Result<(RunConfig, Option<PathBuf>)> 
         p.trace = a.trace.clone();
     }
     set!(a.dpu_warmup, p.dpu_warmup_steps);
-    if p.method.is_none() && (a.workers.is_some() || a.runtime.is_some() || a.cluster.is_some() || a.link.is_some() || a.speeds.is_some()) {
+    if a.fixed_micro_batches.is_some() {
+        p.fixed_micro_batches = a.fixed_micro_batches;
+    }
+    if p.method.is_none() && (a.workers.is_some() || a.runtime.is_some() || a.backend.is_some() || a.cluster.is_some() || a.link.is_some() || a.speeds.is_some()) {
         p.method = Some("ddp".into());
     }
     let resume = a.resume.as_ref().map(|r| if r.as_os_str().is_empty() { cfg.train.out_dir.clone() } else { r.clone() });
@@ -102,7 +106,14 @@ pub fn train(a: TrainArgs) -> Result<()> {
         if resume.is_some() || a.stop_at.is_some() {
             anyhow::bail!("--resume and --stop-at are for single-worker runs; data-parallel runs (--method) start fresh");
         }
-        let s = crate::train::parallel::run_parallel(cfg, a.quiet)?;
+        let s = match cfg.parallel.backend.as_str() {
+            "local" => crate::train::parallel::run_parallel(cfg, a.quiet)?,
+            "mpi" => match run_mpi(cfg, a.quiet)? {
+                Some(s) => s,
+                None => return Ok(()), // ranks other than 0 report nothing
+            },
+            other => anyhow::bail!("unknown backend `{other}`: use --backend local (threads) or --backend mpi (under mpirun)"),
+        };
         println!(
             "method {:?}  workers {}  final loss {:.4}  val_loss {:.4}  val_ppl {:.2}  time {:.2} s  overlap {}  checkpoint {}",
             s.method,
@@ -127,6 +138,16 @@ pub fn train(a: TrainArgs) -> Result<()> {
         summary.checkpoint.display()
     );
     Ok(())
+}
+
+#[cfg(feature = "mpi")]
+fn run_mpi(cfg: RunConfig, quiet: bool) -> Result<Option<crate::train::parallel::ParallelSummary>> {
+    crate::train::parallel_mpi::run_parallel_mpi(cfg, quiet)
+}
+
+#[cfg(not(feature = "mpi"))]
+fn run_mpi(_: RunConfig, _: bool) -> Result<Option<crate::train::parallel::ParallelSummary>> {
+    anyhow::bail!("this lowcomm was built without MPI: install MPICH and libclang (apt-get install libmpich-dev mpich libclang-dev), then cargo build --release --features mpi (docs/mpi.md)")
 }
 
 pub fn eval(a: EvalArgs) -> Result<()> {

@@ -136,6 +136,11 @@ pub struct TrainArgs {
     /// `real` (threads, overlapping) or `sim` (deterministic virtual time).
     #[arg(long)]
     pub runtime: Option<String>,
+    /// `local` (workers are threads of this process) or `mpi` (one process
+    /// per worker: `mpirun -np 4 lowcomm train --backend mpi ...`; build
+    /// with `--features mpi`; docs/mpi.md).
+    #[arg(long)]
+    pub backend: Option<String>,
     /// Simulated cluster profile (configs/clusters/*.toml), with --runtime sim.
     #[arg(long)]
     pub cluster: Option<PathBuf>,
@@ -151,6 +156,11 @@ pub struct TrainArgs {
     /// Write a Chrome/Perfetto trace of compute and communication per worker.
     #[arg(long)]
     pub trace: Option<PathBuf>,
+    /// dpu, acco-wp, acco: exactly K micro-batches per stage, then wait for
+    /// the round (results independent of timing) instead of accumulating
+    /// while it is in flight.
+    #[arg(long, value_name = "K")]
+    pub fixed_micro_batches: Option<usize>,
     /// DPU: steps of non-delayed updates first.
     #[arg(long)]
     pub dpu_warmup: Option<u64>,

@@ -14,14 +14,7 @@ use crate::comm::padded_len;
 const SIZES: [usize; 3] = [1, 7, 1001];
 const WIRES: [WireDtype; 2] = [WireDtype::F32, WireDtype::Bf16];
 
-/// Deterministic, rank-dependent values in about [-4, 4) with full mantissas.
-fn val(rank: usize, i: usize) -> f32 {
-    let mut h = (rank as u64 + 1).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (i as u64).wrapping_mul(0xBF58_476D_1CE4_E5B9);
-    h ^= h >> 31;
-    h = h.wrapping_mul(0x94D0_49BB_1331_11EB);
-    h ^= h >> 29;
-    ((h >> 40) as f32 / (1u64 << 24) as f32) * 8.0 - 4.0
-}
+use crate::comm::conformance::value as val;
 
 fn input(rank: usize, n: usize) -> Vec<f32> {
     (0..n).map(|i| val(rank, i)).collect()
@@ -306,4 +299,54 @@ fn two_tier_stats_sum_the_three_stages() {
         c.stats()
     });
     assert_eq!(res[3], CommStats { bytes_sent: 48, bytes_received: 48, ops: 3 });
+}
+
+#[test]
+fn conformance_suite_passes_on_every_world_and_wire() {
+    for p in 1..=5 {
+        for wire in [WireDtype::F32, WireDtype::Bf16] {
+            for res in run(LocalGroup::new(p, wire), |c| crate::comm::conformance::check(c, false)) {
+                assert!(res.unwrap() > 0);
+            }
+        }
+    }
+}
+
+#[test]
+fn conformance_suite_passes_on_two_tier_groups() {
+    for wire in [WireDtype::F32, WireDtype::Bf16] {
+        for res in run(LocalGroup::two_tier(2, 2, wire), |c| crate::comm::conformance::check(c, true)) {
+            res.unwrap();
+        }
+    }
+}
+
+#[test]
+fn conformance_suite_catches_a_backend_that_sums_in_another_order() {
+    // Reversed rank order changes the last bits of some sums: the exact
+    // recipe check must notice (this is what makes "same bits" testable).
+    struct Reversed(LocalComm);
+    impl Communicator for Reversed {
+        fn rank(&self) -> usize { self.0.rank() }
+        fn world(&self) -> usize { self.0.world() }
+        fn all_reduce(&mut self, buf: &mut [f32], op: ReduceOp) {
+            let p = self.world();
+            let mut all = vec![0.0; p * buf.len()];
+            self.0.all_gather(buf, &mut all);
+            for (i, x) in buf.iter_mut().enumerate() {
+                *x = (0..p).rev().map(|q| all[q * buf.len() + i]).fold(None, |a: Option<f32>, v| Some(a.map_or(v, |a| a + v))).unwrap_or(0.0);
+                if op == ReduceOp::Mean { *x /= p as f32; }
+            }
+        }
+        fn reduce_scatter(&mut self, i: &[f32], o: &mut [f32], op: ReduceOp) { self.0.reduce_scatter(i, o, op) }
+        fn all_gather(&mut self, i: &[f32], o: &mut [f32]) { self.0.all_gather(i, o) }
+        fn broadcast(&mut self, b: &mut [f32], root: usize) { self.0.broadcast(b, root) }
+        fn barrier(&mut self) { self.0.barrier() }
+        fn wire(&self) -> WireDtype { self.0.wire() }
+        fn stats(&self) -> crate::comm::CommStats { self.0.stats() }
+    }
+    let comms: Vec<Reversed> = LocalGroup::new(3, WireDtype::F32).into_iter().map(Reversed).collect();
+    let res = run(comms, |c| crate::comm::conformance::check(c, false));
+    let err = res[0].as_ref().unwrap_err().to_string();
+    assert!(err.contains("all_reduce") && err.contains("rank-order recipe"), "{err}");
 }

@@ -3,6 +3,9 @@
 //! A [`Communicator`] is one worker's handle on a group: rank, world size and
 //! the blocking collectives on flat `f32` buffers. Backends:
 //! - [`local`]: threads of one process sharing memory (the embedded default).
+//! - `mpi` (cargo feature `mpi`): one process per rank over MPI, on one
+//!   machine or several; same trait, same conformance checks
+//!   ([`conformance`]), same bits.
 //!
 //! On top of any backend, [`async_op::CommThread`] runs *started*
 //! collectives on a dedicated communication thread (the papers'
@@ -34,7 +37,10 @@ pub mod async_op;
 pub mod bench;
 pub mod bf16;
 pub mod link;
+pub mod conformance;
 pub mod local;
+#[cfg(feature = "mpi")]
+pub mod mpi;
 pub mod two_tier;
 
 pub use async_op::{CommThread, Completed, OpHandle, OpKind};

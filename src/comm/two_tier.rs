@@ -1,6 +1,8 @@
-//! Two-tier topology (nodes x workers per node) over in-process groups:
-//! each worker holds the whole group, its node's group and its peers at the
-//! same local index on the other nodes. Built by [`super::LocalGroup::two_tier`].
+//! Two-tier topology (nodes x workers per node) over any backend: each
+//! worker holds the whole group, its node's group and its peers at the same
+//! local index on the other nodes. Built by [`super::LocalGroup::two_tier`]
+//! (threads) or, with the `mpi` feature, `MpiProcess::two_tier` (ranks per
+//! node from MPI or the environment).
 
 use super::{padded_len, CommStats, Communicator, LocalComm, ReduceOp, WireDtype};
 
@@ -8,20 +10,20 @@ use super::{padded_len, CommStats, Communicator, LocalComm, ReduceOp, WireDtype}
 /// [`Communicator`] it is the whole group; its all-reduce is hierarchical
 /// (intra-node reduce-scatter, inter-node all-reduce of 1/per_node of the
 /// data, intra-node all-gather), the other collectives use `world`.
-pub struct TwoTierComm {
+pub struct TwoTierComm<C: Communicator = LocalComm> {
     /// All ranks; rank = node * per_node + local.
-    pub world: LocalComm,
+    pub world: C,
     /// The ranks of this worker's node; rank = local index.
-    pub intra: LocalComm,
+    pub intra: C,
     /// The ranks with the same local index on every node; rank = node.
-    pub inter: LocalComm,
+    pub inter: C,
     /// Reused across calls (grown, never shrunk).
     scratch: Vec<f32>,
 }
 
-impl TwoTierComm {
+impl<C: Communicator> TwoTierComm<C> {
     /// Bundles one worker's handles (see [`super::LocalGroup::two_tier`]).
-    pub fn new(world: LocalComm, intra: LocalComm, inter: LocalComm) -> TwoTierComm {
+    pub fn new(world: C, intra: C, inter: C) -> TwoTierComm<C> {
         assert_eq!(world.world(), intra.world() * inter.world(), "two-tier: world must be intra x inter");
         TwoTierComm { world, intra, inter, scratch: Vec::new() }
     }
@@ -33,7 +35,7 @@ impl TwoTierComm {
     }
 }
 
-impl Communicator for TwoTierComm {
+impl<C: Communicator> Communicator for TwoTierComm<C> {
     fn rank(&self) -> usize {
         self.world.rank()
     }

@@ -188,7 +188,7 @@ pub fn work_name(w: Work) -> &'static str {
 }
 
 /// Per-worker accounting a runtime keeps while a strategy runs.
-#[derive(Clone, Debug, Default, serde::Serialize)]
+#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct WorkerTimes {
     /// Seconds spent in [`Ctx::compute`].
     pub compute_s: f64,

@@ -162,26 +162,40 @@ fn block_on<T>(fut: impl Future<Output = T>) -> T {
     }
 }
 
-/// Run `world` workers, one thread each; `make(ctx)` builds worker r's future.
+/// Run `world` workers, one thread each, over an in-process group;
+/// `make(ctx)` builds worker r's future.
 pub fn run<T, F, Fut>(spec: RealSpec, world: usize, make: F) -> Result<Vec<T>>
 where
     T: Send,
     F: Fn(RealCtx) -> Fut + Sync,
     Fut: Future<Output = Result<T>>,
 {
+    let comms = LocalGroup::new(world, spec.wire).into_iter().map(|c| Box::new(c) as Box<dyn Communicator>).collect();
+    run_with(spec, comms, make)
+}
+
+/// Run one worker thread per communicator in `comms` (all ranks of an
+/// in-process group, or this process's rank of an MPI job); results in the
+/// order of `comms`. Worker `comm.rank()` gets `spec.speeds[rank]`.
+pub fn run_with<T, F, Fut>(spec: RealSpec, comms: Vec<Box<dyn Communicator>>, make: F) -> Result<Vec<T>>
+where
+    T: Send,
+    F: Fn(RealCtx) -> Fut + Sync,
+    Fut: Future<Output = Result<T>>,
+{
+    let world = comms.first().map_or(0, |c| c.world());
     if spec.speeds.len() != world {
         bail!("real runtime: {} speed factors for {world} workers", spec.speeds.len());
     }
-    let comms = LocalGroup::new(world, spec.wire);
     let t0 = Instant::now();
     let results: Vec<Result<T>> = std::thread::scope(|s| {
         let handles: Vec<_> = comms
             .into_iter()
-            .enumerate()
-            .map(|(rank, comm)| {
+            .map(|comm| {
                 let (make, spec) = (&make, &spec);
                 s.spawn(move || {
-                    let comm = CommThread::spawn(Box::new(comm) as Box<dyn Communicator>, spec.link.clone());
+                    let rank = comm.rank();
+                    let comm = CommThread::spawn(comm, spec.link.clone());
                     let ctx = RealCtx {
                         rank,
                         world,

@@ -32,7 +32,7 @@ pub async fn run<C: Ctx>(ctx: &mut C, w: &mut Worker, plan: &Plan) -> Result<Out
         // Stage 1 (eq. 1): estimate theta~(t+1) from g~(t) while computing g(t) on theta(t).
         let mut r1 = shard.start(ctx, &tilde, tilde_n as f32, None, Update::LookAhead, lr);
         w.model.zero_grads();
-        let (loss1, n1) = accumulate_while(ctx, w, &mut shard, &mut r1).await;
+        let (loss1, n1) = accumulate_while(ctx, w, &mut shard, &mut r1, plan.fixed_micro_batches).await;
         shard.finish(ctx, &mut r1).await;
         w.model.params.copy_from_slice(shard.gathered()); // theta~(t+1)
         // Stage 2 (eq. 2): commit theta(t+1) from g(t) + g~(t) while computing g~(t+1) on theta~(t+1).
@@ -41,7 +41,7 @@ pub async fn run<C: Ctx>(ctx: &mut C, w: &mut Worker, plan: &Plan) -> Result<Out
         }
         let mut r2 = shard.start(ctx, &tilde, (n1 + tilde_n) as f32, None, Update::Commit, lr);
         w.model.zero_grads();
-        let (loss2, n2) = accumulate_while(ctx, w, &mut shard, &mut r2).await;
+        let (loss2, n2) = accumulate_while(ctx, w, &mut shard, &mut r2, plan.fixed_micro_batches).await;
         shard.finish(ctx, &mut r2).await;
         w.model.params.copy_from_slice(shard.gathered()); // theta(t+1)
         losses.push(((loss1 + loss2) / (n1 + n2) as f64) as f32);

@@ -27,7 +27,7 @@ pub async fn run<C: Ctx>(ctx: &mut C, w: &mut Worker, plan: &Plan) -> Result<Out
         ctx.mark_round(t);
         let mut round = shard.start(ctx, &pending, pending_n as f32, None, Update::CommitThenPredict, plan.schedule.lr(t));
         w.model.zero_grads();
-        let (loss, n) = accumulate_while(ctx, w, &mut shard, &mut round).await;
+        let (loss, n) = accumulate_while(ctx, w, &mut shard, &mut round, plan.fixed_micro_batches).await;
         shard.finish(ctx, &mut round).await;
         losses.push((loss / n as f64) as f32);
         w.model.params.copy_from_slice(shard.gathered());

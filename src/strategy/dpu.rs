@@ -44,7 +44,7 @@ pub async fn run<C: Ctx>(ctx: &mut C, w: &mut Worker, plan: &Plan, warmup_steps:
         };
         let mut round = shard.start(ctx, &prev, prev_n as f32, None, Update::Commit, lr);
         w.model.zero_grads();
-        let (loss, n) = accumulate_while(ctx, w, &mut shard, &mut round).await;
+        let (loss, n) = accumulate_while(ctx, w, &mut shard, &mut round, plan.fixed_micro_batches).await;
         shard.finish(ctx, &mut round).await;
         losses.push((loss / n as f64) as f32);
         w.model.params.copy_from_slice(shard.gathered());

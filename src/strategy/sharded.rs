@@ -159,14 +159,19 @@ impl Sharded {
 
 /// Compute micro-batches on the current parameters (at least one, so
 /// N_i >= 1) and advance `round` between them, until it completes: ACCO's
-/// "accumulate while you communicate". Gradients are summed (loss weight 1)
-/// into the model's accumulator; returns (sum of losses, count).
-pub async fn accumulate_while<C: Ctx>(ctx: &mut C, w: &mut super::Worker, shard: &mut Sharded, round: &mut Round<C::Handle>) -> (f64, usize) {
+/// "accumulate while you communicate". With `fixed = Some(k)`, exactly k
+/// (the caller then waits for the round). Gradients are summed (loss
+/// weight 1) into the model's accumulator; returns (sum of losses, count).
+pub async fn accumulate_while<C: Ctx>(ctx: &mut C, w: &mut super::Worker, shard: &mut Sharded, round: &mut Round<C::Handle>, fixed: Option<usize>) -> (f64, usize) {
     let (mut loss, mut count) = (0.0f64, 0usize);
     loop {
         loss += ctx.compute(Work::MicroBatch, || w.micro_batch(1.0)).await as f64;
         count += 1;
-        if shard.is_done(ctx, round) {
+        let done = match fixed {
+            Some(k) => count >= k,
+            None => shard.is_done(ctx, round),
+        };
+        if done {
             return (loss, count);
         }
     }

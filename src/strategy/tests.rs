@@ -25,6 +25,7 @@ pub(super) fn plan(steps: u64, accum: usize, clip: f32) -> Plan {
         optimizer: OptimizerConfig::AdamW(AdamWConfig::default()),
         decay: DecaySegments::new(layout.decay_ranges()),
         grad_clip: clip,
+        fixed_micro_batches: None,
     }
 }
 

@@ -19,6 +19,7 @@ fn sgd_plan(steps: u64) -> Plan {
         optimizer: OptimizerConfig::Sgd(SgdConfig::default()),
         decay: DecaySegments::none(),
         grad_clip: 0.0,
+        fixed_micro_batches: None,
     }
 }
 

@@ -57,6 +57,11 @@ pub struct Plan {
     pub decay: DecaySegments,
     /// Global gradient-norm clip (0: off).
     pub grad_clip: f32,
+    /// Overlapping methods (dpu, acco-wp, acco): `Some(k)` computes exactly
+    /// k micro-batches per stage, then waits for the round, so results do
+    /// not depend on timing (reproducible, comparable across backends);
+    /// `None` accumulates for as long as the round is in flight (the papers').
+    pub fixed_micro_batches: Option<usize>,
 }
 
 /// What a strategy returns from one worker's run.
@@ -91,7 +96,7 @@ pub struct WorkerReport {
 
 /// Bytes of model states held by one worker, by category (ACCO paper,
 /// Table 1's columns), measured from the buffers actually allocated.
-#[derive(Clone, Copy, Debug, Default, serde::Serialize)]
+#[derive(Clone, Copy, Debug, Default, serde::Serialize, serde::Deserialize)]
 pub struct MemoryBytes {
     /// The replica's parameters.
     pub params: usize,

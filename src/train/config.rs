@@ -151,6 +151,10 @@ pub struct ParallelSection {
     pub workers: Option<usize>,
     /// `real` (threads, really overlapping) or `sim` (virtual time).
     pub runtime: String,
+    /// Where the workers live: `local` (threads of this process) or `mpi`
+    /// (one process per worker, launched by `mpirun`; needs the `mpi` build
+    /// feature; docs/mpi.md).
+    pub backend: String,
     /// Cluster profile for `sim` (configs/clusters/*.toml): workers, device, links.
     pub cluster: Option<PathBuf>,
     /// One-tier link, emulated (real) or simulated (sim), e.g. `1gbit,50us`.
@@ -165,11 +169,15 @@ pub struct ParallelSection {
     pub micro_batch_s: f64,
     /// Write a Chrome/Perfetto trace here (one compute and one comm track per worker).
     pub trace: Option<PathBuf>,
+    /// dpu, acco-wp, acco: compute exactly this many micro-batches per
+    /// stage, then wait for the round (timing-independent, reproducible
+    /// results); unset: accumulate while the round is in flight.
+    pub fixed_micro_batches: Option<usize>,
 }
 
 impl Default for ParallelSection {
     fn default() -> Self {
-        Self { method: None, workers: None, runtime: "real".into(), cluster: None, link: None, speeds: None, wire: None, dpu_warmup_steps: 0, micro_batch_s: 0.1, trace: None }
+        Self { method: None, workers: None, runtime: "real".into(), backend: "local".into(), cluster: None, link: None, speeds: None, wire: None, dpu_warmup_steps: 0, micro_batch_s: 0.1, trace: None, fixed_micro_batches: None }
     }
 }
 

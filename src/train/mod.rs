@@ -3,6 +3,8 @@
 pub mod config;
 pub mod metrics;
 pub mod parallel;
+#[cfg(feature = "mpi")]
+pub mod parallel_mpi;
 pub mod run;
 pub mod trainer;
 

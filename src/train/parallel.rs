@@ -69,6 +69,9 @@ pub fn runtime(p: &ParallelSection, model: &GptConfig, params: usize, tokens_per
         (None, Some(c)) => c.workers(),
         (None, None) => 1,
     };
+    if p.fixed_micro_batches == Some(0) {
+        bail!("parallel.fixed_micro_batches (--fixed-micro-batches) must be at least 1, e.g. --fixed-micro-batches 1");
+    }
     if world == 0 {
         bail!("parallel.workers (--workers) must be at least 1, e.g. --workers 4");
     }
@@ -102,37 +105,81 @@ pub fn runtime(p: &ParallelSection, model: &GptConfig, params: usize, tokens_per
     Ok((world, rt))
 }
 
-/// Train with `cfg.parallel.method`.
-pub fn run_parallel(cfg: RunConfig, quiet: bool) -> Result<ParallelSummary> {
+/// Everything a parallel run fixes before its workers start.
+pub struct Setup {
+    pub cfg: RunConfig,
+    pub model_cfg: GptConfig,
+    pub method: Method,
+    pub data: crate::data::Dataset,
+    /// The initial model (identical on every worker).
+    pub init: Gpt,
+    pub world: usize,
+    pub runtime: Runtime,
+    pub plan: Plan,
+    /// Tokens per sequence.
+    pub seq: usize,
+}
+
+/// Validates `cfg`, opens the data and builds the initial model and plan.
+pub fn setup(cfg: RunConfig) -> Result<Setup> {
     let model_cfg = cfg.validate()?;
     let method = method(&cfg.parallel)?;
     let (data, _) = open_data(&cfg, &model_cfg)?;
     let t = &cfg.train;
     let seq = cfg.seq_len(&model_cfg);
     let init = Gpt::new(model_cfg.clone(), t.seed)?;
-    let n = init.num_params();
-    let (world, rt) = runtime(&cfg.parallel, &model_cfg, n, t.batch_size * seq)?;
-    let tokens = Arc::new(data.train.clone());
-    let mut workers = Vec::with_capacity(world);
-    for r in 0..world {
-        let shard = shard_range(tokens.len(), r, world);
-        let model = Gpt::from_params(model_cfg.clone(), init.params.clone(), t.seed)?;
-        let w = Worker::new(model, tokens.clone(), shard, t.batch_size, seq, t.seed, r)
-            .with_context(|| format!("worker {r} of {world}: its data shard is too small; use fewer workers or more text"))?;
-        workers.push(w);
+    let (world, runtime) = runtime(&cfg.parallel, &model_cfg, init.num_params(), t.batch_size * seq)?;
+    let plan = Plan { steps: t.steps, grad_accum: t.grad_accum, schedule: cfg.schedule(), optimizer: cfg.optimizer.clone(), decay: decay_segments(&init.layout, &cfg), grad_clip: t.grad_clip, fixed_micro_batches: cfg.parallel.fixed_micro_batches };
+    Ok(Setup { cfg, model_cfg, method, data, init, world, runtime, plan, seq })
+}
+
+impl Setup {
+    /// Worker `rank`: a replica of the initial model and its shard of the data.
+    pub fn worker(&self, rank: usize, tokens: &Arc<Vec<u32>>) -> Result<Worker> {
+        let t = &self.cfg.train;
+        let shard = shard_range(tokens.len(), rank, self.world);
+        let model = Gpt::from_params(self.model_cfg.clone(), self.init.params.clone(), t.seed)?;
+        Worker::new(model, tokens.clone(), shard, t.batch_size, self.seq, t.seed, rank)
+            .with_context(|| format!("worker {rank} of {}: its data shard is too small; use fewer workers or more text", self.world))
     }
-    let plan = Plan { steps: t.steps, grad_accum: t.grad_accum, schedule: cfg.schedule(), optimizer: cfg.optimizer.clone(), decay: decay_segments(&init.layout, &cfg), grad_clip: t.grad_clip };
+
+    /// The line announcing the run.
+    pub fn banner(&self, backend: &str) -> String {
+        let rt = match &self.runtime {
+            Runtime::Real(_) => "real",
+            Runtime::Sim(_) => "sim",
+        };
+        let t = &self.cfg.train;
+        format!("training {} params with {:?} on {} workers ({rt} runtime, {backend} backend) for {} steps -> {}", self.init.num_params(), self.method, self.world, t.steps, t.out_dir.display())
+    }
+}
+
+/// Train with `cfg.parallel.method`, all workers in this process.
+pub fn run_parallel(cfg: RunConfig, quiet: bool) -> Result<ParallelSummary> {
+    if cfg.parallel.backend != "local" {
+        bail!("backend `{}` runs one worker per process: launch it with mpirun (see docs/mpi.md); in-process runs use --backend local", cfg.parallel.backend);
+    }
+    let s = setup(cfg)?;
+    let tokens = Arc::new(s.data.train.clone());
+    let workers = (0..s.world).map(|r| s.worker(r, &tokens)).collect::<Result<Vec<_>>>()?;
+    if !quiet {
+        eprintln!("{}", s.banner("local"));
+    }
+    let reports = run_cluster(s.method, &s.runtime, workers, &s.plan)?;
+    finish(s, reports, quiet)
+}
+
+/// Everything after the workers ran: metrics, events, plots, trace and the
+/// final checkpoint, from all workers' reports (in rank order).
+pub fn finish(s: Setup, reports: Vec<WorkerReport>, quiet: bool) -> Result<ParallelSummary> {
+    let Setup { cfg, model_cfg, method, data, init, world, plan, seq, .. } = s;
+    let n = init.num_params();
+    let t = &cfg.train;
     let say = |s: String| {
         if !quiet {
             eprintln!("{s}");
         }
     };
-    let rt_name = match &rt {
-        Runtime::Real(_) => "real",
-        Runtime::Sim(_) => "sim",
-    };
-    say(format!("training {n} params with {method:?} on {world} workers ({rt_name} runtime) for {} steps -> {}", t.steps, t.out_dir.display()));
-    let reports = run_cluster(method, &rt, workers, &plan)?;
     // Metrics: per round, the mean loss over workers and when the round ended.
     let tokens_per_mb = (t.batch_size * seq) as u64;
     let spans: Vec<_> = reports.iter().flat_map(|r| r.events.spans().to_vec()).collect();

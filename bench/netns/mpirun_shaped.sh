@@ -1,0 +1,365 @@
+#!/usr/bin/env bash
+# mpirun_shaped.sh - run an MPICH (hydra) job with ONE RANK PER NETWORK
+# NAMESPACE, the namespaces joined by veth pairs on a bridge and every link
+# shaped in both directions with `tc ... tbf`, so MPI traffic really crosses
+# a rate-limited TCP link (netem is not available on this kernel).
+#
+# Usage (as root):
+#   bench/netns/mpirun_shaped.sh --ranks 2 --rate 100mbit [--prefix lcnet] -- <program> [args...]
+#   bench/netns/mpirun_shaped.sh --help
+#
+# Topology (all addresses live only inside the namespaces; the root namespace
+# gets no address, route or interface):
+#
+#   <prefix>-hub : bridge br0 with 10.77.0.1/24 (mpiexec runs here),
+#                  hub-side veth r<i> per rank, tbf on its egress (hub -> rank i)
+#   <prefix>-<i> : veth mpi0 with 10.77.0.(10+i)/24, tbf on its egress (rank i -> hub)
+#
+# How TCP is forced (see run_job): hydra's "ssh" launcher is replaced by a
+# generated wrapper that maps the host (a rank IP) to its namespace and does
+# `ip netns exec <ns> sh -c "<proxy command>"`; `-localhost 10.77.0.1` makes
+# the proxies connect back to mpiexec over the bridge (the hostname "vm"
+# resolves to 127.0.0.1, which inside a rank namespace is that namespace's own
+# loopback). All namespaces share hostname and /dev/shm, so without help UCX
+# would pick shared memory. What was needed, found by experiment:
+#   UCX_TLS=tcp,self      REQUIRED: without it UCX uses shm/cma and the veth
+#                         byte counters do not move (all-reduce at ~3 Gbit/s).
+#   MPIR_CVAR_NOLOCAL=1   not strictly needed with Debian's ch4:ucx build
+#                         (measured identical), kept so MPICH never treats the
+#                         ranks as node-local.
+#   UCX_NET_DEVICES=mpi0  not strictly needed (mpi0 is the only non-loopback
+#                         interface in a rank namespace), kept to be explicit.
+# Plus MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=68719476736 (defaults, the
+# caller's values win) for MPI temporaries on these VMs. Everything else in
+# the caller's environment is passed too (-genvall).
+#
+# tbf parameters: burst = max(32kbit, 1 ms at the rate), latency 400ms.
+# Measured with a single TCP stream (python sockets) between two rank
+# namespaces, both directions shaped: 10mbit -> 9.5, 100mbit -> 95.5
+# (burst 32/64/256kbit alike), 1gbit -> 429 (burst 32kbit), 666 (256kbit),
+# 950 Mbit/s (1mbit). ~95.5% is the TCP/IP+Ethernet header overhead
+# (1448 payload bytes per 1514 byte frame; tbf counts whole frames), i.e.
+# tbf delivers the nominal rate.
+#
+# Validation (2-core shared VM, MPICH 4.0.2 ch4:ucx, UCX 1.13.1), 4 MiB
+# float MPI_Allreduce, 5 reps after one warm-up, median; ring model
+# t = 2(p-1)/p * N*8/rate (N = 4 MiB -> 0.336 s at p=2, 0.503 s at p=4 on 100mbit):
+#   mpicc -O2 -o /tmp/mpi_pingpong bench/netns/mpi_pingpong.c
+#   bench/netns/mpirun_shaped.sh --ranks 2 --rate 100mbit -- /tmp/mpi_pingpong 4 5
+#   bench/netns/mpirun_shaped.sh --ranks 4 --rate 100mbit -- /tmp/mpi_pingpong 4 5
+#   bench/netns/mpirun_shaped.sh --ranks 2 --rate none    -- /tmp/mpi_pingpong 4 5
+#   bench/netns/mpirun_shaped.sh --ranks 4 --rate none    -- /tmp/mpi_pingpong 4 5
+# MEASURED_RESULTS_PLACEHOLDER
+#
+# Caveats: the bridge hop adds one more store-and-forward but no extra limit;
+# hydra's control traffic and the program's stdout share the shaped links
+# (negligible); the CPU cost of TCP on a 2-core VM caps the unshaped case.
+
+set -Eeuo pipefail
+
+# ---------------------------------------------------------------- constants
+readonly SUBNET=10.77.0          # /24 used inside the namespaces only
+readonly HUB_IP=$SUBNET.1        # bridge address, where mpiexec listens
+readonly RANK_IP_BASE=10         # rank i gets $SUBNET.$((RANK_IP_BASE + i))
+readonly RANK_IF=mpi0            # same name in every rank namespace -> one UCX_NET_DEVICES
+readonly BRIDGE=br0
+readonly MAX_RANKS=200
+
+# ---------------------------------------------------------------- state (for cleanup)
+prog=$(basename "$0")
+created_ns=()        # namespaces this run created, deleted on exit
+tmpdir=""            # hostfile + launcher wrapper
+launcher_pid=""      # background mpiexec, killed on interrupt
+job_rc=0             # the MPI job's exit status = ours
+
+# ---------------------------------------------------------------- options
+ranks=""
+rate=""
+prefix=lcnet
+burst=""             # empty = derive from rate
+latency=400ms
+timeout_s=0
+do_cleanup=0
+cmd=()
+
+usage() {
+    cat <<EOF
+Usage: $prog --ranks N --rate RATE [options] -- PROGRAM [ARGS...]
+       $prog --cleanup [--prefix P]
+
+Run PROGRAM under MPICH hydra with one rank per network namespace; every
+rank's veth link is shaped in both directions with tc tbf. Must run as root.
+
+  --ranks N        number of MPI ranks = namespaces (1..$MAX_RANKS)
+  --rate RATE      link rate per direction, e.g. 100mbit, 1gbit, 500kbit,
+                   or 'none' for unshaped veths (comparison baseline)
+  --prefix P       namespace name prefix (default: $prefix); creates P-hub, P-0, P-1, ...
+  --burst B        tbf burst (default: max(32kbit, 1 ms at RATE))
+  --latency L      tbf latency (default: $latency)
+  --timeout S      kill the MPI job after S seconds (default: 0 = never)
+  --cleanup        delete leftover namespaces P-* from a crashed run and exit
+  -h, --help       this help
+
+Addresses: hub bridge $HUB_IP/24, rank i = $SUBNET.(${RANK_IP_BASE}+i)/24 on
+interface $RANK_IF. Forced into every rank's environment:
+  UCX_TLS=tcp,self UCX_NET_DEVICES=$RANK_IF MPIR_CVAR_NOLOCAL=1
+  MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=68719476736 (unless already set)
+Exit status: the MPI job's (124 on --timeout, 130/143 on INT/TERM).
+EOF
+}
+
+die() { echo "$prog: error: $*" >&2; exit 2; }
+log() { echo "[$prog] $*" >&2; }
+
+parse_args() {
+    while [[ $# -gt 0 ]]; do
+        case $1 in
+            --ranks)    ranks=${2:?--ranks needs a value}; shift 2 ;;
+            --rate)     rate=${2:?--rate needs a value}; shift 2 ;;
+            --prefix)   prefix=${2:?--prefix needs a value}; shift 2 ;;
+            --burst)    burst=${2:?--burst needs a value}; shift 2 ;;
+            --latency)  latency=${2:?--latency needs a value}; shift 2 ;;
+            --timeout)  timeout_s=${2:?--timeout needs a value}; shift 2 ;;
+            --cleanup)  do_cleanup=1; shift ;;
+            -h|--help)  usage; exit 0 ;;
+            --)         shift; cmd=("$@"); break ;;
+            *)          die "unknown argument '$1' (the program goes after '--'; see --help)" ;;
+        esac
+    done
+    [[ $prefix =~ ^[A-Za-z][A-Za-z0-9_]{0,30}$ ]] || die "--prefix must be alphanumeric (got '$prefix')"
+    [[ $do_cleanup == 1 ]] && return
+    [[ $ranks =~ ^[0-9]+$ ]] && (( ranks >= 1 && ranks <= MAX_RANKS )) \
+        || die "--ranks must be an integer in 1..$MAX_RANKS (got '${ranks}')"
+    [[ -n $rate ]] || die "--rate is required (e.g. 100mbit, or 'none')"
+    [[ $timeout_s =~ ^[0-9]+$ ]] || die "--timeout must be whole seconds (got '$timeout_s')"
+    (( ${#cmd[@]} > 0 )) || die "no program given (usage: $prog --ranks N --rate R -- PROGRAM [ARGS...])"
+    if [[ $rate != none ]]; then
+        # tc accepts many unit spellings; restrict to bit-based ones so the
+        # burst derivation below stays right (tc's 'bps' means BYTES/s).
+        [[ $rate =~ ^([0-9]+(\.[0-9]+)?)([kmgt]?)bit$ ]] \
+            || die "--rate must look like 100mbit / 1gbit / 500kbit / 2.5gbit or 'none' (got '$rate')"
+        if [[ -z $burst ]]; then
+            # 1 ms worth of tokens, at least 32kbit: 32kbit gives ~96% of
+            # 100mbit for TCP but only ~43% of 1gbit (timer granularity), while
+            # 1 ms (1mbit) gives ~95% at 1gbit.
+            burst=$(awk -v n="${BASH_REMATCH[1]}" -v u="${BASH_REMATCH[3]}" 'BEGIN {
+                m = (u=="k") ? 1e3 : (u=="m") ? 1e6 : (u=="g") ? 1e9 : (u=="t") ? 1e12 : 1;
+                k = int(n * m / 1e3 / 1e3 + 0.999);   # kbit per ms, rounded up
+                if (k < 32) k = 32; printf "%dkbit", k }')
+        fi
+    fi
+}
+
+# ---------------------------------------------------------------- checks
+preflight() {
+    [[ $EUID -eq 0 ]] || die "must run as root (network namespaces, veth and tc need CAP_NET_ADMIN); try: sudo $0 ..."
+    local t
+    for t in ip tc mpiexec awk; do
+        command -v "$t" >/dev/null || die "'$t' not found in PATH (install iproute2 for ip/tc, mpich for mpiexec)"
+    done
+    (( timeout_s == 0 )) || command -v timeout >/dev/null || die "'timeout' (coreutils) not found but --timeout was given"
+    # Flags below are hydra's (-launcher-exec, -localhost); Open MPI's mpirun differs.
+    mpiexec --version 2>/dev/null | grep -q HYDRA \
+        || die "mpiexec is not MPICH hydra ($(command -v mpiexec)); install mpich or put its mpiexec first in PATH"
+    # Fail fast (before building the network) on a missing program; hydra runs
+    # it with the same filesystem and working directory.
+    if [[ ${cmd[0]} == */* ]]; then
+        [[ -x ${cmd[0]} ]] || die "program '${cmd[0]}' is not an executable file"
+    else
+        command -v "${cmd[0]}" >/dev/null || die "program '${cmd[0]}' not found in PATH"
+    fi
+    local stale
+    stale=$(stale_namespaces)
+    [[ -z $stale ]] || die "network namespaces with prefix '$prefix-' already exist: $(echo $stale)
+  Another run may be active, or one crashed. If none is running, remove them with:
+    $0 --cleanup --prefix $prefix
+  or pick another --prefix."
+}
+
+stale_namespaces() { ip netns list | awk -v p="$prefix-" 'index($1, p) == 1 { print $1 }'; }
+
+# ---------------------------------------------------------------- cleanup
+# Kill whatever still runs inside a namespace (hydra proxies / ranks this run
+# started), then delete it; deleting a namespace destroys its veths and bridge.
+delete_ns() {
+    local ns=$1 pids
+    pids=$(ip netns pids "$ns" 2>/dev/null || true)
+    if [[ -n $pids ]]; then
+        kill -TERM $pids 2>/dev/null || true
+        sleep 1
+        pids=$(ip netns pids "$ns" 2>/dev/null || true)
+        [[ -z $pids ]] || kill -KILL $pids 2>/dev/null || true
+    fi
+    ip netns del "$ns" 2>/dev/null || log "warning: could not delete namespace $ns"
+}
+
+cleanup() {
+    local rc=$?
+    trap - EXIT INT TERM HUP ERR
+    set +e
+    if [[ -n $launcher_pid ]] && kill -0 "$launcher_pid" 2>/dev/null; then
+        # mpiexec forwards SIGTERM to its proxies, which kill the ranks.
+        kill -TERM "$launcher_pid" 2>/dev/null
+        for _ in 1 2 3 4 5; do kill -0 "$launcher_pid" 2>/dev/null || break; sleep 1; done
+        kill -KILL "$launcher_pid" 2>/dev/null
+    fi
+    local i
+    for (( i = ${#created_ns[@]} - 1; i >= 0; i-- )); do   # ranks first, hub last
+        delete_ns "${created_ns[i]}"
+    done
+    [[ -z $tmpdir ]] || rm -rf "$tmpdir"
+    (( ${#created_ns[@]} == 0 )) || log "removed namespaces: ${created_ns[*]}"
+    exit "$rc"
+}
+
+on_signal() { log "interrupted ($1), cleaning up"; exit "$2"; }   # EXIT trap does the work
+on_error()  { echo "$prog: error: command failed (line $1): $2" >&2; }
+
+# ---------------------------------------------------------------- network
+rank_ns() { echo "$prefix-$1"; }
+rank_ip() { echo "$SUBNET.$((RANK_IP_BASE + $1))"; }
+
+add_ns() {
+    ip netns add "$1"
+    created_ns+=("$1")
+    ip -n "$1" link set lo up
+}
+
+# Root tbf on the egress of device $2 in namespace $1.
+shape() {
+    [[ $rate == none ]] && return
+    tc -n "$1" qdisc add dev "$2" root tbf rate "$rate" burst "$burst" latency "$latency"
+}
+
+setup_network() {
+    local hub=$prefix-hub r ns
+    add_ns "$hub"
+    ip -n "$hub" link add "$BRIDGE" type bridge
+    ip -n "$hub" addr add "$HUB_IP/24" dev "$BRIDGE"
+    ip -n "$hub" link set "$BRIDGE" up
+    for (( r = 0; r < ranks; r++ )); do
+        ns=$(rank_ns "$r")
+        add_ns "$ns"
+        # Created directly in the two namespaces: never visible in the root one.
+        ip link add name "$RANK_IF" netns "$ns" type veth peer name "r$r" netns "$hub"
+        ip -n "$ns" addr add "$(rank_ip "$r")/24" dev "$RANK_IF"
+        ip -n "$ns" link set "$RANK_IF" up
+        ip -n "$hub" link set "r$r" master "$BRIDGE" up
+        shape "$ns" "$RANK_IF"     # rank r -> hub
+        shape "$hub" "r$r"         # hub -> rank r
+    done
+}
+
+# "<rx_bytes> <tx_bytes>" of the rank-side veth of rank $1.
+link_bytes() {
+    ip -n "$(rank_ns "$1")" -s link show dev "$RANK_IF" \
+        | awk '/RX:/ { getline; rx = $1 } /TX:/ { getline; tx = $1 } END { print rx, tx }'
+}
+
+# ---------------------------------------------------------------- launcher
+# Hydra's ssh launcher runs: <exec> [ssh options, e.g. -x] <host> <command words...>
+# where the words form a shell command line (the proxy path comes quoted), as
+# ssh would hand them to the remote shell. Map host -> namespace and run the
+# line with sh there.
+write_launcher() {
+    local wrapper=$tmpdir/netns-launch r
+    {
+        echo '#!/usr/bin/env bash'
+        echo '# generated by mpirun_shaped.sh: stand-in for ssh in hydra -launcher-exec'
+        echo 'while [[ $# -gt 0 ]]; do'
+        echo '    case $1 in'
+        echo '        -[bcDEeFIiJLlmOopQRSWw]) shift 2 ;;   # ssh options with an argument'
+        echo '        -*) shift ;;'
+        echo '        *) break ;;'
+        echo '    esac'
+        echo 'done'
+        echo 'host=${1:?no host}; shift'
+        echo 'case $host in'
+        for (( r = 0; r < ranks; r++ )); do
+            echo "    $(rank_ip "$r")) ns=$(rank_ns "$r") ;;"
+        done
+        echo '    *) echo "netns-launch: unknown host $host" >&2; exit 255 ;;'
+        echo 'esac'
+        echo 'exec ip netns exec "$ns" /bin/sh -c "$*"'
+    } > "$wrapper"
+    chmod 755 "$wrapper"
+    echo "$wrapper"
+}
+
+run_job() {
+    local wrapper hostfile=$tmpdir/hosts r
+    wrapper=$(write_launcher)
+    for (( r = 0; r < ranks; r++ )); do echo "$(rank_ip "$r"):1"; done > "$hostfile"
+
+    local mpicmd=(
+        mpiexec
+        -launcher ssh -launcher-exec "$wrapper"
+        -localhost "$HUB_IP"            # proxies call back to mpiexec over the bridge
+        -f "$hostfile" -n "$ranks"      # one slot per host -> rank i in namespace i
+        -genvall
+        -genv UCX_TLS tcp,self          # no shm/cma: all namespaces share /dev/shm and the hostname
+        -genv UCX_NET_DEVICES "$RANK_IF"
+        -genv MPIR_CVAR_NOLOCAL 1       # MPICH must not treat the ranks as node-local
+        -genv MALLOC_MMAP_MAX_ "${MALLOC_MMAP_MAX_:-0}"
+        -genv MALLOC_TRIM_THRESHOLD_ "${MALLOC_TRIM_THRESHOLD_:-68719476736}"
+        "${cmd[@]}"
+    )
+    local pre=(ip netns exec "$prefix-hub")
+    (( timeout_s == 0 )) || pre=(timeout -k 10 "$timeout_s" "${pre[@]}")
+    log "exec: ${pre[*]} ${mpicmd[*]}"
+
+    local before=() after=() rc=0
+    for (( r = 0; r < ranks; r++ )); do before[r]=$(link_bytes "$r"); done
+    # Background + wait so a TERM/INT to this script is handled at once (bash
+    # defers traps until a foreground child exits); <&0 keeps stdin for rank 0.
+    "${pre[@]}" "${mpicmd[@]}" <&0 &
+    launcher_pid=$!
+    wait "$launcher_pid" || rc=$?
+    launcher_pid=""
+
+    # Proof that the traffic crossed the shaped veths.
+    for (( r = 0; r < ranks; r++ )); do
+        after[r]=$(link_bytes "$r")
+        log "$(awk -v r="$r" -v ns="$(rank_ns "$r")" -v b="${before[r]}" -v a="${after[r]}" 'BEGIN {
+            split(b, x, " "); split(a, y, " ");
+            printf "rank %d (%s/%s): tx %.1f MB, rx %.1f MB during the job", r, ns, "'"$RANK_IF"'",
+                   (y[2] - x[2]) / 1e6, (y[1] - x[1]) / 1e6 }')"
+    done
+    (( rc == 0 )) || log "MPI job exited with status $rc"
+    job_rc=$rc
+}
+
+print_header() {
+    local r
+    log "ranks=$ranks rate=$rate$([[ $rate == none ]] || echo " (tbf burst $burst latency $latency, both directions)")"
+    log "hub: $prefix-hub $BRIDGE $HUB_IP/24 (mpiexec)"
+    for (( r = 0; r < ranks; r++ )); do
+        log "rank $r: $(rank_ns "$r") $RANK_IF $(rank_ip "$r")/24 <-> $prefix-hub r$r"
+    done
+}
+
+# ---------------------------------------------------------------- main
+main() {
+    parse_args "$@"
+    trap cleanup EXIT
+    trap 'on_signal INT 130' INT
+    trap 'on_signal TERM 143' TERM
+    trap 'on_signal HUP 129' HUP
+    trap 'on_error $LINENO "$BASH_COMMAND"' ERR
+
+    if [[ $do_cleanup == 1 ]]; then
+        [[ $EUID -eq 0 ]] || die "must run as root"
+        local ns
+        for ns in $(stale_namespaces); do delete_ns "$ns"; log "deleted $ns"; done
+        exit 0
+    fi
+
+    preflight
+    tmpdir=$(mktemp -d "/tmp/$prefix-mpirun.XXXXXX")
+    setup_network
+    print_header
+    run_job
+    exit "$job_rc"
+}
+
+main "$@"
