@@ -108,7 +108,7 @@ pub fn train(a: TrainArgs) -> Result<()> {
         }
         let s = match cfg.parallel.backend.as_str() {
             "local" => crate::train::parallel::run_parallel(cfg, a.quiet)?,
-            "mpi" => match run_mpi(cfg, a.quiet)? {
+            "mpi" => match super::mpi::train(cfg, a.quiet)? {
                 Some(s) => s,
                 None => return Ok(()), // ranks other than 0 report nothing
             },
@@ -138,16 +138,6 @@ pub fn train(a: TrainArgs) -> Result<()> {
         summary.checkpoint.display()
     );
     Ok(())
-}
-
-#[cfg(feature = "mpi")]
-fn run_mpi(cfg: RunConfig, quiet: bool) -> Result<Option<crate::train::parallel::ParallelSummary>> {
-    crate::train::parallel_mpi::run_parallel_mpi(cfg, quiet)
-}
-
-#[cfg(not(feature = "mpi"))]
-fn run_mpi(_: RunConfig, _: bool) -> Result<Option<crate::train::parallel::ParallelSummary>> {
-    anyhow::bail!("this lowcomm was built without MPI: install MPICH and libclang (apt-get install libmpich-dev mpich libclang-dev), then cargo build --release --features mpi (docs/mpi.md)")
 }
 
 pub fn eval(a: EvalArgs) -> Result<()> {
@@ -206,6 +196,10 @@ pub fn bench(a: BenchArgs) -> Result<()> {
     match a.what.as_str() {
         "step" => {}
         "comm" => {
+            super::mpi::bench_collectives(&a)?;
+            if a.backend != "local" {
+                return Ok(());
+            }
             for world in [2, 4] {
                 let (ar, memcpy) = crate::comm::bench::bench_all_reduce(world, 64, 10);
                 println!(

@@ -3,6 +3,7 @@
 
 mod commands;
 mod compare;
+mod mpi;
 
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
@@ -32,6 +33,19 @@ pub enum Command {
     Bench(BenchArgs),
     /// Run several data-parallel methods on the same setup; table + plots.
     Compare(CompareArgs),
+    /// Check a communication backend against the conformance suite
+    /// (`mpirun -np 4 lowcomm comm-check --backend mpi`).
+    CommCheck(CommCheckArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct CommCheckArgs {
+    /// `local` (groups of 1..=--workers threads) or `mpi` (this job's ranks).
+    #[arg(long, default_value = "local")]
+    pub backend: String,
+    /// Largest in-process group to check (local backend).
+    #[arg(long, default_value_t = 4)]
+    pub workers: usize,
 }
 
 #[derive(Args, Debug)]
@@ -234,6 +248,13 @@ pub struct BenchArgs {
     /// of the simulated runtime over the raw math).
     #[arg(long, default_value = "step")]
     pub what: String,
+    /// `--what comm`: `local` (in-process groups of 2 and 4 workers) or
+    /// `mpi` (this MPI job: `mpirun -np 4 lowcomm bench --what comm --backend mpi`).
+    #[arg(long, default_value = "local")]
+    pub backend: String,
+    /// `--what comm`: MiB per rank moved by each collective.
+    #[arg(long, default_value_t = 64)]
+    pub mib: usize,
 }
 
 /// Parse arguments and run; errors are printed by `main`.
@@ -247,5 +268,6 @@ pub fn main() -> anyhow::Result<()> {
         Command::Export(a) => commands::export(a),
         Command::Bench(a) => commands::bench(a),
         Command::Compare(a) => compare::compare(&a.methods, &a.results, &a.train),
+        Command::CommCheck(a) => mpi::comm_check(&a),
     }
 }

@@ -58,9 +58,58 @@ pub fn bench_all_reduce(world: usize, mib: usize, iters: usize) -> (f64, f64) {
     (bytes * iters as f64 / ar_s / 1e9, bytes * iters as f64 / cp_s / 1e9)
 }
 
+/// Seconds per call of all-reduce, reduce-scatter and all-gather (in that
+/// order) on `comm`, each moving `mib` MiB per rank (all-reduce's buffer,
+/// reduce-scatter's input, all-gather's output), mean of `iters` calls after
+/// one warm-up. Every rank of the group must call it.
+pub fn time_collectives(comm: &mut dyn Communicator, mib: usize, iters: usize) -> [f64; 3] {
+    let p = comm.world();
+    let n = mib * (1 << 20) / 4 / p * p;
+    let mut big = vec![0f32; n];
+    let mut small = vec![0f32; n / p];
+    warm(&mut big, comm.rank() as f32);
+    warm(&mut small, 1.0);
+    let mut out = [0.0; 3];
+    for (k, slot) in out.iter_mut().enumerate() {
+        let mut op = |c: &mut dyn Communicator| match k {
+            // Mean keeps values bounded over iterations.
+            0 => c.all_reduce(&mut big, ReduceOp::Mean),
+            1 => c.reduce_scatter(&big, &mut small, ReduceOp::Mean),
+            _ => c.all_gather(&small, &mut big),
+        };
+        op(comm);
+        comm.barrier();
+        let t = Instant::now();
+        for _ in 0..iters {
+            op(comm);
+        }
+        // The slowest rank decides when a collective is done.
+        comm.barrier();
+        *slot = t.elapsed().as_secs_f64() / iters as f64;
+    }
+    out
+}
+
+/// [`time_collectives`] on an in-process group of `world` threads (rank 0's times).
+pub fn time_collectives_local(world: usize, mib: usize, iters: usize) -> [f64; 3] {
+    std::thread::scope(|s| {
+        let hs: Vec<_> = LocalGroup::new(world, WireDtype::F32).into_iter().map(|mut c| s.spawn(move || time_collectives(&mut c, mib, iters))).collect();
+        hs.into_iter().map(|h| h.join().unwrap()).next().expect("world >= 1")
+    })
+}
+
+/// Names of [`time_collectives`]' results, in order.
+pub const COLLECTIVES: [&str; 3] = ["all_reduce", "reduce_scatter", "all_gather"];
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn time_collectives_reports_positive_times_on_two_workers() {
+        let t = time_collectives_local(2, 1, 2);
+        assert!(t.iter().all(|s| *s > 0.0 && s.is_finite()), "{t:?}");
+    }
 
     #[test]
     fn bench_all_reduce_runs_and_reports_positive_rates() {

@@ -140,6 +140,8 @@ impl MpiProcess {
 
     /// Gathers every rank's `bytes` on rank 0 (in rank order); `None` elsewhere.
     pub fn gather_bytes(&self, bytes: &[u8]) -> Option<Vec<Vec<u8>>> {
+        // A rank that hangs is caught here, by the timeout, not in the gather.
+        self.barrier();
         let root = self.world.process_at_rank(0);
         let len = bytes.len() as i32;
         if self.rank() != 0 {
@@ -156,16 +158,25 @@ impl MpiProcess {
         Some(displs.iter().zip(&lens).map(|(&d, &l)| all[d as usize..(d + l) as usize].to_vec()).collect())
     }
 
-    /// Blocks until every rank arrives.
+    /// Blocks until every rank arrives (polled, with the collective timeout).
     pub fn barrier(&self) {
-        self.world.barrier();
+        MpiComm::complete(&self.world, self.poll, self.rank(), "barrier", self.world.immediate_barrier());
     }
 
     /// Prints `why` and ends every rank of the job.
     pub fn abort(&self, why: &str) -> ! {
-        eprintln!("lowcomm (mpi rank {}): {why}; aborting all ranks", self.rank());
-        self.world.abort(1)
+        abort_job(&self.world, self.rank(), why)
     }
+}
+
+/// Prints `why`, then `MPI_Abort`s every rank of `comm`'s job. The pause
+/// lets the launcher forward this rank's stderr first: hydra tears the job
+/// down at once, and the message was lost in about one run of three when
+/// several jobs shared this 2-core machine.
+pub fn abort_job(comm: &SimpleCommunicator, rank: usize, why: &str) -> ! {
+    eprintln!("lowcomm (mpi rank {rank}): {why}; aborting all ranks");
+    std::thread::sleep(Duration::from_millis(300));
+    comm.abort(1)
 }
 
 /// One rank's handle on a group of MPI ranks. See the module docs.
@@ -215,11 +226,8 @@ impl MpiComm {
             };
             let waited = t.elapsed();
             if waited > poll.timeout {
-                eprintln!(
-                    "lowcomm (mpi rank {rank}): {what} did not complete in {:.0} s: a peer rank has probably died or hangs; aborting all ranks (LOWCOMM_MPI_TIMEOUT_S raises the limit if a step legitimately takes longer)",
-                    poll.timeout.as_secs_f64()
-                );
-                comm.abort(1);
+                let why = format!("{what} did not complete in {:.0} s: a peer rank has probably died or hangs (LOWCOMM_MPI_TIMEOUT_S raises the limit if a step legitimately takes longer)", poll.timeout.as_secs_f64());
+                abort_job(comm, rank, &why);
             }
             if poll.spin {
                 std::hint::spin_loop();

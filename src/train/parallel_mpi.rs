@@ -52,8 +52,7 @@ pub fn run_parallel_mpi(cfg: RunConfig, quiet: bool) -> Result<Option<ParallelSu
     let rank = mpi.rank();
     std::panic::set_hook(Box::new(move |info| {
         default_hook(info);
-        eprintln!("lowcomm (mpi rank {rank}): panicked; aborting all ranks");
-        mpi::traits::Communicator::abort(&mpi::topology::SimpleCommunicator::world(), 70);
+        crate::comm::mpi::abort_job(&mpi::topology::SimpleCommunicator::world(), rank, "panicked");
     }));
     inject_fault(rank)?;
     match run_rank_inner(&mpi, cfg, quiet) {
@@ -62,17 +61,23 @@ pub fn run_parallel_mpi(cfg: RunConfig, quiet: bool) -> Result<Option<ParallelSu
     }
 }
 
-/// `LOWCOMM_FAULT_ABORT=RANK:SECONDS`: rank RANK kills itself (SIGABRT, no
-/// cleanup, as a crash would) SECONDS after start. For the failure tests.
+/// Fault injection for the failure tests: `LOWCOMM_FAULT=KIND:RANK:SECONDS`
+/// makes rank RANK, SECONDS after start, either `abort` (SIGABRT, no
+/// cleanup, as a crash: the launcher sees it die) or `hang` (SIGSTOP: alive
+/// but silent, which only the collective timeout catches).
 fn inject_fault(rank: usize) -> Result<()> {
-    let Ok(v) = std::env::var("LOWCOMM_FAULT_ABORT") else { return Ok(()) };
-    let parsed = v.split_once(':').and_then(|(r, s)| Some((r.parse::<usize>().ok()?, s.parse::<f64>().ok()?)));
-    let (victim, after_s) = parsed.with_context(|| format!("LOWCOMM_FAULT_ABORT={v}: expected RANK:SECONDS, e.g. 1:2.5"))?;
+    let Ok(v) = std::env::var("LOWCOMM_FAULT") else { return Ok(()) };
+    let mut parts = v.split(':');
+    let parsed = (|| Some((parts.next()?.to_string(), parts.next()?.parse::<usize>().ok()?, parts.next()?.parse::<f64>().ok()?)))();
+    let (kind, victim, after_s) = parsed.filter(|(k, ..)| k == "abort" || k == "hang").with_context(|| format!("LOWCOMM_FAULT={v}: expected abort|hang:RANK:SECONDS, e.g. abort:1:2.5"))?;
     if victim == rank {
         std::thread::spawn(move || {
             std::thread::sleep(std::time::Duration::from_secs_f64(after_s));
-            eprintln!("lowcomm (mpi rank {rank}): LOWCOMM_FAULT_ABORT: killing this rank now");
-            std::process::abort();
+            eprintln!("lowcomm (mpi rank {rank}): LOWCOMM_FAULT: {kind} now");
+            if kind == "abort" {
+                std::process::abort();
+            }
+            let _ = std::process::Command::new("kill").args(["-STOP", &std::process::id().to_string()]).status();
         });
     }
     Ok(())

@@ -1,0 +1,21 @@
+#!/usr/bin/env bash
+# The test suite: everything that needs no MPI, then the MPI backend under
+# real mpirun processes when MPICH is installed.
+#
+#   bash scripts/test.sh                         # what CI runs (.ci/run)
+#   LOWCOMM_REQUIRE_MPI=1 bash scripts/test.sh   # fail instead of skipping the MPI part
+#
+# MPI needs: apt-get install -y mpich libmpich-dev libclang-dev
+set -euo pipefail
+cd "$(dirname "$0")/.."
+cargo test --locked
+if command -v mpirun >/dev/null && command -v mpicc >/dev/null; then
+    # The lib's comm tests again with the backend compiled in, and the
+    # mpirun tests (tests/mpi.rs).
+    cargo test --locked --features mpi --lib comm:: --test mpi
+elif [ "${LOWCOMM_REQUIRE_MPI:-0}" = 1 ]; then
+    echo "LOWCOMM_REQUIRE_MPI=1 but mpirun/mpicc are missing: apt-get install -y mpich libmpich-dev libclang-dev" >&2
+    exit 1
+else
+    echo "skipped the MPI tests: mpirun/mpicc not found (apt-get install -y mpich libmpich-dev libclang-dev)" >&2
+fi

@@ -1,0 +1,119 @@
+//! `lowcomm comm-check` and `lowcomm bench --what comm`, on the in-process
+//! backend or (feature `mpi`) across the ranks of an MPI job.
+
+use super::{BenchArgs, CommCheckArgs};
+use crate::comm::bench::{time_collectives_local, COLLECTIVES};
+use crate::comm::{conformance, LocalGroup, WireDtype};
+use crate::train::{parallel::ParallelSummary, RunConfig};
+use anyhow::{bail, Result};
+
+const WIRES: [WireDtype; 2] = [WireDtype::F32, WireDtype::Bf16];
+
+/// One line per collective: `RESULT comm backend=.. ranks=.. op=.. ...`.
+fn print_rates(backend: &str, ranks: usize, mib: usize, secs: [f64; 3]) {
+    for (op, s) in COLLECTIVES.iter().zip(secs) {
+        let gbps = (mib << 20) as f64 / s / 1e9;
+        println!("RESULT comm backend={backend} ranks={ranks} op={op} MiB={mib} ms={:.2} GBps={gbps:.3}", s * 1e3);
+    }
+}
+
+pub fn comm_check(a: &CommCheckArgs) -> Result<()> {
+    match a.backend.as_str() {
+        "local" => {
+            for p in 1..=a.workers.max(1) {
+                for wire in WIRES {
+                    let results = std::thread::scope(|s| {
+                        let hs: Vec<_> = LocalGroup::new(p, wire).into_iter().map(|mut c| s.spawn(move || conformance::check(&mut c, false))).collect();
+                        hs.into_iter().map(|h| h.join().expect("check thread")).collect::<Result<Vec<_>>>()
+                    })?;
+                    println!("comm-check local: {p} workers, {wire:?} wire: {} checks passed on every rank", results[0]);
+                }
+            }
+            Ok(())
+        }
+        "mpi" => mpi_impl::comm_check(),
+        other => bail!("unknown backend `{other}`: use --backend local or --backend mpi"),
+    }
+}
+
+pub fn bench_collectives(a: &BenchArgs) -> Result<()> {
+    let iters = a.steps.max(1);
+    match a.backend.as_str() {
+        "local" => {
+            for world in [2, 4] {
+                print_rates("local", world, a.mib, time_collectives_local(world, a.mib, iters));
+            }
+            Ok(())
+        }
+        "mpi" => mpi_impl::bench(a.mib, iters),
+        other => bail!("unknown backend `{other}`: use --backend local or --backend mpi"),
+    }
+}
+
+/// `train --backend mpi`: this process's rank; `None` on ranks other than 0.
+pub fn train(cfg: RunConfig, quiet: bool) -> Result<Option<ParallelSummary>> {
+    mpi_impl::train(cfg, quiet)
+}
+
+#[cfg(feature = "mpi")]
+mod mpi_impl {
+    use super::*;
+    use crate::comm::bench::time_collectives;
+    use crate::comm::mpi::MpiProcess;
+
+    pub fn train(cfg: RunConfig, quiet: bool) -> Result<Option<ParallelSummary>> {
+        crate::train::parallel_mpi::run_parallel_mpi(cfg, quiet)
+    }
+
+    pub fn comm_check() -> Result<()> {
+        let mpi = MpiProcess::init()?;
+        let (rank, size) = (mpi.rank(), mpi.size());
+        let per_node = mpi.ranks_per_node()?;
+        for wire in WIRES {
+            let mut runs = vec![("flat", conformance::check(&mut mpi.comm(wire), false))];
+            if per_node > 1 && per_node < size {
+                runs.push(("two-tier", conformance::check(&mut mpi.two_tier(per_node, wire), true)));
+            }
+            for (topo, r) in runs {
+                match r {
+                    Ok(n) if rank == 0 => println!("comm-check mpi: {size} ranks ({per_node} per node), {topo}, {wire:?} wire: {n} checks passed on rank 0"),
+                    Ok(_) => {}
+                    Err(e) => mpi.abort(&format!("comm-check failed: {e:#}")),
+                }
+            }
+        }
+        // Every rank's checks must pass, not only rank 0's.
+        mpi.barrier();
+        if rank == 0 {
+            println!("comm-check mpi: all {size} ranks passed");
+        }
+        Ok(())
+    }
+
+    pub fn bench(mib: usize, iters: usize) -> Result<()> {
+        let mpi = MpiProcess::init()?;
+        let secs = time_collectives(&mut mpi.comm(WireDtype::F32), mib, iters);
+        if mpi.rank() == 0 {
+            print_rates("mpi", mpi.size(), mib, secs);
+        }
+        Ok(())
+    }
+}
+
+#[cfg(not(feature = "mpi"))]
+mod mpi_impl {
+    use super::*;
+
+    fn missing() -> Result<()> {
+        bail!("this lowcomm was built without MPI: install MPICH and libclang (apt-get install libmpich-dev mpich libclang-dev), then cargo build --release --features mpi (docs/mpi.md)")
+    }
+    pub fn train(_: RunConfig, _: bool) -> Result<Option<ParallelSummary>> {
+        missing().map(|_| None)
+    }
+    pub fn comm_check() -> Result<()> {
+        missing()
+    }
+    pub fn bench(_: usize, _: usize) -> Result<()> {
+        missing()
+    }
+}

@@ -1,0 +1,126 @@
+//! The MPI backend under a real `mpirun` (MPICH), 2 and 4 processes:
+//! conformance of the communicator, bitwise equivalence with the
+//! in-process backend for zero1 and acco, and a dead or silent rank ending
+//! the job with a clear error instead of a hang.
+//!
+//! Only with `cargo test --features mpi` (.ci/run installs MPICH); needs
+//! `mpirun` on PATH.
+#![cfg(feature = "mpi")]
+
+mod common;
+
+use common::*;
+use std::path::Path;
+use std::process::{Command, Output};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_lowcomm");
+
+fn mpirun(np: usize, env: &[(&str, &str)], args: &[&str], cwd: &Path) -> Output {
+    let mut c = Command::new("mpirun");
+    c.arg("-np").arg(np.to_string()).arg(BIN).args(args).current_dir(cwd);
+    // glibc keeps big temporaries mapped instead of faulting them in anew
+    // (docs/mpi.md).
+    c.env("MALLOC_MMAP_MAX_", "0").env("MALLOC_TRIM_THRESHOLD_", "68719476736");
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    c.output().expect("spawn mpirun: is MPICH installed (apt-get install mpich libmpich-dev)?")
+}
+
+fn text(o: &Output) -> String {
+    format!("{}{}", String::from_utf8_lossy(&o.stdout), String::from_utf8_lossy(&o.stderr))
+}
+
+#[test]
+fn comm_conformance_on_2_and_4_ranks_flat_and_two_tier() {
+    let tmp = tempdir();
+    for (np, per_node) in [(2, None), (4, None), (4, Some("2"))] {
+        let env: Vec<(&str, &str)> = per_node.map(|k| ("LOWCOMM_RANKS_PER_NODE", k)).into_iter().collect();
+        let o = mpirun(np, &env, &["comm-check", "--backend", "mpi"], tmp.path());
+        let out = text(&o);
+        assert!(o.status.success(), "np={np}: {out}");
+        assert!(out.contains(&format!("all {np} ranks passed")), "{out}");
+        assert_eq!(out.contains("two-tier"), per_node.is_some(), "{out}");
+    }
+}
+
+/// `lowcomm train` of the tiny model: in-process with `--workers np`, or
+/// over MPI with `np` ranks; returns the final parameters' bits and the
+/// per-round losses.
+fn train(tmp: &Path, backend: &str, method: &str, np: usize) -> (Vec<u32>, Vec<f64>) {
+    let out = tmp.join(format!("{backend}-{method}-{np}"));
+    let cfg = tmp.join(format!("{backend}-{method}-{np}.toml"));
+    std::fs::write(&cfg, tiny_toml(corpus(), &out)).unwrap();
+    let cfg = cfg.display().to_string();
+    let args = ["train", "--config", &cfg, "--method", method, "--steps", "4", "--fixed-micro-batches", "1", "--quiet"];
+    let o = if backend == "mpi" {
+        mpirun(np, &[], &[&args[..], &["--backend", "mpi"]].concat(), tmp)
+    } else {
+        let w = np.to_string();
+        Command::new(BIN).args(args).args(["--workers", &w]).current_dir(tmp).output().unwrap()
+    };
+    assert!(o.status.success(), "{backend} {method} np={np}: {}", text(&o));
+    let ck = lowcomm::checkpoint::load(&out).expect("final checkpoint");
+    let losses = records(&read_metrics(&out), "train").iter().map(|r| r["loss"].as_f64().unwrap()).collect();
+    (ck.params.iter().map(|x| x.to_bits()).collect(), losses)
+}
+
+#[test]
+fn zero1_and_acco_over_mpi_give_the_in_process_bits() {
+    let tmp = tempdir();
+    for np in [2, 4] {
+        for method in ["zero1", "acco"] {
+            let (local, local_losses) = train(tmp.path(), "local", method, np);
+            let (mpi, mpi_losses) = train(tmp.path(), "mpi", method, np);
+            assert_eq!(local_losses, mpi_losses, "{method} np={np}: losses differ");
+            assert!(local == mpi, "{method} np={np}: final parameters differ between backends");
+        }
+    }
+}
+
+/// Runs a job in which rank 1 fails after 1.5 s; returns its output and how
+/// long it took.
+fn failing_job(fault: &str) -> (Output, Duration) {
+    let tmp = tempdir();
+    let out = tmp.path().join("run");
+    let cfg = tmp.path().join("run.toml");
+    std::fs::write(&cfg, tiny_toml(corpus(), &out)).unwrap();
+    let cfg = cfg.display().to_string();
+    let t = Instant::now();
+    let env = [("LOWCOMM_FAULT", fault), ("LOWCOMM_MPI_TIMEOUT_S", "5")];
+    let o = mpirun(2, &env, &["train", "--config", &cfg, "--backend", "mpi", "--method", "acco", "--steps", "100000", "--quiet"], tmp.path());
+    (o, t.elapsed())
+}
+
+#[test]
+fn a_rank_that_crashes_ends_the_job_with_an_error() {
+    let (o, took) = failing_job("abort:1:1.5");
+    assert!(!o.status.success());
+    assert!(took < Duration::from_secs(60), "took {took:?}");
+    let out = text(&o);
+    assert!(out.contains("rank 1") && out.contains("abort now"), "{out}");
+}
+
+#[test]
+fn a_rank_that_hangs_ends_the_job_at_the_collective_timeout() {
+    let (o, took) = failing_job("hang:1:1.5");
+    assert!(!o.status.success());
+    // 1.5 s + the 5 s timeout, with room for a loaded machine.
+    assert!(took < Duration::from_secs(60), "took {took:?}");
+    let out = text(&o);
+    assert!(out.contains("did not complete in 5 s") && out.contains("aborting all ranks"), "{out}");
+}
+
+#[test]
+fn mpi_backend_rejects_sim_runtime_and_wrong_worker_count() {
+    let tmp = tempdir();
+    let cfg = tmp.path().join("run.toml");
+    std::fs::write(&cfg, tiny_toml(corpus(), &tmp.path().join("run"))).unwrap();
+    let cfg = cfg.display().to_string();
+    for (extra, needle) in [(["--runtime", "sim"], "--runtime sim"), (["--workers", "3"], "mpirun -np 3")] {
+        let o = mpirun(2, &[], &[&["train", "--config", &cfg, "--backend", "mpi", "--method", "zero1"][..], &extra[..]].concat(), tmp.path());
+        assert!(!o.status.success());
+        assert!(text(&o).contains(needle), "{}", text(&o));
+    }
+}
