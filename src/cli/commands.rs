@@ -106,13 +106,8 @@ pub fn train(a: TrainArgs) -> Result<()> {
         if resume.is_some() || a.stop_at.is_some() {
             anyhow::bail!("--resume and --stop-at are for single-worker runs; data-parallel runs (--method) start fresh");
         }
-        let s = match cfg.parallel.backend.as_str() {
-            "local" => crate::train::parallel::run_parallel(cfg, a.quiet)?,
-            "mpi" => match super::mpi::train(cfg, a.quiet)? {
-                Some(s) => s,
-                None => return Ok(()), // ranks other than 0 report nothing
-            },
-            other => anyhow::bail!("unknown backend `{other}`: use --backend local (threads) or --backend mpi (under mpirun)"),
+        let Some(s) = super::mpi::runner(&cfg.parallel.backend)?(cfg, a.quiet)? else {
+            return Ok(()); // MPI ranks other than 0 report nothing
         };
         println!(
             "method {:?}  workers {}  final loss {:.4}  val_loss {:.4}  val_ppl {:.2}  time {:.2} s  overlap {}  checkpoint {}",

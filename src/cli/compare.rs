@@ -3,7 +3,7 @@
 
 use super::TrainArgs;
 use crate::metrics::plot::{line_plot, Series};
-use crate::train::parallel::{run_parallel, ParallelSummary};
+use crate::train::parallel::ParallelSummary;
 use anyhow::{Context, Result};
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -17,6 +17,8 @@ fn smooth(x: &[f32], w: usize) -> Vec<f64> {
 pub fn compare(methods: &[String], out: &PathBuf, train: &TrainArgs) -> Result<()> {
     std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
     let mut runs: Vec<(String, ParallelSummary)> = Vec::new();
+    let mut run = super::mpi::runner(train.backend.as_deref().unwrap_or("local"))?;
+    let mut rank0 = true;
     for m in methods {
         let mut args = train.clone();
         args.method = Some(m.clone());
@@ -24,9 +26,15 @@ pub fn compare(methods: &[String], out: &PathBuf, train: &TrainArgs) -> Result<(
         args.trace = Some(out.join("runs").join(m).join("trace.json"));
         let (cfg, _) = super::commands::run_config(&args)?;
         eprintln!("compare: {m} ...");
-        let s = run_parallel(cfg, true)?;
+        let Some(s) = run(cfg, true)? else {
+            rank0 = false; // an MPI rank other than 0: rank 0 writes the results
+            continue;
+        };
         eprintln!("compare: {m}: final loss {:.4}, val loss {:.4}, {:.2} s", s.final_loss, s.val_loss, s.summary.wall_s);
         runs.push((m.clone(), s));
+    }
+    if !rank0 {
+        return Ok(());
     }
     // Time for each method to reach the baseline's final (smoothed) training loss.
     const W: usize = 10;

@@ -50,9 +50,18 @@ pub fn bench_collectives(a: &BenchArgs) -> Result<()> {
     }
 }
 
-/// `train --backend mpi`: this process's rank; `None` on ranks other than 0.
-pub fn train(cfg: RunConfig, quiet: bool) -> Result<Option<ParallelSummary>> {
-    mpi_impl::train(cfg, quiet)
+/// Runs one data-parallel training; `None` on MPI ranks other than 0 (rank
+/// 0 owns the outputs).
+pub type Runner = Box<dyn FnMut(RunConfig, bool) -> Result<Option<ParallelSummary>>>;
+
+/// The runner of `backend`: in-process threads, or this process's rank of
+/// an MPI job (MPI is initialised once, here, for every run that follows).
+pub fn runner(backend: &str) -> Result<Runner> {
+    match backend {
+        "local" => Ok(Box::new(|cfg, quiet| crate::train::parallel::run_parallel(cfg, quiet).map(Some))),
+        "mpi" => mpi_impl::runner(),
+        other => bail!("unknown backend `{other}`: use --backend local (threads) or --backend mpi (under mpirun)"),
+    }
 }
 
 #[cfg(feature = "mpi")]
@@ -61,8 +70,9 @@ mod mpi_impl {
     use crate::comm::bench::time_collectives;
     use crate::comm::mpi::MpiProcess;
 
-    pub fn train(cfg: RunConfig, quiet: bool) -> Result<Option<ParallelSummary>> {
-        crate::train::parallel_mpi::run_parallel_mpi(cfg, quiet)
+    pub fn runner() -> Result<Runner> {
+        let mpi = crate::train::parallel_mpi::init()?;
+        Ok(Box::new(move |cfg, quiet| crate::train::parallel_mpi::run_parallel_mpi(&mpi, cfg, quiet)))
     }
 
     pub fn comm_check() -> Result<()> {
@@ -107,8 +117,8 @@ mod mpi_impl {
     fn missing() -> Result<()> {
         bail!("this lowcomm was built without MPI: install MPICH and libclang (apt-get install libmpich-dev mpich libclang-dev), then cargo build --release --features mpi (docs/mpi.md)")
     }
-    pub fn train(_: RunConfig, _: bool) -> Result<Option<ParallelSummary>> {
-        missing().map(|_| None)
+    pub fn runner() -> Result<Runner> {
+        missing().map(|_| unreachable!())
     }
     pub fn comm_check() -> Result<()> {
         missing()

@@ -18,11 +18,16 @@ use anyhow::{bail, Result};
 /// enough to span several reduction blocks.
 const SIZES: [usize; 5] = [0, 1, 7, 1000, 4099];
 
-/// Deterministic, rank-dependent values in about [-4, 4) with full mantissas.
+/// Deterministic, rank-dependent values in (-4, 4) with full 24-bit
+/// mantissas and exponents from 2^-4 to 2^1, so that sums round (values on
+/// one fixed grid would add exactly, in any order, and hide the order).
 pub fn value(rank: usize, i: usize) -> f32 {
     let h = (rank as u64 + 1).wrapping_mul(0x9e37_79b9_7f4a_7c15) ^ (i as u64).wrapping_mul(0xbf58_476d_1ce4_e5b9);
     let h = (h ^ (h >> 31)).wrapping_mul(0x94d0_49bb_1331_11eb);
-    ((h >> 40) as f32 / (1u64 << 24) as f32) * 8.0 - 4.0
+    let mantissa = 1.0 + (h >> 41) as f32 / (1u64 << 23) as f32;
+    let exponent = ((h >> 8) % 6) as i32 - 4;
+    let sign = if h & 1 == 1 { -1.0 } else { 1.0 };
+    sign * mantissa * 2f32.powi(exponent)
 }
 
 /// What the rank-order recipe gives for element `i` reduced over `p` ranks.

@@ -330,12 +330,18 @@ fn conformance_suite_catches_a_backend_that_sums_in_another_order() {
         fn rank(&self) -> usize { self.0.rank() }
         fn world(&self) -> usize { self.0.world() }
         fn all_reduce(&mut self, buf: &mut [f32], op: ReduceOp) {
-            let p = self.world();
-            let mut all = vec![0.0; p * buf.len()];
+            let (p, n) = (self.world(), buf.len());
+            let mut all = vec![0.0; p * n];
             self.0.all_gather(buf, &mut all);
             for (i, x) in buf.iter_mut().enumerate() {
-                *x = (0..p).rev().map(|q| all[q * buf.len() + i]).fold(None, |a: Option<f32>, v| Some(a.map_or(v, |a| a + v))).unwrap_or(0.0);
-                if op == ReduceOp::Mean { *x /= p as f32; }
+                // Ranks p-1 down to 0, the first term assigned.
+                *x = all[(p - 1) * n + i];
+                for q in (0..p - 1).rev() {
+                    *x += all[q * n + i];
+                }
+                if op == ReduceOp::Mean {
+                    *x /= p as f32;
+                }
             }
         }
         fn reduce_scatter(&mut self, i: &[f32], o: &mut [f32], op: ReduceOp) { self.0.reduce_scatter(i, o, op) }

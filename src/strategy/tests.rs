@@ -167,3 +167,22 @@ fn memory_by_category_follows_table_1() {
     assert!((gb(Method::Zero1) - 31.40625).abs() < 1e-9);
     assert!((gb(Method::Acco) - 46.40625).abs() < 1e-9);
 }
+
+#[test]
+fn fixed_micro_batches_make_overlapping_methods_timing_independent() {
+    // With k = 2 per stage, ACCO computes 1 (g~(0)) + 2 stages x 2 per round,
+    // DPU and ACCO-wp 1 (g(-1)) + 2 per round, whatever the link; and the real runtime
+    // (timing-dependent without it) gives the simulator's bits.
+    let steps = 3;
+    let fixed = Plan { fixed_micro_batches: Some(2), ..plan(steps, 1, 0.0) };
+    let slow = Runtime::Sim(SimSpec { micro_batch_s: 1.0, speeds: vec![1.0; 2], link: Some(LinkModel::flat(Tier { latency_s: 50.0, bandwidth_bytes_per_s: 1e9 })), wire: WireDtype::F32, comm_scale: 1.0 });
+    for (method, per_round, extra) in [(Method::Acco, 4, 1), (Method::Dpu { warmup_steps: 0 }, 2, 1), (Method::AccoWp, 2, 1)] {
+        let a = run_cluster(method, &slow, workers(2, 2), &fixed).unwrap();
+        let b = run_cluster(method, &real(2), workers(2, 2), &fixed).unwrap();
+        assert_eq!(a[0].times.micro_batches, steps * per_round + extra, "{method:?}");
+        assert_eq!(bits(&a[0].params), bits(&b[0].params), "{method:?}: real != sim");
+        // Without the cap the 100 s link round would be filled with micro-batches.
+        let free = run_cluster(method, &slow, workers(2, 2), &plan(steps, 1, 0.0)).unwrap();
+        assert!(free[0].times.micro_batches > a[0].times.micro_batches, "{method:?}");
+    }
+}

@@ -42,9 +42,9 @@ fn params_sha256(params: &[f32]) -> String {
     crate::util::sha256_hex(&bytes)
 }
 
-/// Runs this process's rank; rank 0 returns the run's summary, the others
-/// `None`. Any failure ends every rank of the job.
-pub fn run_parallel_mpi(cfg: RunConfig, quiet: bool) -> Result<Option<ParallelSummary>> {
+/// Initialises MPI for training: a panic anywhere aborts the job, and
+/// `LOWCOMM_FAULT` (tests) is armed.
+pub fn init() -> Result<MpiProcess> {
     let mpi = MpiProcess::init()?;
     // A panic on any thread of any rank takes the job down with a message
     // instead of leaving the other ranks waiting in a collective.
@@ -55,7 +55,13 @@ pub fn run_parallel_mpi(cfg: RunConfig, quiet: bool) -> Result<Option<ParallelSu
         crate::comm::mpi::abort_job(&mpi::topology::SimpleCommunicator::world(), rank, "panicked");
     }));
     inject_fault(rank)?;
-    match run_rank_inner(&mpi, cfg, quiet) {
+    Ok(mpi)
+}
+
+/// Runs this process's rank of one training; rank 0 returns the run's
+/// summary, the others `None`. Any failure ends every rank of the job.
+pub fn run_parallel_mpi(mpi: &MpiProcess, cfg: RunConfig, quiet: bool) -> Result<Option<ParallelSummary>> {
+    match run_rank_inner(mpi, cfg, quiet) {
         Ok(s) => Ok(s),
         Err(e) => mpi.abort(&format!("{e:#}")),
     }
