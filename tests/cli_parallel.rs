@@ -78,3 +78,12 @@ fn bad_parallel_settings_name_the_field_and_an_example() {
     std::fs::write(&bad, "name = \"x\"\nnodes = 2\nworkers_per_node = 2\n[device]\npeak_flops = 1e12\nutilization = 0.5\n[links]\nintra = \"10gbit\"\n").unwrap();
     one_error(run(&["--method", "acco", "--runtime", "sim", "--cluster", &b]), &["links.inter"]);
 }
+
+#[cfg(not(feature = "mpi"))]
+#[test]
+fn mpi_backend_without_the_feature_says_how_to_build_it() {
+    let tmp = tempdir();
+    let cfg = config(tmp.path(), "");
+    one_error(lowcomm(tmp.path(), &["train", "--config", &cfg, "--backend", "mpi", "--method", "zero1"]), &["built without MPI", "--features mpi", "libmpich-dev"]);
+    one_error(lowcomm(tmp.path(), &["train", "--config", &cfg, "--backend", "tcp", "--method", "zero1"]), &["unknown backend `tcp`", "--backend local"]);
+}

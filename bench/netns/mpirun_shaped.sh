@@ -67,6 +67,7 @@ readonly MAX_RANKS=200
 
 # ---------------------------------------------------------------- state (for cleanup)
 prog=$(basename "$0")
+here=$(cd "$(dirname "$0")" && pwd)
 created_ns=()        # namespaces this run created, deleted on exit
 tmpdir=""            # hostfile + launcher wrapper
 launcher_pid=""      # background mpiexec, killed on interrupt
@@ -79,6 +80,8 @@ prefix=lcnet
 burst=""             # empty = derive from rate
 latency=400ms
 timeout_s=0
+guard_s=2            # finalize_guard.c watchdog delay; 0 = off
+eager=0              # 1 = UCX_RNDV_THRESH=inf
 do_cleanup=0
 cmd=()
 
@@ -97,6 +100,14 @@ rank's veth link is shaped in both directions with tc tbf. Must run as root.
   --burst B        tbf burst (default: max(32kbit, 1 ms at RATE))
   --latency L      tbf latency (default: $latency)
   --timeout S      kill the MPI job after S seconds (default: 0 = never)
+  --eager          set UCX_RNDV_THRESH=inf (eager protocol for every size). With
+                   more ranks than cores, the rendezvous handshakes wait for
+                   descheduled peers; eager keeps the shaped link busier
+  --finalize-guard S
+                   LD_PRELOAD finalize_guard.c (built with mpicc on the fly) to
+                   get around the MPICH 4.0.2 + UCX TCP hang in MPI_Finalize
+                   with >= 4 ranks: ranks parked in the final PMI barrier for
+                   S seconds shut down their TCP sockets (default: $guard_s; 0 = off)
   --cleanup        delete leftover namespaces P-* from a crashed run and exit
   -h, --help       this help
 
@@ -120,6 +131,8 @@ parse_args() {
             --burst)    burst=${2:?--burst needs a value}; shift 2 ;;
             --latency)  latency=${2:?--latency needs a value}; shift 2 ;;
             --timeout)  timeout_s=${2:?--timeout needs a value}; shift 2 ;;
+            --finalize-guard) guard_s=${2:?--finalize-guard needs a value}; shift 2 ;;
+            --eager)    eager=1; shift ;;
             --cleanup)  do_cleanup=1; shift ;;
             -h|--help)  usage; exit 0 ;;
             --)         shift; cmd=("$@"); break ;;
@@ -132,6 +145,7 @@ parse_args() {
         || die "--ranks must be an integer in 1..$MAX_RANKS (got '${ranks}')"
     [[ -n $rate ]] || die "--rate is required (e.g. 100mbit, or 'none')"
     [[ $timeout_s =~ ^[0-9]+$ ]] || die "--timeout must be whole seconds (got '$timeout_s')"
+    [[ $guard_s =~ ^[0-9]+(\.[0-9]+)?$ ]] || die "--finalize-guard must be seconds (got '$guard_s')"
     (( ${#cmd[@]} > 0 )) || die "no program given (usage: $prog --ranks N --rate R -- PROGRAM [ARGS...])"
     if [[ $rate != none ]]; then
         # tc accepts many unit spellings; restrict to bit-based ones so the
@@ -158,8 +172,16 @@ preflight() {
         command -v "$t" >/dev/null || die "'$t' not found in PATH (install iproute2 for ip/tc, mpich for mpiexec)"
     done
     (( timeout_s == 0 )) || command -v timeout >/dev/null || die "'timeout' (coreutils) not found but --timeout was given"
+    if [[ $guard_s != 0 ]]; then
+        command -v mpicc >/dev/null \
+            || die "'mpicc' not found; it builds the MPI_Finalize guard (install libmpich-dev, or pass --finalize-guard 0)"
+        [[ -r $here/finalize_guard.c ]] || die "$here/finalize_guard.c is missing (or pass --finalize-guard 0)"
+    fi
     # Flags below are hydra's (-launcher-exec, -localhost); Open MPI's mpirun differs.
-    mpiexec --version 2>/dev/null | grep -q HYDRA \
+    # (capture first: `mpiexec --version | grep -q` can fail with SIGPIPE under pipefail)
+    local version
+    version=$(mpiexec --version 2>/dev/null || true)
+    [[ $version == *HYDRA* ]] \
         || die "mpiexec is not MPICH hydra ($(command -v mpiexec)); install mpich or put its mpiexec first in PATH"
     # Fail fast (before building the network) on a missing program; hydra runs
     # it with the same filesystem and working directory.
@@ -291,6 +313,16 @@ run_job() {
     wrapper=$(write_launcher)
     for (( r = 0; r < ranks; r++ )); do echo "$(rank_ip "$r"):1"; done > "$hostfile"
 
+    local guard_env=()
+    if [[ $guard_s != 0 ]]; then
+        mpicc -shared -fPIC -O2 -o "$tmpdir/libfinalize_guard.so" "$here/finalize_guard.c" -lpthread
+        guard_env=(-genv LD_PRELOAD "$tmpdir/libfinalize_guard.so${LD_PRELOAD:+:$LD_PRELOAD}"
+                   -genv MPIRUN_SHAPED_FINALIZE_GUARD "$guard_s")
+    fi
+
+    local eager_env=()
+    (( eager == 0 )) || eager_env=(-genv UCX_RNDV_THRESH inf)
+
     local mpicmd=(
         mpiexec
         -launcher ssh -launcher-exec "$wrapper"
@@ -302,6 +334,8 @@ run_job() {
         -genv MPIR_CVAR_NOLOCAL 1       # MPICH must not treat the ranks as node-local
         -genv MALLOC_MMAP_MAX_ "${MALLOC_MMAP_MAX_:-0}"
         -genv MALLOC_TRIM_THRESHOLD_ "${MALLOC_TRIM_THRESHOLD_:-68719476736}"
+        "${guard_env[@]}"               # see finalize_guard.c
+        "${eager_env[@]}"
         "${cmd[@]}"
     )
     local pre=(ip netns exec "$prefix-hub")

@@ -108,6 +108,11 @@ impl MpiProcess {
         MpiComm::new(self.world.duplicate(), wire, self.poll)
     }
 
+    /// Ranks sharing memory (the machine) with this one, as MPI sees it.
+    pub fn local_ranks(&self) -> usize {
+        self.world.split_shared(self.rank() as i32).size() as usize
+    }
+
     /// Ranks per node: `LOWCOMM_RANKS_PER_NODE` if set (to try two-tier
     /// collectives on one machine), else the ranks MPI finds sharing memory
     /// with this one. Every node must have the same number of ranks, and
@@ -116,7 +121,7 @@ impl MpiProcess {
         let (rank, size) = (self.rank(), self.size());
         let per_node = match std::env::var("LOWCOMM_RANKS_PER_NODE") {
             Ok(v) => v.parse::<usize>().ok().filter(|k| *k >= 1).with_context(|| format!("LOWCOMM_RANKS_PER_NODE={v}: give a whole number >= 1"))?,
-            Err(_) => self.world.split_shared(rank as i32).size() as usize,
+            Err(_) => self.local_ranks(),
         };
         // Every rank must agree, or the sub-groups would not line up.
         let mut all = vec![0u64; size];

@@ -55,6 +55,14 @@ pub fn init() -> Result<MpiProcess> {
         crate::comm::mpi::abort_job(&mpi::topology::SimpleCommunicator::world(), rank, "panicked");
     }));
     inject_fault(rank)?;
+    // Ranks on one machine share its cores: without this, each would start
+    // a compute pool as wide as the machine (4 ranks on 2 cores: 8 threads).
+    if std::env::var_os("RAYON_NUM_THREADS").is_none() {
+        let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let threads = (cores / mpi.local_ranks()).max(1);
+        // Fails only if a pool already exists; then that one is kept.
+        let _ = rayon::ThreadPoolBuilder::new().num_threads(threads).build_global();
+    }
     Ok(mpi)
 }
 
@@ -110,7 +118,7 @@ fn run_rank_inner(mpi: &MpiProcess, mut cfg: RunConfig, quiet: bool) -> Result<O
     let comm: Box<dyn Communicator> = if per_node > 1 && per_node < size { Box::new(mpi.two_tier(per_node, wire)) } else { Box::new(mpi.comm(wire)) };
     if rank == 0 && !quiet {
         let topo = if per_node > 1 && per_node < size { format!("{} nodes x {per_node} ranks, hierarchical all-reduce", size / per_node) } else { format!("{size} ranks, flat") };
-        eprintln!("{} [{topo}; MPI threading {:?}]", s.banner("mpi"), mpi.threading);
+        eprintln!("{} [{topo}; {} compute threads per rank; MPI threading {:?}]", s.banner("mpi"), rayon::current_num_threads(), mpi.threading);
     }
     // Align the ranks' clocks (each span is timed from its process's start).
     mpi.barrier();
