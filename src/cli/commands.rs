@@ -106,7 +106,7 @@ pub fn train(a: TrainArgs) -> Result<()> {
         if resume.is_some() || a.stop_at.is_some() {
             anyhow::bail!("--resume and --stop-at are for single-worker runs; data-parallel runs (--method) start fresh");
         }
-        let Some(s) = super::mpi::runner(&cfg.parallel.backend)?(cfg, a.quiet)? else {
+        let Some(s) = (super::mpi::runner(&cfg.parallel.backend)?.run)(cfg, a.quiet)? else {
             return Ok(()); // MPI ranks other than 0 report nothing
         };
         println!(

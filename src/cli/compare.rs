@@ -17,23 +17,27 @@ fn smooth(x: &[f32], w: usize) -> Vec<f64> {
 pub fn compare(methods: &[String], out: &PathBuf, train: &TrainArgs) -> Result<()> {
     std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
     let mut runs: Vec<(String, ParallelSummary)> = Vec::new();
-    let mut run = super::mpi::runner(train.backend.as_deref().unwrap_or("local"))?;
-    let mut rank0 = true;
+    let mut runner = super::mpi::runner(train.backend.as_deref().unwrap_or("local"))?;
+    let root = runner.root;
+    let say = |s: String| {
+        if root {
+            eprintln!("{s}");
+        }
+    };
     for m in methods {
         let mut args = train.clone();
         args.method = Some(m.clone());
         args.out = Some(out.join("runs").join(m));
         args.trace = Some(out.join("runs").join(m).join("trace.json"));
         let (cfg, _) = super::commands::run_config(&args)?;
-        eprintln!("compare: {m} ...");
-        let Some(s) = run(cfg, true)? else {
-            rank0 = false; // an MPI rank other than 0: rank 0 writes the results
-            continue;
+        say(format!("compare: {m} ..."));
+        let Some(s) = (runner.run)(cfg, true)? else {
+            continue; // an MPI rank other than 0: rank 0 writes the results
         };
-        eprintln!("compare: {m}: final loss {:.4}, val loss {:.4}, {:.2} s", s.final_loss, s.val_loss, s.summary.wall_s);
+        say(format!("compare: {m}: final loss {:.4}, val loss {:.4}, {:.2} s", s.final_loss, s.val_loss, s.summary.wall_s));
         runs.push((m.clone(), s));
     }
-    if !rank0 {
+    if !root {
         return Ok(());
     }
     // Time for each method to reach the baseline's final (smoothed) training loss.

@@ -52,13 +52,18 @@ pub fn bench_collectives(a: &BenchArgs) -> Result<()> {
 
 /// Runs one data-parallel training; `None` on MPI ranks other than 0 (rank
 /// 0 owns the outputs).
-pub type Runner = Box<dyn FnMut(RunConfig, bool) -> Result<Option<ParallelSummary>>>;
+pub struct Runner {
+    /// This process owns the outputs and the progress lines (rank 0, or
+    /// the only process).
+    pub root: bool,
+    pub run: Box<dyn FnMut(RunConfig, bool) -> Result<Option<ParallelSummary>>>,
+}
 
 /// The runner of `backend`: in-process threads, or this process's rank of
 /// an MPI job (MPI is initialised once, here, for every run that follows).
 pub fn runner(backend: &str) -> Result<Runner> {
     match backend {
-        "local" => Ok(Box::new(|cfg, quiet| crate::train::parallel::run_parallel(cfg, quiet).map(Some))),
+        "local" => Ok(Runner { root: true, run: Box::new(|cfg, quiet| crate::train::parallel::run_parallel(cfg, quiet).map(Some)) }),
         "mpi" => mpi_impl::runner(),
         other => bail!("unknown backend `{other}`: use --backend local (threads) or --backend mpi (under mpirun)"),
     }
@@ -72,7 +77,7 @@ mod mpi_impl {
 
     pub fn runner() -> Result<Runner> {
         let mpi = crate::train::parallel_mpi::init()?;
-        Ok(Box::new(move |cfg, quiet| crate::train::parallel_mpi::run_parallel_mpi(&mpi, cfg, quiet)))
+        Ok(Runner { root: mpi.rank() == 0, run: Box::new(move |cfg, quiet| crate::train::parallel_mpi::run_parallel_mpi(&mpi, cfg, quiet)) })
     }
 
     pub fn comm_check() -> Result<()> {

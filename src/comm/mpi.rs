@@ -46,26 +46,43 @@ use mpi::traits::Root;
 use mpi::Threading;
 use std::time::{Duration, Instant};
 
-/// What the communication thread does while a started collective is in flight.
+/// What the communication thread does between two `MPI_Test`s of a
+/// started collective (docs/mpi.md has the measured cost of each).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Wait {
+    /// Nothing: a tight loop, as a blocking MPI wait does. Burns a core.
+    Spin,
+    /// `sched_yield`: the core goes to any other runnable thread (the
+    /// worker computing), else straight back to testing.
+    Yield,
+    /// Yield for the first 100 us, then sleep `waited / 20` (50 us to 1 ms).
+    Sleep,
+}
+
+/// How a started collective is completed.
 #[derive(Clone, Copy, Debug)]
 pub struct Poll {
-    /// `true`: test in a tight loop (as a blocking MPI wait does; lowest
-    /// latency, burns a core). `false`: yield for the first 100 us, then
-    /// sleep between tests, up to 1 ms or 1/20 of the time waited so far.
-    pub spin: bool,
+    /// Between tests.
+    pub wait: Wait,
     /// Give up (and abort the job) after this long on one collective.
     pub timeout: Duration,
 }
 
 impl Poll {
-    /// From `LOWCOMM_MPI_SPIN=1` and `LOWCOMM_MPI_TIMEOUT_S` (default 600 s).
+    /// From `LOWCOMM_MPI_POLL=spin|yield|sleep` (default yield) and
+    /// `LOWCOMM_MPI_TIMEOUT_S` (default 600 s).
     pub fn from_env() -> Result<Poll> {
-        let spin = std::env::var("LOWCOMM_MPI_SPIN").is_ok_and(|v| v == "1");
+        let wait = match std::env::var("LOWCOMM_MPI_POLL").as_deref() {
+            Err(_) | Ok("yield") => Wait::Yield,
+            Ok("spin") => Wait::Spin,
+            Ok("sleep") => Wait::Sleep,
+            Ok(other) => bail!("LOWCOMM_MPI_POLL={other}: use spin, yield or sleep"),
+        };
         let timeout = match std::env::var("LOWCOMM_MPI_TIMEOUT_S") {
             Ok(v) => v.parse::<f64>().ok().filter(|t| *t > 0.0).with_context(|| format!("LOWCOMM_MPI_TIMEOUT_S={v}: give a number of seconds > 0, e.g. 600"))?,
             Err(_) => 600.0,
         };
-        Ok(Poll { spin, timeout: Duration::from_secs_f64(timeout) })
+        Ok(Poll { wait, timeout: Duration::from_secs_f64(timeout) })
     }
 }
 
@@ -118,7 +135,7 @@ impl MpiProcess {
     /// with this one. Every node must have the same number of ranks, and
     /// ranks must be numbered node by node (mpirun's default block mapping).
     pub fn ranks_per_node(&self) -> Result<usize> {
-        let (rank, size) = (self.rank(), self.size());
+        let size = self.size();
         let per_node = match std::env::var("LOWCOMM_RANKS_PER_NODE") {
             Ok(v) => v.parse::<usize>().ok().filter(|k| *k >= 1).with_context(|| format!("LOWCOMM_RANKS_PER_NODE={v}: give a whole number >= 1"))?,
             Err(_) => self.local_ranks(),
@@ -234,12 +251,10 @@ impl MpiComm {
                 let why = format!("{what} did not complete in {:.0} s: a peer rank has probably died or hangs (LOWCOMM_MPI_TIMEOUT_S raises the limit if a step legitimately takes longer)", poll.timeout.as_secs_f64());
                 abort_job(comm, rank, &why);
             }
-            if poll.spin {
-                std::hint::spin_loop();
-            } else if waited < Duration::from_micros(100) {
-                std::thread::yield_now();
-            } else {
-                std::thread::sleep((waited / 20).clamp(Duration::from_micros(50), Duration::from_millis(1)));
+            match poll.wait {
+                Wait::Spin => std::hint::spin_loop(),
+                Wait::Sleep if waited >= Duration::from_micros(100) => std::thread::sleep((waited / 20).clamp(Duration::from_micros(50), Duration::from_millis(1))),
+                Wait::Yield | Wait::Sleep => std::thread::yield_now(),
             }
         }
     }
