@@ -86,7 +86,7 @@ mod mpi_impl {
         let per_node = mpi.ranks_per_node()?;
         for wire in WIRES {
             let mut runs = vec![("flat", conformance::check(&mut mpi.comm(wire), false))];
-            if per_node > 1 && per_node < size {
+            if mpi.is_two_tier(per_node) {
                 runs.push(("two-tier", conformance::check(&mut mpi.two_tier(per_node, wire), true)));
             }
             for (topo, r) in runs {

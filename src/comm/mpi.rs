@@ -92,6 +92,8 @@ pub struct MpiProcess {
     /// The thread support MPI granted.
     pub threading: Threading,
     poll: Poll,
+    /// Ranks sharing memory (the machine) with this one, found once at init.
+    local_ranks: usize,
     // Dropped last: MPI_Finalize.
     _universe: Universe,
 }
@@ -106,7 +108,8 @@ impl MpiProcess {
             bail!("the MPI library grants only {threading:?} threading; lowcomm needs at least MPI_THREAD_SERIALIZED (MPICH and OpenMPI builds from Debian grant MULTIPLE)");
         }
         let world = universe.world();
-        Ok(MpiProcess { world, threading, poll, _universe: universe })
+        let local_ranks = world.split_shared(world.rank()).size() as usize;
+        Ok(MpiProcess { world, threading, poll, local_ranks, _universe: universe })
     }
 
     /// This process's rank.
@@ -127,7 +130,14 @@ impl MpiProcess {
 
     /// Ranks sharing memory (the machine) with this one, as MPI sees it.
     pub fn local_ranks(&self) -> usize {
-        self.world.split_shared(self.rank() as i32).size() as usize
+        self.local_ranks
+    }
+
+    /// Whether `per_node` ranks per node make a real two-tier topology
+    /// (more than one node, more than one rank on each); else the flat
+    /// group is the whole story.
+    pub fn is_two_tier(&self, per_node: usize) -> bool {
+        per_node > 1 && per_node < self.size()
     }
 
     /// Ranks per node: `LOWCOMM_RANKS_PER_NODE` if set (to try two-tier

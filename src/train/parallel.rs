@@ -110,7 +110,10 @@ pub struct Setup {
     pub cfg: RunConfig,
     pub model_cfg: GptConfig,
     pub method: Method,
+    /// The validation split and tokenizer (the training split is `tokens`).
     pub data: crate::data::Dataset,
+    /// The training tokens, shared by every worker of this process.
+    pub tokens: Arc<Vec<u32>>,
     /// The initial model (identical on every worker).
     pub init: Gpt,
     pub world: usize,
@@ -124,22 +127,23 @@ pub struct Setup {
 pub fn setup(cfg: RunConfig) -> Result<Setup> {
     let model_cfg = cfg.validate()?;
     let method = method(&cfg.parallel)?;
-    let (data, _) = open_data(&cfg, &model_cfg)?;
+    let (mut data, _) = open_data(&cfg, &model_cfg)?;
+    let tokens = Arc::new(std::mem::take(&mut data.train));
     let t = &cfg.train;
     let seq = cfg.seq_len(&model_cfg);
     let init = Gpt::new(model_cfg.clone(), t.seed)?;
     let (world, runtime) = runtime(&cfg.parallel, &model_cfg, init.num_params(), t.batch_size * seq)?;
     let plan = Plan { steps: t.steps, grad_accum: t.grad_accum, schedule: cfg.schedule(), optimizer: cfg.optimizer.clone(), decay: decay_segments(&init.layout, &cfg), grad_clip: t.grad_clip, fixed_micro_batches: cfg.parallel.fixed_micro_batches };
-    Ok(Setup { cfg, model_cfg, method, data, init, world, runtime, plan, seq })
+    Ok(Setup { cfg, model_cfg, method, data, tokens, init, world, runtime, plan, seq })
 }
 
 impl Setup {
     /// Worker `rank`: a replica of the initial model and its shard of the data.
-    pub fn worker(&self, rank: usize, tokens: &Arc<Vec<u32>>) -> Result<Worker> {
+    pub fn worker(&self, rank: usize) -> Result<Worker> {
         let t = &self.cfg.train;
-        let shard = shard_range(tokens.len(), rank, self.world);
+        let shard = shard_range(self.tokens.len(), rank, self.world);
         let model = Gpt::from_params(self.model_cfg.clone(), self.init.params.clone(), t.seed)?;
-        Worker::new(model, tokens.clone(), shard, t.batch_size, self.seq, t.seed, rank)
+        Worker::new(model, self.tokens.clone(), shard, t.batch_size, self.seq, t.seed, rank)
             .with_context(|| format!("worker {rank} of {}: its data shard is too small; use fewer workers or more text", self.world))
     }
 
@@ -160,8 +164,7 @@ pub fn run_parallel(cfg: RunConfig, quiet: bool) -> Result<ParallelSummary> {
         bail!("backend `{}` runs one worker per process: launch it with mpirun (see docs/mpi.md); in-process runs use --backend local", cfg.parallel.backend);
     }
     let s = setup(cfg)?;
-    let tokens = Arc::new(s.data.train.clone());
-    let workers = (0..s.world).map(|r| s.worker(r, &tokens)).collect::<Result<Vec<_>>>()?;
+    let workers = (0..s.world).map(|r| s.worker(r)).collect::<Result<Vec<_>>>()?;
     if !quiet {
         eprintln!("{}", s.banner("local"));
     }
@@ -172,7 +175,7 @@ pub fn run_parallel(cfg: RunConfig, quiet: bool) -> Result<ParallelSummary> {
 /// Everything after the workers ran: metrics, events, plots, trace and the
 /// final checkpoint, from all workers' reports (in rank order).
 pub fn finish(s: Setup, reports: Vec<WorkerReport>, quiet: bool) -> Result<ParallelSummary> {
-    let Setup { cfg, model_cfg, method, data, init, world, plan, seq, .. } = s;
+    let Setup { cfg, model_cfg, method, data, tokens, init, world, plan, seq, .. } = s;
     let n = init.num_params();
     let t = &cfg.train;
     let say = |s: String| {
@@ -227,7 +230,7 @@ pub fn finish(s: Setup, reports: Vec<WorkerReport>, quiet: bool) -> Result<Paral
         run_config: cfg.to_toml(),
         optimizer_kind: format!("none ({method:?} shards its optimizer state; not saved)"),
         optimizer_steps: reports[0].optimizer_steps,
-        sampler: WindowSampler::new(0..data.train.len(), seq, t.seed, 0)?.state(),
+        sampler: WindowSampler::new(0..tokens.len(), seq, t.seed, 0)?.state(),
         dropout_rng: model.dropout_rng.clone(),
         wall_s: summary.end_s,
         files: Default::default(),

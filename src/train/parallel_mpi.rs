@@ -23,7 +23,6 @@ use crate::runtime::WorkerTimes;
 use crate::strategy::{run_rank, MemoryBytes, Runtime, WorkerReport};
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
-use std::sync::Arc;
 
 /// What a rank sends rank 0 at the end (its parameters only as a hash).
 #[derive(Serialize, Deserialize)]
@@ -109,15 +108,15 @@ fn run_rank_inner(mpi: &MpiProcess, mut cfg: RunConfig, quiet: bool) -> Result<O
     }
     let s = setup(cfg)?;
     let Runtime::Real(spec) = &s.runtime else { unreachable!("runtime checked above") };
-    let tokens = Arc::new(s.data.train.clone());
-    let mut worker = s.worker(rank, &tokens)?;
+    let mut worker = s.worker(rank)?;
     // Identical starting point on every rank, bit for bit.
     mpi.comm(WireDtype::F32).broadcast(&mut worker.model.params, 0);
     let per_node = mpi.ranks_per_node()?;
     let wire = spec.wire;
-    let comm: Box<dyn Communicator> = if per_node > 1 && per_node < size { Box::new(mpi.two_tier(per_node, wire)) } else { Box::new(mpi.comm(wire)) };
+    let two_tier = mpi.is_two_tier(per_node);
+    let comm: Box<dyn Communicator> = if two_tier { Box::new(mpi.two_tier(per_node, wire)) } else { Box::new(mpi.comm(wire)) };
     if rank == 0 && !quiet {
-        let topo = if per_node > 1 && per_node < size { format!("{} nodes x {per_node} ranks, hierarchical all-reduce", size / per_node) } else { format!("{size} ranks, flat") };
+        let topo = if two_tier { format!("{} nodes x {per_node} ranks, hierarchical all-reduce", size / per_node) } else { format!("{size} ranks, flat") };
         eprintln!("{} [{topo}; {} compute threads per rank; MPI threading {:?}]", s.banner("mpi"), rayon::current_num_threads(), mpi.threading);
     }
     // Align the ranks' clocks (each span is timed from its process's start).
