@@ -86,7 +86,9 @@ pub fn run(preset: &str, steps: usize, warmup: usize) -> Result<BenchResult> {
 pub fn peak_rss_mb() -> f64 {
     std::fs::read_to_string("/proc/self/status")
         .ok()
-        .and_then(|s| s.lines().find(|l| l.starts_with("VmHWM:")).and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok()))
+        .and_then(|s| {
+            s.lines().find(|l| l.starts_with("VmHWM:")).and_then(|l| l.split_whitespace().nth(1)?.parse::<f64>().ok())
+        })
         .map_or(0.0, |kb| kb / 1024.0)
 }
 
@@ -100,7 +102,8 @@ pub fn sim_overhead(preset: &str, steps: u64) -> Result<(f64, f64)> {
     let (cfg, b) = bench_shape(preset)?;
     let t = cfg.ctx;
     let mut rng = rand_pcg::Pcg64::seed_from_u64(1);
-    let tokens: std::sync::Arc<Vec<u32>> = std::sync::Arc::new((0..200_000).map(|_| rng.random_range(0..cfg.vocab_size as u32)).collect());
+    let tokens: std::sync::Arc<Vec<u32>> =
+        std::sync::Arc::new((0..200_000).map(|_| rng.random_range(0..cfg.vocab_size as u32)).collect());
     let worker = || Worker::new(Gpt::new(cfg.clone(), 0).unwrap(), tokens.clone(), 0..tokens.len(), b, t, 7, 0);
     let layout = crate::model::ParamLayout::new(&cfg);
     let plan = Plan {
@@ -115,7 +118,13 @@ pub fn sim_overhead(preset: &str, steps: u64) -> Result<(f64, f64)> {
     // Alternate the two, three times each, and keep each one's fastest run:
     // both pay the same first-touch of fresh buffers, and the shared
     // machine's noise hits both alike.
-    let spec = SimSpec { micro_batch_s: 1.0, speeds: vec![1.0], link: None, wire: crate::comm::WireDtype::F32, comm_scale: 1.0 };
+    let spec = SimSpec {
+        micro_batch_s: 1.0,
+        speeds: vec![1.0],
+        link: None,
+        wire: crate::comm::WireDtype::F32,
+        comm_scale: 1.0,
+    };
     let (mut raw, mut sim) = (f64::MAX, f64::MAX);
     for _ in 0..3 {
         let mut w = worker()?;

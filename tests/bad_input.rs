@@ -57,7 +57,9 @@ fn corrupted_checkpoints_are_refused_without_touching_disk() {
         ("garbage state", "state.json", |p| fs::write(p, b"\x00\xffnot json at all {").unwrap()),
         ("truncated optimizer", "optimizer.safetensors", |p| truncate_by(p, 4)),
         ("flipped byte in optimizer", "optimizer.safetensors", flip_middle_byte),
-        ("edited tokenizer", "tokenizer.json", |p| fs::write(p, fs::read_to_string(p).unwrap().replace("<|endoftext|>", "<|endoftxet|>")).unwrap()),
+        ("edited tokenizer", "tokenizer.json", |p| {
+            fs::write(p, fs::read_to_string(p).unwrap().replace("<|endoftext|>", "<|endoftxet|>")).unwrap()
+        }),
     ];
     let tmp = tempdir();
     // Sanity: the pristine checkpoint loads.
@@ -194,7 +196,10 @@ fn shipped_configs_load_and_every_key_is_documented() {
         for (section, body) in v.as_object().unwrap() {
             assert!(readme.contains(&format!("`[{section}]`")), "configs/README.md lacks section [{section}]");
             for key in body.as_object().unwrap().keys() {
-                assert!(readme.contains(&format!("`{key}`")) || readme.contains(&format!("`{key} = ")), "configs/README.md does not document {section}.{key}");
+                assert!(
+                    readme.contains(&format!("`{key}`")) || readme.contains(&format!("`{key} = ")),
+                    "configs/README.md does not document {section}.{key}"
+                );
             }
         }
     }
@@ -209,7 +214,15 @@ fn vocab_mismatch_names_the_fix() {
         let mut cfg = tiny_config(corpus(), &tmp.path().join("run"));
         cfg.model.vocab_size = Some(vocab);
         let err = chain(&Trainer::new(cfg, None).map(|_| ()).unwrap_err());
-        assert_mentions(&err, &["vocabulary mismatch", &format!("lowcomm data prepare --vocab-size {vocab}"), "512", &corpus().display().to_string()]);
+        assert_mentions(
+            &err,
+            &[
+                "vocabulary mismatch",
+                &format!("lowcomm data prepare --vocab-size {vocab}"),
+                "512",
+                &corpus().display().to_string(),
+            ],
+        );
     }
     assert!(!tmp.path().join("run").exists());
 }
@@ -230,7 +243,8 @@ fn resume_with_other_settings_is_refused() {
     cfg.model.n_layer = Some(3);
     assert_mentions(&resume(cfg), &["n_layer: 2", "n_layer: 3", "same model settings"]);
     // Another optimizer.
-    let cfg = RunConfig::from_toml(&format!("{}\n[optimizer]\nkind = \"sgd\"\n", tiny_toml(corpus(), &run_dir))).unwrap();
+    let cfg =
+        RunConfig::from_toml(&format!("{}\n[optimizer]\nkind = \"sgd\"\n", tiny_toml(corpus(), &run_dir))).unwrap();
     cfg.validate().unwrap();
     assert_mentions(&resume(cfg), &["adamw", "sgd", "[optimizer]"]);
     // Another sequence length: the sampler no longer fits.
@@ -308,7 +322,11 @@ fn missing_or_too_small_corpus_is_explained() {
 /// The integer right after `key` in `text`.
 fn number_after(text: &str, key: &str) -> u64 {
     let rest = &text[text.find(key).unwrap_or_else(|| panic!("no {key:?} in {text}")) + key.len()..];
-    rest.chars().take_while(char::is_ascii_digit).collect::<String>().parse().unwrap_or_else(|e| panic!("{key:?} in {text}: {e}"))
+    rest.chars()
+        .take_while(char::is_ascii_digit)
+        .collect::<String>()
+        .parse()
+        .unwrap_or_else(|e| panic!("{key:?} in {text}: {e}"))
 }
 
 #[test]
@@ -341,7 +359,11 @@ fn non_finite_loss_stops_the_run_with_a_clear_error() {
 
     // Every checkpoint on disk was written before the divergence and holds finite values.
     let ckdir = checkpoint::checkpoints_dir(&run_dir);
-    let saved: Vec<String> = if ckdir.exists() { checkpoint_entries(&run_dir).into_iter().filter(|n| n.starts_with("step-")).collect() } else { vec![] };
+    let saved: Vec<String> = if ckdir.exists() {
+        checkpoint_entries(&run_dir).into_iter().filter(|n| n.starts_with("step-")).collect()
+    } else {
+        vec![]
+    };
     assert_eq!(saved.len() as u64, last_logged, "checkpoint_every = 1: one checkpoint per completed step: {saved:?}");
     assert!(!saved.is_empty(), "the run diverged on its very first step; no checkpoint to check");
     for name in &saved {

@@ -54,7 +54,8 @@ fn cli_prepare_train_eval_generate_export() {
     let (data, run) = (cwd.join("corpus"), cwd.join("run"));
     let s = |p: &Path| p.display().to_string();
 
-    let out = ok(lowcomm(cwd, &["data", "prepare", "--input", &s(&fixture()), "--vocab-size", "512", "--out", &s(&data)]));
+    let out =
+        ok(lowcomm(cwd, &["data", "prepare", "--input", &s(&fixture()), "--vocab-size", "512", "--out", &s(&data)]));
     assert_mentions(&out, &["vocab size   512", &s(&data)]);
     for f in ["meta.json", "train.bin", "val.bin", "tokenizer.json"] {
         assert!(data.join(f).is_file(), "prepare did not write {f}");
@@ -63,7 +64,10 @@ fn cli_prepare_train_eval_generate_export() {
     // The tiny model from a config file; --data/--out/--steps override it.
     let config = cwd.join("tiny.toml");
     fs::write(&config, tiny_toml(&cwd.join("elsewhere"), &cwd.join("other-run"))).unwrap();
-    let out = ok(lowcomm(cwd, &["train", "--config", &s(&config), "--data", &s(&data), "--out", &s(&run), "--steps", "5", "--quiet"]));
+    let out = ok(lowcomm(
+        cwd,
+        &["train", "--config", &s(&config), "--data", &s(&data), "--out", &s(&run), "--steps", "5", "--quiet"],
+    ));
     assert_mentions(&out, &["step 5", "val_ppl", "step-000005"]);
     assert!(run.join("checkpoints/step-000005/state.json").is_file());
     assert!(!cwd.join("other-run").exists() && !cwd.join("runs").exists(), "--out was not honoured");
@@ -84,7 +88,10 @@ fn cli_prepare_train_eval_generate_export() {
     let config: serde_json::Value = serde_json::from_str(&fs::read_to_string(hf.join("config.json")).unwrap()).unwrap();
     assert_eq!(config["activation_function"], "gelu");
     assert_eq!(config["model_type"], "gpt2");
-    assert_eq!((config["n_embd"].as_u64(), config["n_layer"].as_u64(), config["n_head"].as_u64()), (Some(64), Some(2), Some(2)));
+    assert_eq!(
+        (config["n_embd"].as_u64(), config["n_layer"].as_u64(), config["n_head"].as_u64()),
+        (Some(64), Some(2), Some(2))
+    );
     assert_eq!((config["vocab_size"].as_u64(), config["n_positions"].as_u64()), (Some(512), Some(CTX as u64)));
 
     let tensors = read_f32_tensors(&hf.join("model.safetensors")).unwrap();
@@ -118,7 +125,8 @@ fn cli_errors_are_one_line() {
     let tmp = tempdir();
     let cwd = tmp.path();
     let bad = cwd.join("bad.toml");
-    fs::write(&bad, tiny_toml(corpus(), &cwd.join("run")).replace("batch_size = 4", "batch_size = 4\nstepz = 3")).unwrap();
+    fs::write(&bad, tiny_toml(corpus(), &cwd.join("run")).replace("batch_size = 4", "batch_size = 4\nstepz = 3"))
+        .unwrap();
     let o = lowcomm(cwd, &["train", "--config", &bad.display().to_string(), "--quiet"]);
     assert_eq!(o.status.code(), Some(1));
     assert!(stderr(&o).starts_with("error: "), "{}", stderr(&o));
@@ -128,7 +136,10 @@ fn cli_errors_are_one_line() {
     assert_mentions(&line, &["huge", "nano, micro, small"]);
 
     let missing = cwd.join("no-corpus");
-    let line = one_error_line(lowcomm(cwd, &["train", "--config", &bad.display().to_string().replace("bad", "missing"), "--quiet"]));
+    let line = one_error_line(lowcomm(
+        cwd,
+        &["train", "--config", &bad.display().to_string().replace("bad", "missing"), "--quiet"],
+    ));
     assert_mentions(&line, &["missing.toml"]);
     let good = cwd.join("good.toml");
     fs::write(&good, tiny_toml(&missing, &cwd.join("run"))).unwrap();
@@ -138,7 +149,8 @@ fn cli_errors_are_one_line() {
     let line = one_error_line(lowcomm(cwd, &["eval", "--ckpt", &cwd.join("run").display().to_string()]));
     assert_mentions(&line, &["no checkpoint found"]);
     // Nothing was written by any of the failures.
-    let mut left: Vec<String> = fs::read_dir(cwd).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
+    let mut left: Vec<String> =
+        fs::read_dir(cwd).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
     left.sort();
     assert_eq!(left, ["bad.toml", "good.toml"]);
 }
@@ -148,7 +160,11 @@ fn cli_errors_are_one_line() {
 fn cli_config_error_is_one_line_naming_the_key() {
     let tmp = tempdir();
     let bad = tmp.path().join("bad.toml");
-    fs::write(&bad, tiny_toml(corpus(), &tmp.path().join("run")).replace("batch_size = 4", "batch_size = 4\nstepz = 3")).unwrap();
+    fs::write(
+        &bad,
+        tiny_toml(corpus(), &tmp.path().join("run")).replace("batch_size = 4", "batch_size = 4\nstepz = 3"),
+    )
+    .unwrap();
     let line = one_error_line(lowcomm(tmp.path(), &["train", "--config", &bad.display().to_string(), "--quiet"]));
     assert_mentions(&line, &["stepz", "bad.toml"]);
 }
@@ -162,10 +178,35 @@ fn cli_prepare_without_force_keeps_the_existing_corpus() {
     // Another input, so an overwrite would change the bytes.
     let other = tmp.path().join("other.txt");
     fs::write(&other, fs::read_to_string(fixture()).unwrap().replace("Macbeth", "Duncan")).unwrap();
-    let line = one_error_line(lowcomm(tmp.path(), &["data", "prepare", "--input", &other.display().to_string(), "--vocab-size", "512", "--out", &data.display().to_string()]));
+    let line = one_error_line(lowcomm(
+        tmp.path(),
+        &[
+            "data",
+            "prepare",
+            "--input",
+            &other.display().to_string(),
+            "--vocab-size",
+            "512",
+            "--out",
+            &data.display().to_string(),
+        ],
+    ));
     assert_mentions(&line, &["already holds a prepared corpus", "--force"]);
     assert!(before == snapshot(&data), "prepare without --force modified the corpus");
     // With --force it does overwrite.
-    ok(lowcomm(tmp.path(), &["data", "prepare", "--input", &other.display().to_string(), "--vocab-size", "512", "--out", &data.display().to_string(), "--force"]));
+    ok(lowcomm(
+        tmp.path(),
+        &[
+            "data",
+            "prepare",
+            "--input",
+            &other.display().to_string(),
+            "--vocab-size",
+            "512",
+            "--out",
+            &data.display().to_string(),
+            "--force",
+        ],
+    ));
     assert!(before != snapshot(&data), "--force did not rebuild the corpus");
 }

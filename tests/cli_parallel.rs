@@ -34,7 +34,20 @@ fn parallel_runs_write_metrics_events_trace_and_checkpoint() {
     let cfg = config(tmp.path(), "");
     for (runtime, extra) in [("sim", vec!["--link", "1gbit,50us"]), ("real", vec![])] {
         let trace = tmp.path().join(format!("trace-{runtime}.json"));
-        let mut args = vec!["train", "--config", &cfg, "--method", "acco", "--workers", "2", "--runtime", runtime, "--steps", "3", "--quiet"];
+        let mut args = vec![
+            "train",
+            "--config",
+            &cfg,
+            "--method",
+            "acco",
+            "--workers",
+            "2",
+            "--runtime",
+            runtime,
+            "--steps",
+            "3",
+            "--quiet",
+        ];
         args.extend(extra.iter());
         let t = trace.display().to_string();
         args.extend(["--trace", &t]);
@@ -68,7 +81,10 @@ fn bad_parallel_settings_name_the_field_and_an_example() {
     };
     one_error(run(&["--method", "acc0"]), &["unknown method `acc0`", "ddp, zero1, dpu, acco-wp, acco"]);
     one_error(run(&["--method", "ddp", "--workers", "0"]), &["--workers", "at least 1"]);
-    one_error(run(&["--method", "ddp", "--workers", "3", "--speeds", "1,0.5"]), &["--speeds has 2 values", "3 workers", "--speeds 1,1,1"]);
+    one_error(
+        run(&["--method", "ddp", "--workers", "3", "--speeds", "1,0.5"]),
+        &["--speeds has 2 values", "3 workers", "--speeds 1,1,1"],
+    );
     one_error(run(&["--method", "ddp", "--workers", "2", "--link", "1gbt,50us"]), &["--link", "1gbt", "e.g."]);
     one_error(run(&["--method", "ddp", "--runtime", "cloud"]), &["unknown runtime `cloud`", "--runtime sim"]);
     let bad = tmp.path().join("bad-cluster.toml");
@@ -84,6 +100,12 @@ fn bad_parallel_settings_name_the_field_and_an_example() {
 fn mpi_backend_without_the_feature_says_how_to_build_it() {
     let tmp = tempdir();
     let cfg = config(tmp.path(), "");
-    one_error(lowcomm(tmp.path(), &["train", "--config", &cfg, "--backend", "mpi", "--method", "zero1"]), &["built without MPI", "--features mpi", "libmpich-dev"]);
-    one_error(lowcomm(tmp.path(), &["train", "--config", &cfg, "--backend", "tcp", "--method", "zero1"]), &["unknown backend `tcp`", "--backend local"]);
+    one_error(
+        lowcomm(tmp.path(), &["train", "--config", &cfg, "--backend", "mpi", "--method", "zero1"]),
+        &["built without MPI", "--features mpi", "libmpich-dev"],
+    );
+    one_error(
+        lowcomm(tmp.path(), &["train", "--config", &cfg, "--backend", "tcp", "--method", "zero1"]),
+        &["unknown backend `tcp`", "--backend local"],
+    );
 }

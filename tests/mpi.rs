@@ -92,7 +92,8 @@ fn ddp_over_two_tier_mpi_matches_in_process_within_rounding() {
     let tmp = tempdir();
     let (local, local_losses) = train(tmp.path(), "local", "ddp", 4);
     let (mpi, mpi_losses) = train_env(tmp.path(), "mpi", "ddp", 4, &[("LOWCOMM_RANKS_PER_NODE", "2")]);
-    let worst = local.iter().zip(&mpi).map(|(a, b)| (f32::from_bits(*a) - f32::from_bits(*b)).abs()).fold(0.0f32, f32::max);
+    let worst =
+        local.iter().zip(&mpi).map(|(a, b)| (f32::from_bits(*a) - f32::from_bits(*b)).abs()).fold(0.0f32, f32::max);
     assert!(worst < 1e-4, "max |param diff| {worst}");
     eprintln!("two-tier ddp vs in-process: max |param diff| {worst:e}");
     for (a, b) in local_losses.iter().zip(&mpi_losses) {
@@ -110,7 +111,12 @@ fn failing_job(fault: &str) -> (Output, Duration) {
     let cfg = cfg.display().to_string();
     let t = Instant::now();
     let env = [("LOWCOMM_FAULT", fault), ("LOWCOMM_MPI_TIMEOUT_S", "5")];
-    let o = mpirun(2, &env, &["train", "--config", &cfg, "--backend", "mpi", "--method", "acco", "--steps", "100000", "--quiet"], tmp.path());
+    let o = mpirun(
+        2,
+        &env,
+        &["train", "--config", &cfg, "--backend", "mpi", "--method", "acco", "--steps", "100000", "--quiet"],
+        tmp.path(),
+    );
     (o, t.elapsed())
 }
 
@@ -140,7 +146,12 @@ fn mpi_backend_rejects_sim_runtime_and_wrong_worker_count() {
     std::fs::write(&cfg, tiny_toml(corpus(), &tmp.path().join("run"))).unwrap();
     let cfg = cfg.display().to_string();
     for (extra, needle) in [(["--runtime", "sim"], "--runtime sim"), (["--workers", "3"], "mpirun -np 3")] {
-        let o = mpirun(2, &[], &[&["train", "--config", &cfg, "--backend", "mpi", "--method", "zero1"][..], &extra[..]].concat(), tmp.path());
+        let o = mpirun(
+            2,
+            &[],
+            &[&["train", "--config", &cfg, "--backend", "mpi", "--method", "zero1"][..], &extra[..]].concat(),
+            tmp.path(),
+        );
         assert!(!o.status.success());
         assert!(text(&o).contains(needle), "{}", text(&o));
     }

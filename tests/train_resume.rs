@@ -90,10 +90,15 @@ fn resume_is_bit_identical() {
     let a = run(resume_config(&dir_a, 2 * N), &quiet()).unwrap();
     assert_eq!(a.steps, 2 * N);
 
-    let first = run(resume_config(&dir_b, 2 * N), &RunOptions { stop_at: Some(N), quiet: true, ..Default::default() }).unwrap();
+    let first =
+        run(resume_config(&dir_b, 2 * N), &RunOptions { stop_at: Some(N), quiet: true, ..Default::default() }).unwrap();
     assert_eq!(first.steps, N);
     assert_eq!(checkpoint::load(&dir_b).unwrap().state.step, N);
-    let b = run(resume_config(&dir_b, 2 * N), &RunOptions { resume: Some(dir_b.clone()), quiet: true, ..Default::default() }).unwrap();
+    let b = run(
+        resume_config(&dir_b, 2 * N),
+        &RunOptions { resume: Some(dir_b.clone()), quiet: true, ..Default::default() },
+    )
+    .unwrap();
     assert_eq!(b.steps, 2 * N);
     assert_eq!((a.tokens, a.final_loss.to_bits()), (b.tokens, b.final_loss.to_bits()));
     assert_eq!(a.eval.val_loss.to_bits(), b.eval.val_loss.to_bits());
@@ -152,7 +157,10 @@ fn killed_mid_write_leaves_previous_checkpoint_loadable() {
     let torn = ckdir.join(format!("step-{:06}.tmp-999", N + 1));
     fs::create_dir(&torn).unwrap();
     fs::write(torn.join("model.safetensors"), b"\x08\x01\x00\x00\x00\x00\x00\x00{\"h.0.attn").unwrap();
-    assert_eq!(checkpoint_entries(&run_dir), ["latest".to_string(), format!("step-{N:06}"), format!("step-{:06}.tmp-999", N + 1)]);
+    assert_eq!(
+        checkpoint_entries(&run_dir),
+        ["latest".to_string(), format!("step-{N:06}"), format!("step-{:06}.tmp-999", N + 1)]
+    );
 
     let ck = checkpoint::load(&run_dir).unwrap();
     assert_eq!(ck.state.step, N);
@@ -172,7 +180,8 @@ fn killed_mid_write_leaves_previous_checkpoint_loadable() {
     assert!(entries.iter().all(|e| !e.contains(".tmp-")), "{entries:?}");
     assert_eq!(entries, ["latest".to_string(), format!("step-{N:06}"), format!("step-{:06}", 2 * N)]);
     assert_eq!(checkpoint::load(&run_dir).unwrap().state.step, 2 * N);
-    let steps: Vec<u64> = records(&read_metrics(&run_dir), "train").iter().map(|r| r["step"].as_u64().unwrap()).collect();
+    let steps: Vec<u64> =
+        records(&read_metrics(&run_dir), "train").iter().map(|r| r["step"].as_u64().unwrap()).collect();
     assert_eq!(steps, (1..=2 * N).collect::<Vec<_>>());
 
     // A crash after the rename but before `latest` moved: `latest` still

@@ -79,7 +79,14 @@ pub fn checkpoints_dir(run_dir: &Path) -> PathBuf {
 
 /// Save a checkpoint for `state.step` under `run_dir`, then prune all but
 /// the newest `keep`. Returns the checkpoint's directory.
-pub fn save(run_dir: &Path, mut state: TrainState, params: &[f32], optimizer: &[(String, &[f32])], tokenizer_json: &str, keep: usize) -> Result<PathBuf> {
+pub fn save(
+    run_dir: &Path,
+    mut state: TrainState,
+    params: &[f32],
+    optimizer: &[(String, &[f32])],
+    tokenizer_json: &str,
+    keep: usize,
+) -> Result<PathBuf> {
     let root = checkpoints_dir(run_dir);
     fs::create_dir_all(&root).with_context(|| format!("cannot create {}", root.display()))?;
     // A step saved again (e.g. a fresh run into an old run directory) gets a
@@ -96,7 +103,8 @@ pub fn save(run_dir: &Path, mut state: TrainState, params: &[f32], optimizer: &[
     }
     fs::create_dir(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
     let layout = crate::model::ParamLayout::new(&state.model);
-    let named: Vec<(&str, Vec<usize>, &[f32])> = layout.tensors.iter().map(|t| (t.name.as_str(), t.shape.clone(), &params[t.range.clone()])).collect();
+    let named: Vec<(&str, Vec<usize>, &[f32])> =
+        layout.tensors.iter().map(|t| (t.name.as_str(), t.shape.clone(), &params[t.range.clone()])).collect();
     write_f32_tensors(&tmp.join(MODEL_FILE), &named)?;
     let opt: Vec<(&str, Vec<usize>, &[f32])> = optimizer.iter().map(|(n, d)| (n.as_str(), vec![d.len()], *d)).collect();
     write_f32_tensors(&tmp.join(OPTIM_FILE), &opt)?;
@@ -107,7 +115,8 @@ pub fn save(run_dir: &Path, mut state: TrainState, params: &[f32], optimizer: &[
     }
     atomic_write(&tmp.join(STATE_FILE), serde_json::to_string_pretty(&state)?.as_bytes())?;
     sync_dir(&tmp);
-    fs::rename(&tmp, &final_dir).with_context(|| format!("cannot rename {} to {}", tmp.display(), final_dir.display()))?;
+    fs::rename(&tmp, &final_dir)
+        .with_context(|| format!("cannot rename {} to {}", tmp.display(), final_dir.display()))?;
     sync_dir(&root);
     atomic_write(&root.join(LATEST_FILE), name.as_bytes())?;
     prune(&root, keep, &name)?;
@@ -171,10 +180,16 @@ pub fn load(path: &Path) -> Result<Checkpoint> {
             dir.parent().map_or_else(|| ".".into(), |p| p.display().to_string())
         )
     };
-    let state_text = fs::read_to_string(dir.join(STATE_FILE)).map_err(|e| corrupt(format!("cannot read {STATE_FILE} ({e})")))?;
-    let state: TrainState = serde_json::from_str(&state_text).map_err(|e| corrupt(format!("{STATE_FILE} does not parse ({e})")))?;
+    let state_text =
+        fs::read_to_string(dir.join(STATE_FILE)).map_err(|e| corrupt(format!("cannot read {STATE_FILE} ({e})")))?;
+    let state: TrainState =
+        serde_json::from_str(&state_text).map_err(|e| corrupt(format!("{STATE_FILE} does not parse ({e})")))?;
     if state.format_version != FORMAT_VERSION {
-        bail!("checkpoint {} has format version {}, this lowcomm reads version {FORMAT_VERSION}", dir.display(), state.format_version);
+        bail!(
+            "checkpoint {} has format version {}, this lowcomm reads version {FORMAT_VERSION}",
+            dir.display(),
+            state.format_version
+        );
     }
     for (file, want) in &state.files {
         let got = sha256_file(&dir.join(file)).map_err(|e| corrupt(format!("{file}: {e:#}")))?;
@@ -186,13 +201,21 @@ pub fn load(path: &Path) -> Result<Checkpoint> {
     let mut params = vec![0.0f32; layout.len];
     let model = read_f32_tensors(&dir.join(MODEL_FILE)).map_err(|e| corrupt(format!("{MODEL_FILE}: {e:#}")))?;
     for t in &layout.tensors {
-        let (_, shape, data) = model.iter().find(|(n, _, _)| n == &t.name).ok_or_else(|| corrupt(format!("{MODEL_FILE} lacks tensor {}", t.name)))?;
+        let (_, shape, data) = model
+            .iter()
+            .find(|(n, _, _)| n == &t.name)
+            .ok_or_else(|| corrupt(format!("{MODEL_FILE} lacks tensor {}", t.name)))?;
         if shape != &t.shape {
             return Err(corrupt(format!("tensor {} has shape {shape:?}, the model config says {:?}", t.name, t.shape)));
         }
         params[t.range.clone()].copy_from_slice(data);
     }
-    let optimizer = read_f32_tensors(&dir.join(OPTIM_FILE)).map_err(|e| corrupt(format!("{OPTIM_FILE}: {e:#}")))?.into_iter().map(|(n, _, d)| (n, d)).collect();
-    let tokenizer_json = fs::read_to_string(dir.join(TOKENIZER_FILE)).map_err(|e| corrupt(format!("{TOKENIZER_FILE}: {e}")))?;
+    let optimizer = read_f32_tensors(&dir.join(OPTIM_FILE))
+        .map_err(|e| corrupt(format!("{OPTIM_FILE}: {e:#}")))?
+        .into_iter()
+        .map(|(n, _, d)| (n, d))
+        .collect();
+    let tokenizer_json =
+        fs::read_to_string(dir.join(TOKENIZER_FILE)).map_err(|e| corrupt(format!("{TOKENIZER_FILE}: {e}")))?;
     Ok(Checkpoint { state, params, optimizer, tokenizer_json })
 }

@@ -15,8 +15,13 @@ pub fn write_f32_tensors(path: &Path, tensors: &[(&str, Vec<usize>, &[f32])]) ->
 
 /// Like [`write_f32_tensors`], with the safetensors header's `__metadata__`
 /// (Hugging Face requires `{"format": "pt"}`).
-pub fn write_f32_tensors_with_metadata(path: &Path, tensors: &[(&str, Vec<usize>, &[f32])], metadata: Option<HashMap<String, String>>) -> Result<()> {
-    let bytes: Vec<Vec<u8>> = tensors.iter().map(|(_, _, d)| d.iter().flat_map(|v| v.to_le_bytes()).collect()).collect();
+pub fn write_f32_tensors_with_metadata(
+    path: &Path,
+    tensors: &[(&str, Vec<usize>, &[f32])],
+    metadata: Option<HashMap<String, String>>,
+) -> Result<()> {
+    let bytes: Vec<Vec<u8>> =
+        tensors.iter().map(|(_, _, d)| d.iter().flat_map(|v| v.to_le_bytes()).collect()).collect();
     let views: Vec<(String, TensorView)> = tensors
         .iter()
         .zip(&bytes)
@@ -26,10 +31,14 @@ pub fn write_f32_tensors_with_metadata(path: &Path, tensors: &[(&str, Vec<usize>
     atomic_write_with(path, |f| f.write_all(&data).map_err(Into::into))
 }
 
+/// A tensor read back: (name, shape, data).
+pub type NamedTensor = (String, Vec<usize>, Vec<f32>);
+
 /// Read every tensor of a safetensors file as f32: (name, shape, data).
-pub fn read_f32_tensors(path: &Path) -> Result<Vec<(String, Vec<usize>, Vec<f32>)>> {
+pub fn read_f32_tensors(path: &Path) -> Result<Vec<NamedTensor>> {
     let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
-    let st = SafeTensors::deserialize(&bytes).with_context(|| format!("{} is not a valid safetensors file", path.display()))?;
+    let st = SafeTensors::deserialize(&bytes)
+        .with_context(|| format!("{} is not a valid safetensors file", path.display()))?;
     let mut out = Vec::new();
     for (name, view) in st.tensors() {
         if view.dtype() != Dtype::F32 {

@@ -14,8 +14,21 @@ pub fn prepare(a: PrepareArgs) -> Result<()> {
         Some(v) => v,
         None => GptConfig::preset(&a.preset)?.vocab_size,
     };
-    let out = a.out.unwrap_or_else(|| if a.input.is_empty() { default_data_dir(vocab) } else { PathBuf::from(format!("data/custom-{vocab}")) });
-    let opts = PrepareOptions { inputs: a.input, out, vocab_size: vocab, val_fraction: a.val_fraction, cache_dir: a.cache_dir, force: a.force };
+    let out = a.out.unwrap_or_else(|| {
+        if a.input.is_empty() {
+            default_data_dir(vocab)
+        } else {
+            PathBuf::from(format!("data/custom-{vocab}"))
+        }
+    });
+    let opts = PrepareOptions {
+        inputs: a.input,
+        out,
+        vocab_size: vocab,
+        val_fraction: a.val_fraction,
+        cache_dir: a.cache_dir,
+        force: a.force,
+    };
     let report = crate::data::prepare(&opts)?;
     println!("{report}");
     Ok(())
@@ -28,7 +41,8 @@ pub(super) fn run_config(a: &TrainArgs) -> Result<(RunConfig, Option<PathBuf>)> 
         (Some(path), _) => RunConfig::from_file(path)?,
         (None, Some(r)) if !r.as_os_str().is_empty() => {
             let ck = checkpoint::load(r)?;
-            RunConfig::from_toml(&ck.state.run_config).context("the checkpoint's saved run configuration does not parse")?
+            RunConfig::from_toml(&ck.state.run_config)
+                .context("the checkpoint's saved run configuration does not parse")?
         }
         _ => RunConfig::default(),
     };
@@ -93,10 +107,18 @@ pub(super) fn run_config(a: &TrainArgs) -> Result<(RunConfig, Option<PathBuf>)> 
     if a.fixed_micro_batches.is_some() {
         p.fixed_micro_batches = a.fixed_micro_batches;
     }
-    if p.method.is_none() && (a.workers.is_some() || a.runtime.is_some() || a.backend.is_some() || a.cluster.is_some() || a.link.is_some() || a.speeds.is_some()) {
+    if p.method.is_none()
+        && (a.workers.is_some()
+            || a.runtime.is_some()
+            || a.backend.is_some()
+            || a.cluster.is_some()
+            || a.link.is_some()
+            || a.speeds.is_some())
+    {
         p.method = Some("ddp".into());
     }
-    let resume = a.resume.as_ref().map(|r| if r.as_os_str().is_empty() { cfg.train.out_dir.clone() } else { r.clone() });
+    let resume =
+        a.resume.as_ref().map(|r| if r.as_os_str().is_empty() { cfg.train.out_dir.clone() } else { r.clone() });
     Ok((cfg, resume))
 }
 
@@ -104,7 +126,9 @@ pub fn train(a: TrainArgs) -> Result<()> {
     let (cfg, resume) = run_config(&a)?;
     if cfg.parallel.method.is_some() {
         if resume.is_some() || a.stop_at.is_some() {
-            anyhow::bail!("--resume and --stop-at are for single-worker runs; data-parallel runs (--method) start fresh");
+            anyhow::bail!(
+                "--resume and --stop-at are for single-worker runs; data-parallel runs (--method) start fresh"
+            );
         }
         let Some(s) = (super::mpi::runner(&cfg.parallel.backend)?.run)(cfg, a.quiet)? else {
             return Ok(()); // MPI ranks other than 0 report nothing
@@ -141,12 +165,25 @@ pub fn eval(a: EvalArgs) -> Result<()> {
     let model_cfg = ck.state.model.clone();
     let data_dir = a.data.unwrap_or_else(|| run_cfg.data_dir(&model_cfg));
     let data = Dataset::open(&data_dir)?;
-    check_vocab(&model_cfg, data.tokenizer.vocab_size(), &format!("the tokenizer of {}", data_dir.display()), &data_dir)?;
+    check_vocab(
+        &model_cfg,
+        data.tokenizer.vocab_size(),
+        &format!("the tokenizer of {}", data_dir.display()),
+        &data_dir,
+    )?;
     let seq = run_cfg.seq_len(&model_cfg);
     data.check_context(seq)?;
     let mut model = Gpt::from_params(model_cfg, ck.params, 0)?;
     let loss = crate::train::trainer::evaluate(&mut model, &data.val, seq, a.batch_size.max(1), a.windows);
-    println!("step {}  val_loss {:.4}  val_ppl {:.2}  ({} windows of {} tokens from {})", ck.state.step, loss, loss.exp(), a.windows.min(data.val.len() / seq), seq, data_dir.display());
+    println!(
+        "step {}  val_loss {:.4}  val_ppl {:.2}  ({} windows of {} tokens from {})",
+        ck.state.step,
+        loss,
+        loss.exp(),
+        a.windows.min(data.val.len() / seq),
+        seq,
+        data_dir.display()
+    );
     Ok(())
 }
 
@@ -158,7 +195,13 @@ pub fn generate(a: GenerateArgs) -> Result<()> {
     if prompt.is_empty() {
         prompt.push(tok.eot_id());
     }
-    let opts = SampleOptions { max_tokens: a.tokens, temperature: a.temperature, top_k: a.top_k, seed: a.seed, stop_token: Some(tok.eot_id()) };
+    let opts = SampleOptions {
+        max_tokens: a.tokens,
+        temperature: a.temperature,
+        top_k: a.top_k,
+        seed: a.seed,
+        stop_token: Some(tok.eot_id()),
+    };
     let out = sample(&mut model, &prompt, &opts);
     println!("{}{}", a.prompt, tok.decode(&out));
     Ok(())
@@ -181,7 +224,10 @@ pub fn export(a: ExportArgs) -> Result<()> {
         let logits = model.logits(&ids, 1, ids.len()).to_vec();
         // Token ids as f32 are exact below 2^24.
         let ids_f: Vec<f32> = ids.iter().map(|&i| i as f32).collect();
-        checkpoint::write_f32_tensors(&path, &[("tokens", vec![ids.len()], &ids_f), ("logits", vec![ids.len(), v], &logits)])?;
+        checkpoint::write_f32_tensors(
+            &path,
+            &[("tokens", vec![ids.len()], &ids_f), ("logits", vec![ids.len(), v], &logits)],
+        )?;
         println!("wrote reference logits for {} tokens to {}", ids.len(), path.display());
     }
     Ok(())
@@ -206,7 +252,12 @@ pub fn bench(a: BenchArgs) -> Result<()> {
         }
         "sim" => {
             let (raw, sim) = crate::bench::sim_overhead(&a.preset, a.steps.max(1) as u64)?;
-            println!("RESULT sim_overhead preset={} steps={} raw_s={raw:.3} sim_s={sim:.3} overhead={:.1}% (bar <= 10%)", a.preset, a.steps, 100.0 * (sim / raw - 1.0));
+            println!(
+                "RESULT sim_overhead preset={} steps={} raw_s={raw:.3} sim_s={sim:.3} overhead={:.1}% (bar <= 10%)",
+                a.preset,
+                a.steps,
+                100.0 * (sim / raw - 1.0)
+            );
             return Ok(());
         }
         other => anyhow::bail!("unknown benchmark `{other}`: use --what step, comm or sim"),

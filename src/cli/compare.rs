@@ -10,7 +10,9 @@ use std::path::PathBuf;
 
 /// Moving average over `w` rounds (the per-round training loss is noisy).
 fn smooth(x: &[f32], w: usize) -> Vec<f64> {
-    (0..x.len()).map(|i| x[i.saturating_sub(w - 1)..=i].iter().map(|&v| v as f64).sum::<f64>() / (i.min(w - 1) + 1) as f64).collect()
+    (0..x.len())
+        .map(|i| x[i.saturating_sub(w - 1)..=i].iter().map(|&v| v as f64).sum::<f64>() / (i.min(w - 1) + 1) as f64)
+        .collect()
 }
 
 /// Run each method in `methods` with the flags of `train`; write to `out`.
@@ -34,7 +36,10 @@ pub fn compare(methods: &[String], out: &PathBuf, train: &TrainArgs) -> Result<(
         let Some(s) = (runner.run)(cfg, true)? else {
             continue; // an MPI rank other than 0: rank 0 writes the results
         };
-        say(format!("compare: {m}: final loss {:.4}, val loss {:.4}, {:.2} s", s.final_loss, s.val_loss, s.summary.wall_s));
+        say(format!(
+            "compare: {m}: final loss {:.4}, val loss {:.4}, {:.2} s",
+            s.final_loss, s.val_loss, s.summary.wall_s
+        ));
         runs.push((m.clone(), s));
     }
     if !root {
@@ -62,7 +67,8 @@ pub fn compare(methods: &[String], out: &PathBuf, train: &TrainArgs) -> Result<(
             (Some(a), Some(b)) if b > 0.0 => format!("{:.2}x", a / b),
             _ => "-".into(),
         };
-        let mbr = s.summary.workers.iter().filter_map(|w| w.micro_batches.as_ref().map(|m| m.mean)).sum::<f64>() / s.world as f64;
+        let mbr = s.summary.workers.iter().filter_map(|w| w.micro_batches.as_ref().map(|m| m.mean)).sum::<f64>()
+            / s.world as f64;
         let pct = |x: Option<f64>| x.map_or("-".into(), |v| format!("{:.0}%", 100.0 * v));
         writeln!(
             md,
@@ -102,7 +108,13 @@ pub fn compare(methods: &[String], out: &PathBuf, train: &TrainArgs) -> Result<(
             })
             .collect()
     };
-    line_plot(&out.join("loss_vs_tokens.svg"), "training loss vs tokens", "tokens", "loss", &series(|r| r.tokens as f64))?;
+    line_plot(
+        &out.join("loss_vs_tokens.svg"),
+        "training loss vs tokens",
+        "tokens",
+        "loss",
+        &series(|r| r.tokens as f64),
+    )?;
     line_plot(&out.join("loss_vs_time.svg"), "training loss vs time", "seconds", "loss", &series(|r| r.wall_s))?;
     print!("{md}");
     eprintln!("wrote {}/summary.md, curves.csv, loss_vs_tokens.svg, loss_vs_time.svg", out.display());

@@ -23,10 +23,16 @@ pub fn comm_check(a: &CommCheckArgs) -> Result<()> {
             for p in 1..=a.workers.max(1) {
                 for wire in WIRES {
                     let results = std::thread::scope(|s| {
-                        let hs: Vec<_> = LocalGroup::new(p, wire).into_iter().map(|mut c| s.spawn(move || conformance::check(&mut c, false))).collect();
+                        let hs: Vec<_> = LocalGroup::new(p, wire)
+                            .into_iter()
+                            .map(|mut c| s.spawn(move || conformance::check(&mut c, false)))
+                            .collect();
                         hs.into_iter().map(|h| h.join().expect("check thread")).collect::<Result<Vec<_>>>()
                     })?;
-                    println!("comm-check local: {p} workers, {wire:?} wire: {} checks passed on every rank", results[0]);
+                    println!(
+                        "comm-check local: {p} workers, {wire:?} wire: {} checks passed on every rank",
+                        results[0]
+                    );
                 }
             }
             Ok(())
@@ -63,7 +69,10 @@ pub struct Runner {
 /// an MPI job (MPI is initialised once, here, for every run that follows).
 pub fn runner(backend: &str) -> Result<Runner> {
     match backend {
-        "local" => Ok(Runner { root: true, run: Box::new(|cfg, quiet| crate::train::parallel::run_parallel(cfg, quiet).map(Some)) }),
+        "local" => Ok(Runner {
+            root: true,
+            run: Box::new(|cfg, quiet| crate::train::parallel::run_parallel(cfg, quiet).map(Some)),
+        }),
         "mpi" => mpi_impl::runner(),
         other => bail!("unknown backend `{other}`: use --backend local (threads) or --backend mpi (under mpirun)"),
     }
@@ -77,7 +86,10 @@ mod mpi_impl {
 
     pub fn runner() -> Result<Runner> {
         let mpi = crate::train::parallel_mpi::init()?;
-        Ok(Runner { root: mpi.rank() == 0, run: Box::new(move |cfg, quiet| crate::train::parallel_mpi::run_parallel_mpi(&mpi, cfg, quiet)) })
+        Ok(Runner {
+            root: mpi.rank() == 0,
+            run: Box::new(move |cfg, quiet| crate::train::parallel_mpi::run_parallel_mpi(&mpi, cfg, quiet)),
+        })
     }
 
     pub fn comm_check() -> Result<()> {

@@ -59,7 +59,8 @@ pub struct Completed {
 /// Work run on the communication thread with its communicator: several
 /// collectives and local work between them (e.g. a sharded optimizer step).
 /// Returns its result and the link time it models.
-pub type Task = Box<dyn FnOnce(&mut dyn Communicator, Option<&LinkModel>) -> (Box<dyn std::any::Any + Send>, f64) + Send>;
+pub type Task =
+    Box<dyn FnOnce(&mut dyn Communicator, Option<&LinkModel>) -> (Box<dyn std::any::Any + Send>, f64) + Send>;
 
 enum Job {
     AllReduce(Vec<f32>, ReduceOp),
@@ -177,13 +178,21 @@ impl CommThread {
 
     /// Starts a reduce-scatter; `input.len()` must be `world * output.len()`.
     pub fn start_reduce_scatter(&self, input: Vec<f32>, output: Vec<f32>, op: ReduceOp) -> OpHandle {
-        assert_eq!(input.len(), self.world * output.len(), "start_reduce_scatter: input.len() must be world * output.len()");
+        assert_eq!(
+            input.len(),
+            self.world * output.len(),
+            "start_reduce_scatter: input.len() must be world * output.len()"
+        );
         self.start(Job::ReduceScatter(input, output, op))
     }
 
     /// Starts an all-gather; `output.len()` must be `world * input.len()`.
     pub fn start_all_gather(&self, input: Vec<f32>, output: Vec<f32>) -> OpHandle {
-        assert_eq!(output.len(), self.world * input.len(), "start_all_gather: output.len() must be world * input.len()");
+        assert_eq!(
+            output.len(),
+            self.world * input.len(),
+            "start_all_gather: output.len() must be world * input.len()"
+        );
         self.start(Job::AllGather(input, output))
     }
 
@@ -281,10 +290,7 @@ mod tests {
     use crate::comm::{LocalGroup, Tier, WireDtype};
 
     fn threads(world: usize, link: Option<LinkModel>) -> Vec<CommThread> {
-        LocalGroup::new(world, WireDtype::F32)
-            .into_iter()
-            .map(|c| CommThread::spawn(Box::new(c), link))
-            .collect()
+        LocalGroup::new(world, WireDtype::F32).into_iter().map(|c| CommThread::spawn(Box::new(c), link)).collect()
     }
 
     #[test]

@@ -93,7 +93,10 @@ pub fn time_collectives(comm: &mut dyn Communicator, mib: usize, iters: usize) -
 /// [`time_collectives`] on an in-process group of `world` threads (rank 0's times).
 pub fn time_collectives_local(world: usize, mib: usize, iters: usize) -> [f64; 3] {
     std::thread::scope(|s| {
-        let hs: Vec<_> = LocalGroup::new(world, WireDtype::F32).into_iter().map(|mut c| s.spawn(move || time_collectives(&mut c, mib, iters))).collect();
+        let hs: Vec<_> = LocalGroup::new(world, WireDtype::F32)
+            .into_iter()
+            .map(|mut c| s.spawn(move || time_collectives(&mut c, mib, iters)))
+            .collect();
         hs.into_iter().map(|h| h.join().unwrap()).next().expect("world >= 1")
     })
 }

@@ -73,7 +73,8 @@ pub fn check(comm: &mut dyn Communicator, hierarchical: bool) -> Result<usize> {
             expect.count_all_reduce(n, p, b);
             for (i, &got) in buf.iter().enumerate() {
                 if hierarchical {
-                    let exact: f64 = (0..p).map(|q| value(q, i) as f64).sum::<f64>() / if op == ReduceOp::Mean { p as f64 } else { 1.0 };
+                    let exact: f64 = (0..p).map(|q| value(q, i) as f64).sum::<f64>()
+                        / if op == ReduceOp::Mean { p as f64 } else { 1.0 };
                     let tol = tolerance(i, p, op, wire);
                     if (got as f64 - exact).abs() > tol {
                         bail!("rank {r}/{p}: all_reduce({n}, {op:?}, {wire:?}) element {i} = {got}, f64 reference {exact}, beyond the bound {tol:e}");
@@ -105,7 +106,10 @@ pub fn check(comm: &mut dyn Communicator, hierarchical: bool) -> Result<usize> {
         for (k, &got) in out.iter().enumerate() {
             let want = wire.round(value(k / n.max(1), k % n.max(1)));
             if got.to_bits() != want.to_bits() {
-                bail!("rank {r}/{p}: all_gather({n}, {wire:?}) element {k} = {got}, rank {}'s input gives {want}", k / n.max(1));
+                bail!(
+                    "rank {r}/{p}: all_gather({n}, {wire:?}) element {k} = {got}, rank {}'s input gives {want}",
+                    k / n.max(1)
+                );
             }
         }
         checks += 1;
@@ -115,7 +119,11 @@ pub fn check(comm: &mut dyn Communicator, hierarchical: bool) -> Result<usize> {
             comm.broadcast(&mut buf, root);
             expect.count_broadcast(n, p, b, r, root);
             if let Some(i) = (0..n).find(|&i| buf[i].to_bits() != wire.round(value(root, i)).to_bits()) {
-                bail!("rank {r}/{p}: broadcast({n}, root {root}, {wire:?}) element {i} = {}, root's value is {}", buf[i], wire.round(value(root, i)));
+                bail!(
+                    "rank {r}/{p}: broadcast({n}, root {root}, {wire:?}) element {i} = {}, root's value is {}",
+                    buf[i],
+                    wire.round(value(root, i))
+                );
             }
             checks += 1;
         }
@@ -125,7 +133,11 @@ pub fn check(comm: &mut dyn Communicator, hierarchical: bool) -> Result<usize> {
     checks += 1;
     if !hierarchical {
         let s = comm.stats();
-        let got = CommStats { bytes_sent: s.bytes_sent - before.bytes_sent, bytes_received: s.bytes_received - before.bytes_received, ops: s.ops - before.ops };
+        let got = CommStats {
+            bytes_sent: s.bytes_sent - before.bytes_sent,
+            bytes_received: s.bytes_received - before.bytes_received,
+            ops: s.ops - before.ops,
+        };
         if got != expect {
             bail!("rank {r}/{p}: byte counters {got:?} but the ring model gives {expect:?}");
         }

@@ -198,7 +198,8 @@ impl FromStr for Tier {
         if parts.next().is_some() {
             return Err(err("more than one comma".into()));
         }
-        let (v, unit) = number_unit(bw).ok_or_else(|| err(format!("bandwidth \"{bw}\" does not start with a number")))?;
+        let (v, unit) =
+            number_unit(bw).ok_or_else(|| err(format!("bandwidth \"{bw}\" does not start with a number")))?;
         if unit.is_empty() {
             return Err(err(format!("bandwidth \"{bw}\" has no unit")));
         }
@@ -210,7 +211,8 @@ impl FromStr for Tier {
         let latency = match lat {
             None => 0.0,
             Some(l) => {
-                let (v, unit) = number_unit(l).ok_or_else(|| err(format!("latency \"{l}\" does not start with a number")))?;
+                let (v, unit) =
+                    number_unit(l).ok_or_else(|| err(format!("latency \"{l}\" does not start with a number")))?;
                 if unit.is_empty() {
                     return Err(err(format!("latency \"{l}\" has no unit")));
                 }

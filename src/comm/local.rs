@@ -58,9 +58,7 @@ impl LocalGroup {
             ptrs: (0..world).map(|_| AtomicPtr::new(std::ptr::null_mut())).collect(),
             lens: (0..world).map(|_| AtomicUsize::new(0)).collect(),
         });
-        (0..world)
-            .map(|rank| LocalComm { rank, shared: shared.clone(), stats: CommStats::default() })
-            .collect()
+        (0..world).map(|rank| LocalComm { rank, shared: shared.clone(), stats: CommStats::default() }).collect()
     }
 
     /// `nodes x per_node` workers; worker `g = node * per_node + local` gets
@@ -151,7 +149,11 @@ impl Drop for LocalComm {
 
 #[inline(always)]
 fn rnd<const BF16: bool>(x: f32) -> f32 {
-    if BF16 { super::bf16::round_bf16(x) } else { x }
+    if BF16 {
+        super::bf16::round_bf16(x)
+    } else {
+        x
+    }
 }
 
 /// Chunk r of n split into p nearly equal parts.
@@ -253,9 +255,8 @@ impl LocalComm {
             if rank != root {
                 // SAFETY: root's buffer is only read (root itself leaves it
                 // alone until the closing barrier); ours is written only by us.
-                let (src, dst) = unsafe {
-                    (std::slice::from_raw_parts(ptrs[root], n), std::slice::from_raw_parts_mut(ptr, n))
-                };
+                let (src, dst) =
+                    unsafe { (std::slice::from_raw_parts(ptrs[root], n), std::slice::from_raw_parts_mut(ptr, n)) };
                 dst.iter_mut().zip(src).for_each(|(a, &x)| *a = rnd::<BF16>(x));
             }
         });

@@ -45,7 +45,10 @@ fn check_reduced(got: f32, i: usize, p: usize, op: ReduceOp, wire: WireDtype, wh
         WireDtype::Bf16 => 2f64.powi(-7) * 1.01 + (p + 1) as f64 * u,
     };
     let tol = rel * a + 1e-30;
-    assert!((got as f64 - exact).abs() <= tol, "{what}: p={p} {op:?} {wire:?} i={i}: got {got}, exact {exact}, tol {tol}");
+    assert!(
+        (got as f64 - exact).abs() <= tol,
+        "{what}: p={p} {op:?} {wire:?} i={i}: got {got}, exact {exact}, tol {tol}"
+    );
 }
 
 fn all_same(results: &[Vec<f32>]) -> bool {
@@ -280,9 +283,7 @@ fn panicking_rank_makes_others_panic_instead_of_hanging() {
                 })
             })
             .collect();
-        hs.into_iter()
-            .map(|h| h.join().err().and_then(|e| e.downcast_ref::<String>().cloned()))
-            .collect::<Vec<_>>()
+        hs.into_iter().map(|h| h.join().err().and_then(|e| e.downcast_ref::<String>().cloned())).collect::<Vec<_>>()
     });
     for r in [0, 2] {
         let m = msgs[r].as_deref().expect("rank should have panicked with a message");
@@ -327,8 +328,12 @@ fn conformance_suite_catches_a_backend_that_sums_in_another_order() {
     // recipe check must notice (this is what makes "same bits" testable).
     struct Reversed(LocalComm);
     impl Communicator for Reversed {
-        fn rank(&self) -> usize { self.0.rank() }
-        fn world(&self) -> usize { self.0.world() }
+        fn rank(&self) -> usize {
+            self.0.rank()
+        }
+        fn world(&self) -> usize {
+            self.0.world()
+        }
         fn all_reduce(&mut self, buf: &mut [f32], op: ReduceOp) {
             let (p, n) = (self.world(), buf.len());
             let mut all = vec![0.0; p * n];
@@ -344,12 +349,24 @@ fn conformance_suite_catches_a_backend_that_sums_in_another_order() {
                 }
             }
         }
-        fn reduce_scatter(&mut self, i: &[f32], o: &mut [f32], op: ReduceOp) { self.0.reduce_scatter(i, o, op) }
-        fn all_gather(&mut self, i: &[f32], o: &mut [f32]) { self.0.all_gather(i, o) }
-        fn broadcast(&mut self, b: &mut [f32], root: usize) { self.0.broadcast(b, root) }
-        fn barrier(&mut self) { self.0.barrier() }
-        fn wire(&self) -> WireDtype { self.0.wire() }
-        fn stats(&self) -> crate::comm::CommStats { self.0.stats() }
+        fn reduce_scatter(&mut self, i: &[f32], o: &mut [f32], op: ReduceOp) {
+            self.0.reduce_scatter(i, o, op)
+        }
+        fn all_gather(&mut self, i: &[f32], o: &mut [f32]) {
+            self.0.all_gather(i, o)
+        }
+        fn broadcast(&mut self, b: &mut [f32], root: usize) {
+            self.0.broadcast(b, root)
+        }
+        fn barrier(&mut self) {
+            self.0.barrier()
+        }
+        fn wire(&self) -> WireDtype {
+            self.0.wire()
+        }
+        fn stats(&self) -> crate::comm::CommStats {
+            self.0.stats()
+        }
     }
     let comms: Vec<Reversed> = LocalGroup::new(3, WireDtype::F32).into_iter().map(Reversed).collect();
     let res = run(comms, |c| crate::comm::conformance::check(c, false));

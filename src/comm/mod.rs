@@ -36,8 +36,8 @@
 pub mod async_op;
 pub mod bench;
 pub mod bf16;
-pub mod link;
 pub mod conformance;
+pub mod link;
 pub mod local;
 #[cfg(feature = "mpi")]
 pub mod mpi;

@@ -79,7 +79,11 @@ impl Poll {
             Ok(other) => bail!("LOWCOMM_MPI_POLL={other}: use spin, yield or sleep"),
         };
         let timeout = match std::env::var("LOWCOMM_MPI_TIMEOUT_S") {
-            Ok(v) => v.parse::<f64>().ok().filter(|t| *t > 0.0).with_context(|| format!("LOWCOMM_MPI_TIMEOUT_S={v}: give a number of seconds > 0, e.g. 600"))?,
+            Ok(v) => v
+                .parse::<f64>()
+                .ok()
+                .filter(|t| *t > 0.0)
+                .with_context(|| format!("LOWCOMM_MPI_TIMEOUT_S={v}: give a number of seconds > 0, e.g. 600"))?,
             Err(_) => 600.0,
         };
         Ok(Poll { wait, timeout: Duration::from_secs_f64(timeout) })
@@ -103,7 +107,8 @@ impl MpiProcess {
     /// give a communication thread its own collectives.
     pub fn init() -> Result<MpiProcess> {
         let poll = Poll::from_env()?;
-        let (universe, threading) = mpi::initialize_with_threading(Threading::Multiple).context("MPI was already initialised in this process")?;
+        let (universe, threading) = mpi::initialize_with_threading(Threading::Multiple)
+            .context("MPI was already initialised in this process")?;
         if threading < Threading::Serialized {
             bail!("the MPI library grants only {threading:?} threading; lowcomm needs at least MPI_THREAD_SERIALIZED (MPICH and OpenMPI builds from Debian grant MULTIPLE)");
         }
@@ -147,7 +152,11 @@ impl MpiProcess {
     pub fn ranks_per_node(&self) -> Result<usize> {
         let size = self.size();
         let per_node = match std::env::var("LOWCOMM_RANKS_PER_NODE") {
-            Ok(v) => v.parse::<usize>().ok().filter(|k| *k >= 1).with_context(|| format!("LOWCOMM_RANKS_PER_NODE={v}: give a whole number >= 1"))?,
+            Ok(v) => v
+                .parse::<usize>()
+                .ok()
+                .filter(|k| *k >= 1)
+                .with_context(|| format!("LOWCOMM_RANKS_PER_NODE={v}: give a whole number >= 1"))?,
             Err(_) => self.local_ranks(),
         };
         // Every rank must agree, or the sub-groups would not line up.
@@ -164,7 +173,11 @@ impl MpiProcess {
     pub fn two_tier(&self, per_node: usize, wire: WireDtype) -> TwoTierComm<MpiComm> {
         let rank = self.rank();
         let (node, local) = (rank / per_node, rank % per_node);
-        let split = |color: usize| self.world.split_by_color_with_key(mpi::topology::Color::with_value(color as i32), rank as i32).expect("every rank has a color");
+        let split = |color: usize| {
+            self.world
+                .split_by_color_with_key(mpi::topology::Color::with_value(color as i32), rank as i32)
+                .expect("every rank has a color")
+        };
         let intra = MpiComm::new(split(node), wire, self.poll);
         let inter = MpiComm::new(split(local), wire, self.poll);
         TwoTierComm::new(self.comm(wire), intra, inter)
@@ -245,11 +258,28 @@ fn grow<T: Copy + Default>(v: &mut Vec<T>, len: usize) -> &mut [T] {
 impl MpiComm {
     fn new(comm: SimpleCommunicator, wire: WireDtype, poll: Poll) -> MpiComm {
         let (rank, world) = (comm.rank() as usize, comm.size() as usize);
-        MpiComm { comm, rank, world, wire, stats: CommStats::default(), poll, recv: Vec::new(), pad: Vec::new(), send16: Vec::new(), recv16: Vec::new() }
+        MpiComm {
+            comm,
+            rank,
+            world,
+            wire,
+            stats: CommStats::default(),
+            poll,
+            recv: Vec::new(),
+            pad: Vec::new(),
+            send16: Vec::new(),
+            recv16: Vec::new(),
+        }
     }
 
     /// Completes `req` by polling (see [`Poll`]); aborts the job on timeout.
-    fn complete<'a, D: ?Sized, S: Scope<'a>>(comm: &SimpleCommunicator, poll: Poll, rank: usize, what: &str, mut req: Request<'a, D, S>) {
+    fn complete<'a, D: ?Sized, S: Scope<'a>>(
+        comm: &SimpleCommunicator,
+        poll: Poll,
+        rank: usize,
+        what: &str,
+        mut req: Request<'a, D, S>,
+    ) {
         let t = Instant::now();
         loop {
             req = match req.test() {
@@ -263,7 +293,9 @@ impl MpiComm {
             }
             match poll.wait {
                 Wait::Spin => std::hint::spin_loop(),
-                Wait::Sleep if waited >= Duration::from_micros(100) => std::thread::sleep((waited / 20).clamp(Duration::from_micros(50), Duration::from_millis(1))),
+                Wait::Sleep if waited >= Duration::from_micros(100) => {
+                    std::thread::sleep((waited / 20).clamp(Duration::from_micros(50), Duration::from_millis(1)))
+                }
                 Wait::Yield | Wait::Sleep => std::thread::yield_now(),
             }
         }
@@ -271,12 +303,16 @@ impl MpiComm {
 
     fn all_to_all<T: Equivalence>(&self, send: &[T], recv: &mut [T], what: &str) {
         let (comm, poll, rank) = (&self.comm, self.poll, self.rank);
-        mpi::request::scope(|sc| Self::complete(comm, poll, rank, what, comm.immediate_all_to_all_into(sc, send, recv)));
+        mpi::request::scope(|sc| {
+            Self::complete(comm, poll, rank, what, comm.immediate_all_to_all_into(sc, send, recv))
+        });
     }
 
     fn all_gather_raw<T: Equivalence>(&self, send: &[T], recv: &mut [T]) {
         let (comm, poll, rank) = (&self.comm, self.poll, self.rank);
-        mpi::request::scope(|sc| Self::complete(comm, poll, rank, "all_gather", comm.immediate_all_gather_into(sc, send, recv)));
+        mpi::request::scope(|sc| {
+            Self::complete(comm, poll, rank, "all_gather", comm.immediate_all_gather_into(sc, send, recv))
+        });
     }
 
     fn broadcast_raw<T: Equivalence>(&self, buf: &mut [T], root: usize) {

@@ -105,7 +105,9 @@ impl Tokenizer {
     /// Load a `tokenizer.json` written by [`Tokenizer::save`].
     pub fn load(path: &Path) -> Result<Tokenizer> {
         let bytes = std::fs::read(path).with_context(|| format!("cannot read tokenizer {}", path.display()))?;
-        Self::from_bytes(&bytes).with_context(|| format!("{} is not a usable tokenizer.json: re-run `lowcomm data prepare`", path.display()))
+        Self::from_bytes(&bytes).with_context(|| {
+            format!("{} is not a usable tokenizer.json: re-run `lowcomm data prepare`", path.display())
+        })
     }
 
     /// Parse `tokenizer.json` text (e.g. the copy inside a checkpoint).

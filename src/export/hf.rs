@@ -46,7 +46,8 @@ pub fn export(ck: &Checkpoint, dir: &Path) -> Result<()> {
     let cfg = &ck.state.model;
     let layout = ParamLayout::new(cfg);
     let tensors: Vec<_> = layout.tensors.iter().map(|t| to_gpt2(t, &ck.params[t.range.clone()])).collect();
-    let views: Vec<(&str, Vec<usize>, &[f32])> = tensors.iter().map(|(n, s, d)| (n.as_str(), s.clone(), d.as_slice())).collect();
+    let views: Vec<(&str, Vec<usize>, &[f32])> =
+        tensors.iter().map(|(n, s, d)| (n.as_str(), s.clone(), d.as_slice())).collect();
     let meta = HashMap::from([("format".to_string(), "pt".to_string())]);
     write_f32_tensors_with_metadata(&dir.join("model.safetensors"), &views, Some(meta))?;
     let tok = Tokenizer::from_json(&ck.tokenizer_json)?;

@@ -108,10 +108,7 @@ impl Span {
 
     /// The order used by [`EventLog::merge`]: start time, then worker, then lane.
     fn merge_order(&self, other: &Span) -> Ordering {
-        self.start_s
-            .total_cmp(&other.start_s)
-            .then(self.worker.cmp(&other.worker))
-            .then(self.lane.cmp(&other.lane))
+        self.start_s.total_cmp(&other.start_s).then(self.worker.cmp(&other.worker)).then(self.lane.cmp(&other.lane))
     }
 }
 
@@ -198,8 +195,7 @@ mod tests {
         w1.push(Span::comm(1, "all_reduce", 0.5, 2.0));
         w1.push(Span::compute(1, "micro-batch", 0.0, 0.5));
         let merged = EventLog::merge(vec![w1, w0]);
-        let keys: Vec<(f64, usize, Lane)> =
-            merged.spans().iter().map(|s| (s.start_s, s.worker, s.lane)).collect();
+        let keys: Vec<(f64, usize, Lane)> = merged.spans().iter().map(|s| (s.start_s, s.worker, s.lane)).collect();
         assert_eq!(
             keys,
             vec![

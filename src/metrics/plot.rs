@@ -45,7 +45,12 @@ pub fn line_plot(path: &Path, title: &str, x_label: &str, y_label: &str, series:
                 .label(s.name.clone())
                 .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], color.stroke_width(2)));
         }
-        chart.configure_series_labels().border_style(BLACK).background_style(WHITE.mix(0.8)).draw().map_err(|e| anyhow!("{e}"))?;
+        chart
+            .configure_series_labels()
+            .border_style(BLACK)
+            .background_style(WHITE.mix(0.8))
+            .draw()
+            .map_err(|e| anyhow!("{e}"))?;
         root.present().map_err(|e| anyhow!("{e}"))?;
     }
     // Written like every other output: a reader never sees half a plot.

@@ -138,7 +138,8 @@ pub fn summarize(spans: &[Span], world: usize, tokens: u64) -> Result<Summary> {
 /// One worker's measurements within a window of length `wall_s`.
 fn summarize_worker(spans: &[Span], worker: usize, wall_s: f64) -> WorkerSummary {
     let mine = || spans.iter().filter(move |s| s.worker == worker);
-    let lane_set = |lane: Lane| Intervals::from_unsorted(mine().filter(|s| s.lane == lane).map(|s| (s.start_s, s.end_s)));
+    let lane_set =
+        |lane: Lane| Intervals::from_unsorted(mine().filter(|s| s.lane == lane).map(|s| (s.start_s, s.end_s)));
     let compute = lane_set(Lane::Compute);
     let comm = lane_set(Lane::Comm);
     let (compute_s, comm_s) = (compute.total(), comm.total());

@@ -115,16 +115,52 @@ impl Activations {
     /// Bytes held, for memory reports.
     pub fn bytes(&self) -> usize {
         let b = &self.blocks;
-        let per_block: usize = b.iter().map(|a| {
-            [&a.ln1, &a.ln1_mean, &a.ln1_rstd, &a.qkv, &a.probs, &a.atty, &a.res1, &a.ln2, &a.ln2_mean, &a.ln2_rstd, &a.fch, &a.fch_gelu, &a.res2, &a.mask_attn, &a.mask_mlp]
+        let per_block: usize = b
+            .iter()
+            .map(|a| {
+                [
+                    &a.ln1,
+                    &a.ln1_mean,
+                    &a.ln1_rstd,
+                    &a.qkv,
+                    &a.probs,
+                    &a.atty,
+                    &a.res1,
+                    &a.ln2,
+                    &a.ln2_mean,
+                    &a.ln2_rstd,
+                    &a.fch,
+                    &a.fch_gelu,
+                    &a.res2,
+                    &a.mask_attn,
+                    &a.mask_mlp,
+                ]
                 .iter()
                 .map(|v| v.len())
                 .sum::<usize>()
-        }).sum();
-        let top = [&self.x0, &self.mask_emb, &self.lnf, &self.lnf_mean, &self.lnf_rstd, &self.logits, &self.losses, &self.branch, &self.dres, &self.dbranch, &self.dln, &self.dqkv, &self.dprobs, &self.datty, &self.dfch_gelu, &self.dfch]
-            .iter()
-            .map(|v| v.len())
-            .sum::<usize>();
+            })
+            .sum();
+        let top = [
+            &self.x0,
+            &self.mask_emb,
+            &self.lnf,
+            &self.lnf_mean,
+            &self.lnf_rstd,
+            &self.logits,
+            &self.losses,
+            &self.branch,
+            &self.dres,
+            &self.dbranch,
+            &self.dln,
+            &self.dqkv,
+            &self.dprobs,
+            &self.datty,
+            &self.dfch_gelu,
+            &self.dfch,
+        ]
+        .iter()
+        .map(|v| v.len())
+        .sum::<usize>();
         4 * (per_block + top) + 4 * self.tokens.len()
     }
 }

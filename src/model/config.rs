@@ -52,13 +52,24 @@ impl GptConfig {
 
     /// Check the shape is buildable; errors name the field and a fix.
     pub fn validate(&self) -> Result<()> {
-        for (name, v) in [("vocab_size", self.vocab_size), ("n_embd", self.n_embd), ("n_layer", self.n_layer), ("n_head", self.n_head), ("ctx", self.ctx)] {
+        for (name, v) in [
+            ("vocab_size", self.vocab_size),
+            ("n_embd", self.n_embd),
+            ("n_layer", self.n_layer),
+            ("n_head", self.n_head),
+            ("ctx", self.ctx),
+        ] {
             if v == 0 {
                 bail!("model.{name} must be at least 1");
             }
         }
         if self.n_embd % self.n_head != 0 {
-            bail!("model.n_embd ({}) must be a multiple of model.n_head ({}), e.g. n_embd = {}", self.n_embd, self.n_head, self.n_head * (self.n_embd / self.n_head).max(1));
+            bail!(
+                "model.n_embd ({}) must be a multiple of model.n_head ({}), e.g. n_embd = {}",
+                self.n_embd,
+                self.n_head,
+                self.n_head * (self.n_embd / self.n_head).max(1)
+            );
         }
         if !(0.0..1.0).contains(&self.dropout) {
             bail!("model.dropout must be in [0, 1), got {}", self.dropout);

@@ -63,7 +63,7 @@ impl Gpt {
             bail!("parameter buffer has {} values but this model shape needs {}", params.len(), layout.len);
         }
         let grads = vec![0.0; layout.len];
-        let dropout_rng = Pcg64::seed_from_u64(seed ^ 0xD809_0u64);
+        let dropout_rng = Pcg64::seed_from_u64(seed ^ 0x000D_8090_u64);
         Ok(Self { cfg, layout, params, grads, dropout_rng, acts: Activations::default() })
     }
 
@@ -129,21 +129,80 @@ impl Gpt {
             let (done, rest) = a.blocks.split_at_mut(i);
             let x: &[f32] = if i == 0 { &a.x0[..n * c] } else { &done[i - 1].res2[..n * c] };
             let s = &mut rest[0];
-            layernorm::forward(&mut s.ln1, &mut s.ln1_mean, &mut s.ln1_rstd, x, &p[r.ln1_w.clone()], &p[r.ln1_b.clone()], c, LN_EPS);
-            matmul::linear_forward(&mut s.qkv, &s.ln1[..n * c], &p[r.qkv_w.clone()], Some(&p[r.qkv_b.clone()]), n, c, 3 * c);
+            layernorm::forward(
+                &mut s.ln1,
+                &mut s.ln1_mean,
+                &mut s.ln1_rstd,
+                x,
+                &p[r.ln1_w.clone()],
+                &p[r.ln1_b.clone()],
+                c,
+                LN_EPS,
+            );
+            matmul::linear_forward(
+                &mut s.qkv,
+                &s.ln1[..n * c],
+                &p[r.qkv_w.clone()],
+                Some(&p[r.qkv_b.clone()]),
+                n,
+                c,
+                3 * c,
+            );
             attention::forward(&mut s.atty, &mut s.probs, &s.qkv[..n * 3 * c], dims);
-            matmul::linear_forward(&mut a.branch, &s.atty[..n * c], &p[r.proj_w.clone()], Some(&p[r.proj_b.clone()]), n, c, c);
+            matmul::linear_forward(
+                &mut a.branch,
+                &s.atty[..n * c],
+                &p[r.proj_w.clone()],
+                Some(&p[r.proj_b.clone()]),
+                n,
+                c,
+                c,
+            );
             dropout_forward(&mut a.branch[..n * c], &mut s.mask_attn, drop, &mut self.dropout_rng);
             add(&mut s.res1[..n * c], x, &a.branch[..n * c]);
-            layernorm::forward(&mut s.ln2, &mut s.ln2_mean, &mut s.ln2_rstd, &s.res1[..n * c], &p[r.ln2_w.clone()], &p[r.ln2_b.clone()], c, LN_EPS);
-            matmul::linear_forward(&mut s.fch, &s.ln2[..n * c], &p[r.fc_w.clone()], Some(&p[r.fc_b.clone()]), n, c, 4 * c);
+            layernorm::forward(
+                &mut s.ln2,
+                &mut s.ln2_mean,
+                &mut s.ln2_rstd,
+                &s.res1[..n * c],
+                &p[r.ln2_w.clone()],
+                &p[r.ln2_b.clone()],
+                c,
+                LN_EPS,
+            );
+            matmul::linear_forward(
+                &mut s.fch,
+                &s.ln2[..n * c],
+                &p[r.fc_w.clone()],
+                Some(&p[r.fc_b.clone()]),
+                n,
+                c,
+                4 * c,
+            );
             gelu::forward(&mut s.fch_gelu, &s.fch[..n * 4 * c]);
-            matmul::linear_forward(&mut a.branch, &s.fch_gelu[..n * 4 * c], &p[r.fcproj_w.clone()], Some(&p[r.fcproj_b.clone()]), n, 4 * c, c);
+            matmul::linear_forward(
+                &mut a.branch,
+                &s.fch_gelu[..n * 4 * c],
+                &p[r.fcproj_w.clone()],
+                Some(&p[r.fcproj_b.clone()]),
+                n,
+                4 * c,
+                c,
+            );
             dropout_forward(&mut a.branch[..n * c], &mut s.mask_mlp, drop, &mut self.dropout_rng);
             add(&mut s.res2[..n * c], &s.res1[..n * c], &a.branch[..n * c]);
         }
         let last = a.blocks.last().map_or(&a.x0, |s| &s.res2);
-        layernorm::forward(&mut a.lnf, &mut a.lnf_mean, &mut a.lnf_rstd, &last[..n * c], &p[l.lnf_w.clone()], &p[l.lnf_b.clone()], c, LN_EPS);
+        layernorm::forward(
+            &mut a.lnf,
+            &mut a.lnf_mean,
+            &mut a.lnf_rstd,
+            &last[..n * c],
+            &p[l.lnf_w.clone()],
+            &p[l.lnf_b.clone()],
+            c,
+            LN_EPS,
+        );
         matmul::linear_forward(&mut a.logits, &a.lnf[..n * c], &p[l.wte.clone()], None, n, c, v);
     }
 
@@ -158,12 +217,32 @@ impl Gpt {
         let a = &mut self.acts;
         let dropout = cfg.dropout > 0.0;
         // Head: logits = lnf wte^T
-        matmul::linear_backward(Some(&mut a.dln), &mut g[l.wte.clone()], None, &a.logits[..n * v], &a.lnf[..n * c], &p[l.wte.clone()], n, c, v);
+        matmul::linear_backward(
+            Some(&mut a.dln),
+            &mut g[l.wte.clone()],
+            None,
+            &a.logits[..n * v],
+            &a.lnf[..n * c],
+            &p[l.wte.clone()],
+            n,
+            c,
+            v,
+        );
         let dres = &mut a.dres[..n * c];
         dres.fill(0.0);
         let last = a.blocks.last().map_or(&a.x0, |s| &s.res2);
         let (dw, db) = two_mut(g, &l.lnf_w, &l.lnf_b);
-        layernorm::backward(dres, dw, db, &a.dln[..n * c], &last[..n * c], &p[l.lnf_w.clone()], &a.lnf_mean, &a.lnf_rstd, c);
+        layernorm::backward(
+            dres,
+            dw,
+            db,
+            &a.dln[..n * c],
+            &last[..n * c],
+            &p[l.lnf_w.clone()],
+            &a.lnf_mean,
+            &a.lnf_rstd,
+            c,
+        );
         for (i, r) in l.blocks.iter().enumerate().rev() {
             let (done, rest) = a.blocks.split_at(i);
             let x: &[f32] = if i == 0 { &a.x0[..n * c] } else { &done[i - 1].res2[..n * c] };
@@ -171,19 +250,69 @@ impl Gpt {
             // MLP branch: res2 = res1 + drop(fcproj(gelu(fc(ln2(res1)))))
             let dbranch = dropout_backward(&mut a.dbranch[..n * c], dres, &s.mask_mlp, dropout);
             let (dw, db) = two_mut(g, &r.fcproj_w, &r.fcproj_b);
-            matmul::linear_backward(Some(&mut a.dfch_gelu), dw, Some(db), dbranch, &s.fch_gelu[..n * 4 * c], &p[r.fcproj_w.clone()], n, 4 * c, c);
+            matmul::linear_backward(
+                Some(&mut a.dfch_gelu),
+                dw,
+                Some(db),
+                dbranch,
+                &s.fch_gelu[..n * 4 * c],
+                &p[r.fcproj_w.clone()],
+                n,
+                4 * c,
+                c,
+            );
             gelu::backward(&mut a.dfch, &s.fch[..n * 4 * c], &a.dfch_gelu[..n * 4 * c]);
             let (dw, db) = two_mut(g, &r.fc_w, &r.fc_b);
-            matmul::linear_backward(Some(&mut a.dln), dw, Some(db), &a.dfch[..n * 4 * c], &s.ln2[..n * c], &p[r.fc_w.clone()], n, c, 4 * c);
+            matmul::linear_backward(
+                Some(&mut a.dln),
+                dw,
+                Some(db),
+                &a.dfch[..n * 4 * c],
+                &s.ln2[..n * c],
+                &p[r.fc_w.clone()],
+                n,
+                c,
+                4 * c,
+            );
             let (dw, db) = two_mut(g, &r.ln2_w, &r.ln2_b);
-            layernorm::backward(dres, dw, db, &a.dln[..n * c], &s.res1[..n * c], &p[r.ln2_w.clone()], &s.ln2_mean, &s.ln2_rstd, c);
+            layernorm::backward(
+                dres,
+                dw,
+                db,
+                &a.dln[..n * c],
+                &s.res1[..n * c],
+                &p[r.ln2_w.clone()],
+                &s.ln2_mean,
+                &s.ln2_rstd,
+                c,
+            );
             // Attention branch: res1 = x + drop(proj(attn(ln1(x))))
             let dbranch = dropout_backward(&mut a.dbranch[..n * c], dres, &s.mask_attn, dropout);
             let (dw, db) = two_mut(g, &r.proj_w, &r.proj_b);
-            matmul::linear_backward(Some(&mut a.datty), dw, Some(db), dbranch, &s.atty[..n * c], &p[r.proj_w.clone()], n, c, c);
+            matmul::linear_backward(
+                Some(&mut a.datty),
+                dw,
+                Some(db),
+                dbranch,
+                &s.atty[..n * c],
+                &p[r.proj_w.clone()],
+                n,
+                c,
+                c,
+            );
             attention::backward(&mut a.dqkv, &mut a.dprobs, &a.datty[..n * c], &s.qkv[..n * 3 * c], &s.probs, dims);
             let (dw, db) = two_mut(g, &r.qkv_w, &r.qkv_b);
-            matmul::linear_backward(Some(&mut a.dln), dw, Some(db), &a.dqkv[..n * 3 * c], &s.ln1[..n * c], &p[r.qkv_w.clone()], n, c, 3 * c);
+            matmul::linear_backward(
+                Some(&mut a.dln),
+                dw,
+                Some(db),
+                &a.dqkv[..n * 3 * c],
+                &s.ln1[..n * c],
+                &p[r.qkv_w.clone()],
+                n,
+                c,
+                3 * c,
+            );
             let (dw, db) = two_mut(g, &r.ln1_w, &r.ln1_b);
             layernorm::backward(dres, dw, db, &a.dln[..n * c], x, &p[r.ln1_w.clone()], &s.ln1_mean, &s.ln1_rstd, c);
         }

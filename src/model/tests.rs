@@ -33,7 +33,12 @@ fn every_parameter_receives_a_gradient() {
         let g = &m.grads[t.range.clone()];
         let nonzero = g.iter().filter(|v| **v != 0.0).count();
         assert!(g.iter().all(|v| v.is_finite()), "{} has a non-finite gradient", t.name);
-        assert!(nonzero as f64 >= 0.99 * g.len() as f64, "{}: only {nonzero} of {} gradient entries are nonzero", t.name, g.len());
+        assert!(
+            nonzero as f64 >= 0.99 * g.len() as f64,
+            "{}: only {nonzero} of {} gradient entries are nonzero",
+            t.name,
+            g.len()
+        );
     }
 }
 
@@ -62,7 +67,12 @@ fn check_model_gradient(cfg: GptConfig, b: usize, eps: f32, samples: usize) {
             m.params[k] = orig;
             let fd = ((up - down) / (2.0 * eps as f64)) as f32;
             let err = (fd - g[i]).abs();
-            assert!(err <= 0.05 * gmax + 2e-5, "{}[{i}]: analytic {} vs finite difference {fd} (max |g| {gmax})", spec.name, g[i]);
+            assert!(
+                err <= 0.05 * gmax + 2e-5,
+                "{}[{i}]: analytic {} vs finite difference {fd} (max |g| {gmax})",
+                spec.name,
+                g[i]
+            );
         }
     }
 }

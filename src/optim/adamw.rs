@@ -25,33 +25,16 @@ pub struct AdamWConfig {
 
 impl Default for AdamWConfig {
     fn default() -> Self {
-        Self {
-            beta1: 0.9,
-            beta2: 0.95,
-            eps: 1e-8,
-            weight_decay: 0.1,
-        }
+        Self { beta1: 0.9, beta2: 0.95, eps: 1e-8, weight_decay: 0.1 }
     }
 }
 
 impl AdamWConfig {
     /// Checks the ranges documented on each field.
     pub fn validate(&self) -> anyhow::Result<()> {
-        ensure!(
-            (0.0..1.0).contains(&self.beta1),
-            "adamw: beta1 must be in [0, 1), got {}",
-            self.beta1
-        );
-        ensure!(
-            (0.0..1.0).contains(&self.beta2),
-            "adamw: beta2 must be in [0, 1), got {}",
-            self.beta2
-        );
-        ensure!(
-            self.eps > 0.0 && self.eps.is_finite(),
-            "adamw: eps must be > 0 and finite, got {}",
-            self.eps
-        );
+        ensure!((0.0..1.0).contains(&self.beta1), "adamw: beta1 must be in [0, 1), got {}", self.beta1);
+        ensure!((0.0..1.0).contains(&self.beta2), "adamw: beta2 must be in [0, 1), got {}", self.beta2);
+        ensure!(self.eps > 0.0 && self.eps.is_finite(), "adamw: eps must be > 0 and finite, got {}", self.eps);
         ensure!(
             self.weight_decay >= 0.0 && self.weight_decay.is_finite(),
             "adamw: weight_decay must be >= 0 and finite, got {}",
@@ -129,12 +112,7 @@ impl Coefs {
 impl AdamW {
     /// Zero moments for `len` elements; the config should be validated.
     pub fn new(cfg: AdamWConfig, len: usize) -> Self {
-        Self {
-            cfg,
-            steps: 0,
-            exp_avg: vec![0.0; len],
-            exp_avg_sq: vec![0.0; len],
-        }
+        Self { cfg, steps: 0, exp_avg: vec![0.0; len], exp_avg_sq: vec![0.0; len] }
     }
 
     /// The hyper-parameters.
@@ -166,14 +144,7 @@ impl Optimizer for AdamW {
         self.steps += 1;
     }
 
-    fn look_ahead(
-        &self,
-        params: &[f32],
-        grads: &[f32],
-        lr: f32,
-        decay: &DecaySegments,
-        out: &mut [f32],
-    ) {
+    fn look_ahead(&self, params: &[f32], grads: &[f32], lr: f32, decay: &DecaySegments, out: &mut [f32]) {
         let n = self.exp_avg.len();
         check_len("adamw", "params", params.len(), n);
         check_len("adamw", "grads", grads.len(), n);
@@ -200,20 +171,14 @@ impl Optimizer for AdamW {
     }
 
     fn state_tensors(&self) -> Vec<(String, &[f32])> {
-        vec![
-            ("exp_avg".into(), &self.exp_avg[..]),
-            ("exp_avg_sq".into(), &self.exp_avg_sq[..]),
-        ]
+        vec![("exp_avg".into(), &self.exp_avg[..]), ("exp_avg_sq".into(), &self.exp_avg_sq[..])]
     }
 
     fn load_state(&mut self, steps: u64, tensors: &[(String, Vec<f32>)]) -> anyhow::Result<()> {
         load_named_state(
             "adamw",
             tensors,
-            &mut [
-                ("exp_avg", &mut self.exp_avg[..]),
-                ("exp_avg_sq", &mut self.exp_avg_sq[..]),
-            ],
+            &mut [("exp_avg", &mut self.exp_avg[..]), ("exp_avg_sq", &mut self.exp_avg_sq[..])],
         )?;
         self.steps = steps;
         Ok(())

@@ -2,12 +2,7 @@ use super::*;
 use crate::optim::tests::{assert_close, check_look_ahead};
 
 fn cfg() -> AdamWConfig {
-    AdamWConfig {
-        beta1: 0.9,
-        beta2: 0.95,
-        eps: 1e-8,
-        weight_decay: 0.1,
-    }
+    AdamWConfig { beta1: 0.9, beta2: 0.95, eps: 1e-8, weight_decay: 0.1 }
 }
 
 /// lr = 0.01, wd = 0.1, elements 0 and 2 decayed, element 1 not (a "bias").
@@ -51,12 +46,7 @@ fn adamw_matches_hand_computed_two_steps() {
 fn adamw_decay_is_decoupled_and_only_on_segments() {
     let mut opt = AdamW::new(cfg(), 4);
     let mut p = vec![2.0; 4];
-    opt.step(
-        &mut p,
-        &[0.0; 4],
-        0.5,
-        &DecaySegments::new(std::iter::once(1..3)),
-    );
+    opt.step(&mut p, &[0.0; 4], 0.5, &DecaySegments::new(std::iter::once(1..3)));
     assert_eq!(p, vec![2.0, 1.9, 1.9, 2.0]);
 }
 
@@ -83,10 +73,7 @@ fn adamw_sharded_step_equals_full_step() {
     }
     let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
     assert_eq!(bits(&p_shard), bits(&p_full));
-    assert_eq!(
-        bits(&[lo_opt.exp_avg_sq.clone(), hi_opt.exp_avg_sq.clone()].concat()),
-        bits(&full.exp_avg_sq)
-    );
+    assert_eq!(bits(&[lo_opt.exp_avg_sq.clone(), hi_opt.exp_avg_sq.clone()].concat()), bits(&full.exp_avg_sq));
 }
 
 /// A vector spanning several chunks, with decay segments crossing chunk
@@ -100,14 +87,11 @@ fn adamw_chunked_step_equals_sequential_loop() {
     let mut want = p.clone();
     let (mut m, mut v) = (vec![0.0f32; n], vec![0.0f32; n]);
     for t in 1..=2u64 {
-        let g: Vec<f32> = (0..n)
-            .map(|i| ((i as u64 * 7 + t) as f32 * 0.01).sin())
-            .collect();
+        let g: Vec<f32> = (0..n).map(|i| ((i as u64 * 7 + t) as f32 * 0.01).sin()).collect();
         opt.step(&mut p, &g, 0.01, &decay);
         let c = Coefs::new(&cfg(), 0.01, t);
         for i in 0..n {
-            (want[i], m[i], v[i]) =
-                c.update(want[i], g[i], m[i], v[i], c.mul_for(decay.contains(i)));
+            (want[i], m[i], v[i]) = c.update(want[i], g[i], m[i], v[i], c.mul_for(decay.contains(i)));
         }
     }
     assert!(p == want && opt.exp_avg == m && opt.exp_avg_sq == v);
@@ -117,19 +101,10 @@ fn adamw_chunked_step_equals_sequential_loop() {
 fn adamw_validate_rejects_bad_hyper_parameters() {
     assert!(cfg().validate().is_ok());
     for bad in [
-        AdamWConfig {
-            beta1: 1.0,
-            ..cfg()
-        },
-        AdamWConfig {
-            beta2: -0.1,
-            ..cfg()
-        },
+        AdamWConfig { beta1: 1.0, ..cfg() },
+        AdamWConfig { beta2: -0.1, ..cfg() },
         AdamWConfig { eps: 0.0, ..cfg() },
-        AdamWConfig {
-            weight_decay: -1.0,
-            ..cfg()
-        },
+        AdamWConfig { weight_decay: -1.0, ..cfg() },
     ] {
         assert!(bad.validate().is_err(), "accepted {bad:?}");
     }

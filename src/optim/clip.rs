@@ -8,10 +8,8 @@ use super::CHUNK;
 /// elements, chunk sums added in order, so the result does not depend on
 /// thread timing.
 pub fn global_norm(grads: &[f32]) -> f32 {
-    let partial: Vec<f64> = grads
-        .par_chunks(CHUNK)
-        .map(|c| c.iter().map(|&g| f64::from(g) * f64::from(g)).sum::<f64>())
-        .collect();
+    let partial: Vec<f64> =
+        grads.par_chunks(CHUNK).map(|c| c.iter().map(|&g| f64::from(g) * f64::from(g)).sum::<f64>()).collect();
     partial.iter().sum::<f64>().sqrt() as f32
 }
 
@@ -22,9 +20,7 @@ pub fn clip_global_norm(grads: &mut [f32], max_norm: f32) -> f32 {
     let norm = global_norm(grads);
     if norm.is_finite() && norm > max_norm {
         let coef = (f64::from(max_norm) / (f64::from(norm) + 1e-6)) as f32;
-        grads
-            .par_chunks_mut(CHUNK)
-            .for_each(|c| c.iter_mut().for_each(|g| *g *= coef));
+        grads.par_chunks_mut(CHUNK).for_each(|c| c.iter_mut().for_each(|g| *g *= coef));
     }
     norm
 }
@@ -76,10 +72,7 @@ mod tests {
     #[test]
     fn norm_accumulates_in_f64_across_chunks() {
         let big = global_norm(&[3e20, 4e20]);
-        assert!(
-            big.is_finite() && (f64::from(big) / 5e20 - 1.0).abs() < 1e-6,
-            "{big}"
-        );
+        assert!(big.is_finite() && (f64::from(big) / 5e20 - 1.0).abs() < 1e-6, "{big}");
         let ones = vec![1.0f32; 3 * CHUNK + 7];
         assert_eq!(global_norm(&ones), ((3 * CHUNK + 7) as f64).sqrt() as f32);
     }

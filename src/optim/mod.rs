@@ -91,12 +91,7 @@ impl DecaySegments {
 
     /// Splits `[off, off + len)` into consecutive spans, in order, and calls
     /// `f(local_span, decayed)` with each span re-based to `off`.
-    pub(crate) fn for_each_span(
-        &self,
-        off: usize,
-        len: usize,
-        mut f: impl FnMut(Range<usize>, bool),
-    ) {
+    pub(crate) fn for_each_span(&self, off: usize, len: usize, mut f: impl FnMut(Range<usize>, bool)) {
         let hi = off + len;
         let mut pos = off;
         let mut k = self.ranges.partition_point(|r| r.end <= off);
@@ -130,14 +125,7 @@ pub trait Optimizer: Send {
 
     /// Writes into `out` the parameters [`Optimizer::step`] would produce,
     /// bitwise, without changing any state.
-    fn look_ahead(
-        &self,
-        params: &[f32],
-        grads: &[f32],
-        lr: f32,
-        decay: &DecaySegments,
-        out: &mut [f32],
-    );
+    fn look_ahead(&self, params: &[f32], grads: &[f32], lr: f32, decay: &DecaySegments, out: &mut [f32]);
 
     /// Number of committed steps.
     fn steps_taken(&self) -> u64;
@@ -225,16 +213,10 @@ pub(crate) fn load_named_state(
     for name in &expected {
         let n = tensors.iter().filter(|(t, _)| t == name).count();
         ensure!(n != 0, "{optimizer}: state tensor {name:?} is missing");
-        ensure!(
-            n == 1,
-            "{optimizer}: state tensor {name:?} is given {n} times"
-        );
+        ensure!(n == 1, "{optimizer}: state tensor {name:?} is given {n} times");
     }
     for (name, dst) in targets.iter_mut() {
-        let (_, src) = tensors
-            .iter()
-            .find(|(t, _)| t == name)
-            .expect("checked above");
+        let (_, src) = tensors.iter().find(|(t, _)| t == name).expect("checked above");
         dst.copy_from_slice(src);
     }
     Ok(())
@@ -243,10 +225,7 @@ pub(crate) fn load_named_state(
 /// Panics with a clear message when a slice length differs from the
 /// optimizer's length.
 pub(crate) fn check_len(optimizer: &str, what: &str, got: usize, expected: usize) {
-    assert!(
-        got == expected,
-        "{optimizer}: {what} has {got} elements, optimizer built for {expected}"
-    );
+    assert!(got == expected, "{optimizer}: {what} has {got} elements, optimizer built for {expected}");
 }
 
 #[cfg(test)]

@@ -24,12 +24,7 @@ pub struct LrSchedule {
 impl LrSchedule {
     /// The same learning rate at every step.
     pub fn constant(lr: f32) -> Self {
-        Self {
-            max_lr: lr,
-            warmup_steps: 0,
-            total_steps: 0,
-            min_lr: lr,
-        }
+        Self { max_lr: lr, warmup_steps: 0, total_steps: 0, min_lr: lr }
     }
 
     /// Checks the constraints documented on each field.
@@ -39,11 +34,7 @@ impl LrSchedule {
             "lr schedule: max_lr must be > 0 and finite, got {}",
             self.max_lr
         );
-        ensure!(
-            self.min_lr >= 0.0,
-            "lr schedule: min_lr must be >= 0, got {}",
-            self.min_lr
-        );
+        ensure!(self.min_lr >= 0.0, "lr schedule: min_lr must be >= 0, got {}", self.min_lr);
         ensure!(
             self.min_lr <= self.max_lr,
             "lr schedule: min_lr ({}) must not exceed max_lr ({})",
@@ -70,8 +61,7 @@ impl LrSchedule {
             return self.min_lr;
         }
         // progress in [0, 1); lr = min + (max - min) * (1 + cos(pi * progress)) / 2
-        let progress =
-            (step - self.warmup_steps) as f64 / (self.total_steps - self.warmup_steps) as f64;
+        let progress = (step - self.warmup_steps) as f64 / (self.total_steps - self.warmup_steps) as f64;
         (min + 0.5 * (max - min) * (1.0 + (std::f64::consts::PI * progress).cos())) as f32
     }
 }
@@ -82,12 +72,7 @@ mod tests {
 
     /// max 1.0, min 0.1, warmup 4, total 12: the cosine spans 8 steps.
     fn sched() -> LrSchedule {
-        LrSchedule {
-            max_lr: 1.0,
-            warmup_steps: 4,
-            total_steps: 12,
-            min_lr: 0.1,
-        }
+        LrSchedule { max_lr: 1.0, warmup_steps: 4, total_steps: 12, min_lr: 0.1 }
     }
 
     fn close(a: f32, b: f64) -> bool {
@@ -112,10 +97,7 @@ mod tests {
         assert_eq!(s.lr(8), (1.0f32 + 0.1) / 2.0);
         assert!(close(s.lr(6), 0.868198052), "{}", s.lr(6));
         assert!(close(s.lr(11), 0.134254210), "{}", s.lr(11));
-        assert!(
-            (4..12).all(|t| s.lr(t) > s.lr(t + 1)),
-            "not strictly decreasing"
-        );
+        assert!((4..12).all(|t| s.lr(t) > s.lr(t + 1)), "not strictly decreasing");
     }
 
     #[test]
@@ -126,21 +108,14 @@ mod tests {
 
     #[test]
     fn no_warmup_starts_at_max_and_constant_is_constant() {
-        let s = LrSchedule {
-            warmup_steps: 0,
-            ..sched()
-        };
+        let s = LrSchedule { warmup_steps: 0, ..sched() };
         assert_eq!(s.lr(0), 1.0);
         assert!(close(s.lr(6), 0.55), "{}", s.lr(6));
         let c = LrSchedule::constant(3e-4);
         c.validate().unwrap();
         assert_eq!([c.lr(0), c.lr(7)], [3e-4; 2]);
         // warmup == total: warmup, then straight to the floor.
-        let w = LrSchedule {
-            warmup_steps: 2,
-            total_steps: 2,
-            ..sched()
-        };
+        let w = LrSchedule { warmup_steps: 2, total_steps: 2, ..sched() };
         assert_eq!([w.lr(0), w.lr(1), w.lr(2)], [0.5, 1.0, 0.1]);
     }
 
@@ -148,35 +123,10 @@ mod tests {
     fn validate_rejects_inconsistent_schedules() {
         sched().validate().unwrap();
         let cases = [
-            (
-                LrSchedule {
-                    min_lr: 2.0,
-                    ..sched()
-                },
-                "must not exceed max_lr",
-            ),
-            (
-                LrSchedule {
-                    total_steps: 3,
-                    ..sched()
-                },
-                "total_steps (3) must be >= warmup_steps (4)",
-            ),
-            (
-                LrSchedule {
-                    max_lr: 0.0,
-                    min_lr: 0.0,
-                    ..sched()
-                },
-                "max_lr must be > 0",
-            ),
-            (
-                LrSchedule {
-                    min_lr: -0.1,
-                    ..sched()
-                },
-                "min_lr must be >= 0",
-            ),
+            (LrSchedule { min_lr: 2.0, ..sched() }, "must not exceed max_lr"),
+            (LrSchedule { total_steps: 3, ..sched() }, "total_steps (3) must be >= warmup_steps (4)"),
+            (LrSchedule { max_lr: 0.0, min_lr: 0.0, ..sched() }, "max_lr must be > 0"),
+            (LrSchedule { min_lr: -0.1, ..sched() }, "min_lr must be >= 0"),
         ];
         for (bad, needle) in cases {
             let err = bad.validate().unwrap_err().to_string();
@@ -186,12 +136,9 @@ mod tests {
 
     #[test]
     fn schedule_json_rejects_unknown_keys() {
-        let s: LrSchedule =
-            serde_json::from_str(r#"{"max_lr":1.0,"warmup_steps":4,"total_steps":12}"#).unwrap();
+        let s: LrSchedule = serde_json::from_str(r#"{"max_lr":1.0,"warmup_steps":4,"total_steps":12}"#).unwrap();
         assert_eq!(s.min_lr, 0.0);
-        assert!(serde_json::from_str::<LrSchedule>(
-            r#"{"max_lr":1.0,"warmup_steps":4,"total_steps":12,"min":0.1}"#
-        )
-        .is_err());
+        assert!(serde_json::from_str::<LrSchedule>(r#"{"max_lr":1.0,"warmup_steps":4,"total_steps":12,"min":0.1}"#)
+            .is_err());
     }
 }

@@ -25,28 +25,15 @@ pub struct SgdConfig {
 
 impl Default for SgdConfig {
     fn default() -> Self {
-        Self {
-            momentum: 0.0,
-            nesterov: false,
-            dampening: 0.0,
-            weight_decay: 0.0,
-        }
+        Self { momentum: 0.0, nesterov: false, dampening: 0.0, weight_decay: 0.0 }
     }
 }
 
 impl SgdConfig {
     /// Checks the ranges documented on each field.
     pub fn validate(&self) -> anyhow::Result<()> {
-        ensure!(
-            self.momentum >= 0.0 && self.momentum.is_finite(),
-            "sgd: momentum must be >= 0, got {}",
-            self.momentum
-        );
-        ensure!(
-            (0.0..=1.0).contains(&self.dampening),
-            "sgd: dampening must be in [0, 1], got {}",
-            self.dampening
-        );
+        ensure!(self.momentum >= 0.0 && self.momentum.is_finite(), "sgd: momentum must be >= 0, got {}", self.momentum);
+        ensure!((0.0..=1.0).contains(&self.dampening), "sgd: dampening must be in [0, 1], got {}", self.dampening);
         ensure!(
             self.weight_decay >= 0.0 && self.weight_decay.is_finite(),
             "sgd: weight_decay must be >= 0 and finite, got {}",
@@ -93,17 +80,9 @@ impl Coefs {
             return (p - self.lr * g, buf);
         }
         // buf = g' on the first step, else mu * buf + (1 - dampening) * g'
-        let buf = if self.first {
-            g
-        } else {
-            self.mu * buf + self.one_minus_dampening * g
-        };
+        let buf = if self.first { g } else { self.mu * buf + self.one_minus_dampening * g };
         // d = g' + mu * buf (Nesterov) or buf; p <- p - lr * d
-        let d = if self.nesterov {
-            g + self.mu * buf
-        } else {
-            buf
-        };
+        let d = if self.nesterov { g + self.mu * buf } else { buf };
         (p - self.lr * d, buf)
     }
 }
@@ -112,12 +91,7 @@ impl Sgd {
     /// Empty momentum buffer for `len` elements; the config should be validated.
     pub fn new(cfg: SgdConfig, len: usize) -> Self {
         let buf_len = if cfg.momentum != 0.0 { len } else { 0 };
-        Self {
-            cfg,
-            len,
-            steps: 0,
-            momentum_buffer: vec![0.0; buf_len],
-        }
+        Self { cfg, len, steps: 0, momentum_buffer: vec![0.0; buf_len] }
     }
 
     /// The hyper-parameters.
@@ -160,10 +134,7 @@ impl Optimizer for Sgd {
         self.check(params.len(), grads.len());
         let c = self.coefs(lr);
         let (wd_on, wd_off) = (self.wd_for(true), self.wd_for(false));
-        let chunks = params
-            .par_chunks_mut(CHUNK)
-            .zip(grads.par_chunks(CHUNK))
-            .enumerate();
+        let chunks = params.par_chunks_mut(CHUNK).zip(grads.par_chunks(CHUNK)).enumerate();
         if !self.has_buf() {
             chunks.for_each(|(k, (p, g))| {
                 decay.for_each_span(k * CHUNK, p.len(), |span, dec| {
@@ -174,44 +145,27 @@ impl Optimizer for Sgd {
                 });
             });
         } else {
-            chunks
-                .zip(self.momentum_buffer.par_chunks_mut(CHUNK))
-                .for_each(|((k, (p, g)), b)| {
-                    decay.for_each_span(k * CHUNK, p.len(), |span, dec| {
-                        let wd = if dec { wd_on } else { wd_off };
-                        for i in span {
-                            (p[i], b[i]) = c.update(p[i], g[i], b[i], wd);
-                        }
-                    });
+            chunks.zip(self.momentum_buffer.par_chunks_mut(CHUNK)).for_each(|((k, (p, g)), b)| {
+                decay.for_each_span(k * CHUNK, p.len(), |span, dec| {
+                    let wd = if dec { wd_on } else { wd_off };
+                    for i in span {
+                        (p[i], b[i]) = c.update(p[i], g[i], b[i], wd);
+                    }
                 });
+            });
         }
         self.steps += 1;
     }
 
-    fn look_ahead(
-        &self,
-        params: &[f32],
-        grads: &[f32],
-        lr: f32,
-        decay: &DecaySegments,
-        out: &mut [f32],
-    ) {
+    fn look_ahead(&self, params: &[f32], grads: &[f32], lr: f32, decay: &DecaySegments, out: &mut [f32]) {
         self.check(params.len(), grads.len());
         check_len("sgd", "out", out.len(), self.len);
         let c = self.coefs(lr);
-        let chunks = out
-            .par_chunks_mut(CHUNK)
-            .zip(params.par_chunks(CHUNK))
-            .zip(grads.par_chunks(CHUNK))
-            .enumerate();
+        let chunks = out.par_chunks_mut(CHUNK).zip(params.par_chunks(CHUNK)).zip(grads.par_chunks(CHUNK)).enumerate();
         let has_buf = self.has_buf();
         chunks.for_each(|(k, ((o, p), g))| {
             let off = k * CHUNK;
-            let b = if has_buf {
-                &self.momentum_buffer[off..off + o.len()]
-            } else {
-                &[][..]
-            };
+            let b = if has_buf { &self.momentum_buffer[off..off + o.len()] } else { &[][..] };
             decay.for_each_span(off, o.len(), |span, dec| {
                 let wd = self.wd_for(dec);
                 for i in span {
@@ -237,11 +191,7 @@ impl Optimizer for Sgd {
         if !self.has_buf() {
             load_named_state("sgd", tensors, &mut [])?;
         } else {
-            load_named_state(
-                "sgd",
-                tensors,
-                &mut [("momentum_buffer", &mut self.momentum_buffer[..])],
-            )?;
+            load_named_state("sgd", tensors, &mut [("momentum_buffer", &mut self.momentum_buffer[..])])?;
         }
         self.steps = steps;
         Ok(())

@@ -33,13 +33,7 @@ fn plain_sgd_matches_hand_computed() {
 /// p2 = p1 - 0.1 buf = [0.961, -1.972, 0.483].
 #[test]
 fn momentum_matches_hand_computed() {
-    let (p1, p2, opt) = two_steps(
-        SgdConfig {
-            momentum: 0.9,
-            ..SgdConfig::default()
-        },
-        &DecaySegments::none(),
-    );
+    let (p1, p2, opt) = two_steps(SgdConfig { momentum: 0.9, ..SgdConfig::default() }, &DecaySegments::none());
     assert_close(&p1, &[0.99, -1.98, 0.47], 1e-6);
     assert_close(&p2, &[0.961, -1.972, 0.483], 1e-6);
     assert_close(&opt.momentum_buffer, &[0.29, -0.08, -0.13], 1e-7);
@@ -50,11 +44,7 @@ fn momentum_matches_hand_computed() {
 /// p2 = [0.99-0.019, -1.98+0.013, 0.47-0.007] = [0.971, -1.967, 0.463].
 #[test]
 fn dampened_momentum_matches_hand_computed() {
-    let cfg = SgdConfig {
-        momentum: 0.9,
-        dampening: 0.5,
-        ..SgdConfig::default()
-    };
+    let cfg = SgdConfig { momentum: 0.9, dampening: 0.5, ..SgdConfig::default() };
     let (p1, p2, _) = two_steps(cfg, &DecaySegments::none());
     assert_close(&p1, &[0.99, -1.98, 0.47], 1e-6);
     assert_close(&p2, &[0.971, -1.967, 0.463], 1e-6);
@@ -66,11 +56,7 @@ fn dampened_momentum_matches_hand_computed() {
 /// p2 = [0.981-0.0461, -1.962-0.0028, 0.443+0.0517] = [0.9349, -1.9648, 0.4947].
 #[test]
 fn nesterov_matches_hand_computed() {
-    let cfg = SgdConfig {
-        momentum: 0.9,
-        nesterov: true,
-        ..SgdConfig::default()
-    };
+    let cfg = SgdConfig { momentum: 0.9, nesterov: true, ..SgdConfig::default() };
     let (p1, p2, _) = two_steps(cfg, &DecaySegments::none());
     assert_close(&p1, &[0.981, -1.962, 0.443], 1e-6);
     assert_close(&p2, &[0.9349, -1.9648, 0.4947], 1e-6);
@@ -81,10 +67,7 @@ fn nesterov_matches_hand_computed() {
 /// p1 = [0.98, -1.98, 0.465].
 #[test]
 fn weight_decay_is_coupled_and_only_on_segments() {
-    let cfg = SgdConfig {
-        weight_decay: 0.1,
-        ..SgdConfig::default()
-    };
+    let cfg = SgdConfig { weight_decay: 0.1, ..SgdConfig::default() };
     let (p1, _, _) = two_steps(cfg, &DecaySegments::new([0..1, 2..3]));
     assert_close(&p1, &[0.98, -1.98, 0.465], 1e-6);
 }
@@ -96,11 +79,7 @@ fn weight_decay_is_coupled_and_only_on_segments() {
 /// p2 = [0.98-0.0478, -1.98+0.008, 0.465+0.00385] = [0.9322, -1.972, 0.46885].
 #[test]
 fn weight_decay_with_momentum_matches_hand_computed() {
-    let cfg = SgdConfig {
-        momentum: 0.9,
-        weight_decay: 0.1,
-        ..SgdConfig::default()
-    };
+    let cfg = SgdConfig { momentum: 0.9, weight_decay: 0.1, ..SgdConfig::default() };
     let (_, p2, opt) = two_steps(cfg, &DecaySegments::new([0..1, 2..3]));
     assert_close(&opt.momentum_buffer, &[0.478, -0.08, -0.0385], 1e-6);
     assert_close(&p2, &[0.9322, -1.972, 0.46885], 1e-6);
@@ -109,22 +88,9 @@ fn weight_decay_with_momentum_matches_hand_computed() {
 #[test]
 fn sgd_look_ahead_commits_no_state() {
     for cfg in [
-        SgdConfig {
-            weight_decay: 0.1,
-            ..SgdConfig::default()
-        },
-        SgdConfig {
-            momentum: 0.9,
-            dampening: 0.1,
-            weight_decay: 0.1,
-            ..SgdConfig::default()
-        },
-        SgdConfig {
-            momentum: 0.9,
-            nesterov: true,
-            weight_decay: 0.1,
-            ..SgdConfig::default()
-        },
+        SgdConfig { weight_decay: 0.1, ..SgdConfig::default() },
+        SgdConfig { momentum: 0.9, dampening: 0.1, weight_decay: 0.1, ..SgdConfig::default() },
+        SgdConfig { momentum: 0.9, nesterov: true, weight_decay: 0.1, ..SgdConfig::default() },
     ] {
         check_look_ahead(&mut Sgd::new(cfg, 7));
     }
@@ -134,14 +100,7 @@ fn sgd_look_ahead_commits_no_state() {
 /// fresh optimizer: p0 - 0.1 * 1.9 g1 for Nesterov.
 #[test]
 fn nesterov_look_ahead_from_fresh_state_uses_first_step_rule() {
-    let opt = Sgd::new(
-        SgdConfig {
-            momentum: 0.9,
-            nesterov: true,
-            ..SgdConfig::default()
-        },
-        3,
-    );
+    let opt = Sgd::new(SgdConfig { momentum: 0.9, nesterov: true, ..SgdConfig::default() }, 3);
     let mut out = [0.0; 3];
     opt.look_ahead(&P0, &G1, 0.1, &DecaySegments::none(), &mut out);
     assert_close(&out, &[0.981, -1.962, 0.443], 1e-6);
@@ -150,12 +109,7 @@ fn nesterov_look_ahead_from_fresh_state_uses_first_step_rule() {
 #[test]
 fn sgd_sharded_step_equals_full_step() {
     let n = 9;
-    let cfg = SgdConfig {
-        momentum: 0.9,
-        nesterov: true,
-        weight_decay: 0.05,
-        ..SgdConfig::default()
-    };
+    let cfg = SgdConfig { momentum: 0.9, nesterov: true, weight_decay: 0.05, ..SgdConfig::default() };
     let decay = DecaySegments::new([1..4, 6..8]);
     let mut full = Sgd::new(cfg.clone(), n);
     let (mut a, mut b) = (Sgd::new(cfg.clone(), 4), Sgd::new(cfg, n - 4));
@@ -175,68 +129,26 @@ fn sgd_sharded_step_equals_full_step() {
 #[test]
 fn sgd_validate_rejects_bad_configs() {
     for bad in [
-        SgdConfig {
-            nesterov: true,
-            ..SgdConfig::default()
-        },
-        SgdConfig {
-            nesterov: true,
-            momentum: 0.9,
-            dampening: 0.1,
-            ..SgdConfig::default()
-        },
-        SgdConfig {
-            momentum: -0.5,
-            ..SgdConfig::default()
-        },
-        SgdConfig {
-            dampening: 1.5,
-            ..SgdConfig::default()
-        },
-        SgdConfig {
-            weight_decay: -0.1,
-            ..SgdConfig::default()
-        },
+        SgdConfig { nesterov: true, ..SgdConfig::default() },
+        SgdConfig { nesterov: true, momentum: 0.9, dampening: 0.1, ..SgdConfig::default() },
+        SgdConfig { momentum: -0.5, ..SgdConfig::default() },
+        SgdConfig { dampening: 1.5, ..SgdConfig::default() },
+        SgdConfig { weight_decay: -0.1, ..SgdConfig::default() },
     ] {
         assert!(bad.validate().is_err(), "accepted {bad:?}");
     }
-    let err = SgdConfig {
-        nesterov: true,
-        ..SgdConfig::default()
-    }
-    .validate()
-    .unwrap_err();
-    assert!(
-        err.to_string().contains("nesterov requires momentum > 0"),
-        "{err}"
-    );
+    let err = SgdConfig { nesterov: true, ..SgdConfig::default() }.validate().unwrap_err();
+    assert!(err.to_string().contains("nesterov requires momentum > 0"), "{err}");
 }
 
 #[test]
 fn sgd_momentum_state_round_trips() {
-    let (_, _, opt) = two_steps(
-        SgdConfig {
-            momentum: 0.9,
-            ..SgdConfig::default()
-        },
-        &DecaySegments::none(),
-    );
-    let tensors: Vec<(String, Vec<f32>)> = opt
-        .state_tensors()
-        .into_iter()
-        .map(|(n, t)| (n, t.to_vec()))
-        .collect();
+    let (_, _, opt) = two_steps(SgdConfig { momentum: 0.9, ..SgdConfig::default() }, &DecaySegments::none());
+    let tensors: Vec<(String, Vec<f32>)> = opt.state_tensors().into_iter().map(|(n, t)| (n, t.to_vec())).collect();
     assert_eq!(tensors[0].0, "momentum_buffer");
     let mut fresh = Sgd::new(opt.config().clone(), 3);
     fresh.load_state(opt.steps_taken(), &tensors).unwrap();
-    assert_eq!(
-        (fresh.steps_taken(), &fresh.momentum_buffer),
-        (2, &opt.momentum_buffer)
-    );
+    assert_eq!((fresh.steps_taken(), &fresh.momentum_buffer), (2, &opt.momentum_buffer));
     let mut plain = Sgd::new(SgdConfig::default(), 3);
-    assert!(plain
-        .load_state(1, &tensors)
-        .unwrap_err()
-        .to_string()
-        .contains("unknown state tensor"));
+    assert!(plain.load_state(1, &tensors).unwrap_err().to_string().contains("unknown state tensor"));
 }

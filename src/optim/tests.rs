@@ -7,20 +7,13 @@ use super::*;
 pub(crate) fn assert_close(got: &[f32], want: &[f64], tol: f64) {
     assert_eq!(got.len(), want.len());
     for (i, (&g, &w)) in got.iter().zip(want).enumerate() {
-        assert!(
-            (f64::from(g) - w).abs() <= tol,
-            "element {i}: got {g:.9}, want {w:.9}"
-        );
+        assert!((f64::from(g) - w).abs() <= tol, "element {i}: got {g:.9}, want {w:.9}");
     }
 }
 
 /// Owned copy of an optimizer's state, for before/after comparison.
 pub(crate) fn snapshot(opt: &dyn Optimizer) -> (u64, Vec<(String, Vec<f32>)>) {
-    let tensors = opt
-        .state_tensors()
-        .into_iter()
-        .map(|(n, t)| (n, t.to_vec()))
-        .collect();
+    let tensors = opt.state_tensors().into_iter().map(|(n, t)| (n, t.to_vec())).collect();
     (opt.steps_taken(), tensors)
 }
 
@@ -39,11 +32,7 @@ pub(crate) fn check_look_ahead(opt: &mut dyn Optimizer) {
     let before = snapshot(opt);
     let mut out = vec![f32::NAN; n];
     opt.look_ahead(&params, &grads, 0.05, &decay, &mut out);
-    assert_eq!(
-        snapshot(opt),
-        before,
-        "look_ahead changed the optimizer state"
-    );
+    assert_eq!(snapshot(opt), before, "look_ahead changed the optimizer state");
     assert_ne!(out, params, "look_ahead did not move the parameters");
     opt.step(&mut params, &grads, 0.05, &decay);
     assert_eq!(
@@ -76,16 +65,7 @@ fn decay_spans_cover_chunk_in_order() {
     let mut spans = Vec::new();
     d.for_each_span(2, 9, |r, dec| spans.push((r, dec)));
     // Absolute [2,11) re-based to 2: 2 decayed, 3..5 not, 5..8 decayed, 8..10 not, 10 decayed.
-    assert_eq!(
-        spans,
-        vec![
-            (0..1, true),
-            (1..3, false),
-            (3..6, true),
-            (6..8, false),
-            (8..9, true)
-        ]
-    );
+    assert_eq!(spans, vec![(0..1, true), (1..3, false), (3..6, true), (6..8, false), (8..9, true)]);
     spans.clear();
     DecaySegments::none().for_each_span(4, 3, |r, dec| spans.push((r, dec)));
     assert_eq!(spans, vec![(0..3, false)]);
@@ -93,29 +73,14 @@ fn decay_spans_cover_chunk_in_order() {
 
 #[test]
 fn config_default_is_adamw_and_json_round_trips() {
-    assert_eq!(
-        OptimizerConfig::default(),
-        OptimizerConfig::AdamW(AdamWConfig::default())
-    );
-    let c: OptimizerConfig =
-        serde_json::from_str(r#"{"kind":"sgd","momentum":0.9,"nesterov":true}"#).unwrap();
-    let OptimizerConfig::Sgd(s) = &c else {
-        panic!("expected sgd, got {c:?}")
-    };
-    assert_eq!(
-        (s.momentum, s.nesterov, s.dampening, s.weight_decay),
-        (0.9, true, 0.0, 0.0)
-    );
+    assert_eq!(OptimizerConfig::default(), OptimizerConfig::AdamW(AdamWConfig::default()));
+    let c: OptimizerConfig = serde_json::from_str(r#"{"kind":"sgd","momentum":0.9,"nesterov":true}"#).unwrap();
+    let OptimizerConfig::Sgd(s) = &c else { panic!("expected sgd, got {c:?}") };
+    assert_eq!((s.momentum, s.nesterov, s.dampening, s.weight_decay), (0.9, true, 0.0, 0.0));
     let back: OptimizerConfig = serde_json::from_str(&serde_json::to_string(&c).unwrap()).unwrap();
     assert_eq!(back, c);
     let a: OptimizerConfig = serde_json::from_str(r#"{"kind":"adamw","beta2":0.999}"#).unwrap();
-    assert_eq!(
-        a,
-        OptimizerConfig::AdamW(AdamWConfig {
-            beta2: 0.999,
-            ..AdamWConfig::default()
-        })
-    );
+    assert_eq!(a, OptimizerConfig::AdamW(AdamWConfig { beta2: 0.999, ..AdamWConfig::default() }));
 }
 
 #[test]
@@ -126,23 +91,14 @@ fn config_rejects_unknown_keys_and_kinds() {
         r#"{"kind":"adam"}"#,
         r#"{"beta1":0.9}"#,
     ] {
-        assert!(
-            serde_json::from_str::<OptimizerConfig>(bad).is_err(),
-            "accepted {bad}"
-        );
+        assert!(serde_json::from_str::<OptimizerConfig>(bad).is_err(), "accepted {bad}");
     }
 }
 
 #[test]
 fn build_validates_config() {
-    let bad = OptimizerConfig::Sgd(SgdConfig {
-        nesterov: true,
-        ..SgdConfig::default()
-    });
-    let err = bad
-        .try_build(4)
-        .err()
-        .expect("nesterov without momentum accepted");
+    let bad = OptimizerConfig::Sgd(SgdConfig { nesterov: true, ..SgdConfig::default() });
+    let err = bad.try_build(4).err().expect("nesterov without momentum accepted");
     assert!(format!("{err:#}").contains("nesterov"), "{err:#}");
     let opt = OptimizerConfig::default().build(4);
     assert_eq!((opt.steps_taken(), opt.state_len()), (0, 8));
@@ -160,22 +116,11 @@ fn load_state_round_trips_and_rejects_bad_tensors() {
 
     let mut c = OptimizerConfig::default().build(3);
     let fresh = snapshot(c.as_ref());
-    let renamed = vec![
-        ("exp_avg".to_string(), vec![0.0; 3]),
-        ("m".to_string(), vec![0.0; 3]),
-    ];
-    let short = vec![
-        ("exp_avg".to_string(), vec![0.0; 3]),
-        ("exp_avg_sq".to_string(), vec![0.0; 2]),
-    ];
+    let renamed = vec![("exp_avg".to_string(), vec![0.0; 3]), ("m".to_string(), vec![0.0; 3])];
+    let short = vec![("exp_avg".to_string(), vec![0.0; 3]), ("exp_avg_sq".to_string(), vec![0.0; 2])];
     let missing = vec![("exp_avg".to_string(), vec![1.0; 3])];
     let twice = vec![tensors[0].clone(), tensors[0].clone(), tensors[1].clone()];
-    for (bad, needle) in [
-        (renamed, "unknown"),
-        (short, "2 elements"),
-        (missing, "missing"),
-        (twice, "2 times"),
-    ] {
+    for (bad, needle) in [(renamed, "unknown"), (short, "2 elements"), (missing, "missing"), (twice, "2 times")] {
         let err = c.load_state(5, &bad).unwrap_err().to_string();
         assert!(err.contains(needle), "error {err:?} lacks {needle:?}");
         assert_eq!(snapshot(c.as_ref()), fresh, "failed load changed state");

@@ -103,7 +103,8 @@ impl ClusterProfile {
     /// Read and validate a profile; errors start with the file name.
     pub fn from_file(path: impl AsRef<Path>) -> Result<Self> {
         let path = path.as_ref();
-        let text = std::fs::read_to_string(path).with_context(|| format!("cannot read cluster profile {}", path.display()))?;
+        let text =
+            std::fs::read_to_string(path).with_context(|| format!("cannot read cluster profile {}", path.display()))?;
         // One line `file: field: problem`, not a context chain that hides the field.
         Self::from_toml(&text).map_err(|e| anyhow!("{}: {e:#}", path.display()))
     }
@@ -126,12 +127,19 @@ impl ClusterProfile {
                 bail!("device: missing [device] section (needed unless timing.seconds_per_micro_batch is set), e.g. [device] peak_flops = 312e12, utilization = 0.4");
             };
             positive("device.peak_flops", Some(d.peak_flops), "312e12 for an A100 in bf16")?;
-            ensure!(d.utilization > 0.0 && d.utilization <= 1.0, "device.utilization must be in (0, 1], got {} (e.g. 0.4)", d.utilization);
+            ensure!(
+                d.utilization > 0.0 && d.utilization <= 1.0,
+                "device.utilization must be in (0, 1], got {} (e.g. 0.4)",
+                d.utilization
+            );
         }
         positive("timing.params", t.params, "125e6 for GPT-Neo-125M")?;
         positive("timing.flops_per_token", t.flops_per_token, "7.5e8 = 6 x 125e6 for GPT-Neo-125M")?;
         positive("timing.seconds_per_micro_batch", t.seconds_per_micro_batch, "0.15")?;
-        ensure!(t.tokens_per_micro_batch != Some(0), "timing.tokens_per_micro_batch must be at least 1 (e.g. 24576 = 24 sequences x 1024 tokens)");
+        ensure!(
+            t.tokens_per_micro_batch != Some(0),
+            "timing.tokens_per_micro_batch must be at least 1 (e.g. 24576 = 24 sequences x 1024 tokens)"
+        );
         Ok(())
     }
 
@@ -161,10 +169,16 @@ impl ClusterProfile {
         if let Some(s) = self.timing.seconds_per_micro_batch {
             return Ok(s);
         }
-        let d = self.device.as_ref().context("device: missing [device] section, e.g. [device] peak_flops = 312e12, utilization = 0.4")?;
+        let d = self
+            .device
+            .as_ref()
+            .context("device: missing [device] section, e.g. [device] peak_flops = 312e12, utilization = 0.4")?;
         let flops = self.timing.flops_per_token.unwrap_or_else(|| model.flops_per_token());
         let tokens = self.timing.tokens_per_micro_batch.unwrap_or(tokens_per_micro_batch);
-        ensure!(tokens >= 1, "a micro-batch must hold at least one token (set timing.tokens_per_micro_batch, e.g. 24576)");
+        ensure!(
+            tokens >= 1,
+            "a micro-batch must hold at least one token (set timing.tokens_per_micro_batch, e.g. 24576)"
+        );
         Ok(flops * tokens as f64 / (d.peak_flops * d.utilization))
     }
 
@@ -173,7 +187,10 @@ impl ClusterProfile {
         match self.timing.params {
             None => Ok(1.0),
             Some(p) => {
-                ensure!(model_params > 0, "the trained model has no parameters; cannot scale communication to timing.params = {p}");
+                ensure!(
+                    model_params > 0,
+                    "the trained model has no parameters; cannot scale communication to timing.params = {p}"
+                );
                 Ok(p / model_params as f64)
             }
         }
@@ -183,10 +200,22 @@ impl ClusterProfile {
     /// parameters, `tokens_per_micro_batch` tokens per micro-batch) on this
     /// cluster. `speeds` has one factor per worker (pass `vec![1.0; workers()]`
     /// for a homogeneous cluster); `wire_override` (e.g. `--wire`) beats the profile's `wire`.
-    pub fn sim_spec(&self, model: &GptConfig, model_params: usize, tokens_per_micro_batch: usize, speeds: Vec<f64>, wire_override: Option<WireDtype>) -> Result<SimSpec> {
+    pub fn sim_spec(
+        &self,
+        model: &GptConfig,
+        model_params: usize,
+        tokens_per_micro_batch: usize,
+        speeds: Vec<f64>,
+        wire_override: Option<WireDtype>,
+    ) -> Result<SimSpec> {
         self.validate()?;
         let p = self.workers();
-        ensure!(speeds.len() == p, "--speeds has {} values but the cluster has {p} workers; give one per worker, e.g. --speeds {}", speeds.len(), speeds_example(p));
+        ensure!(
+            speeds.len() == p,
+            "--speeds has {} values but the cluster has {p} workers; give one per worker, e.g. --speeds {}",
+            speeds.len(),
+            speeds_example(p)
+        );
         if let Some((i, s)) = speeds.iter().enumerate().find(|(_, s)| !(**s > 0.0 && s.is_finite())) {
             bail!("--speeds value {} (worker {i}) is {s}; every speed must be > 0 (1 = nominal, 0.25 = four times slower)", i + 1);
         }
@@ -284,15 +313,27 @@ mod tests {
         assert!(e(&format!("{two}[links]\nintra = \"1GB/s\"\n")).starts_with("links.inter is required when nodes > 1"));
         let bad = e(&format!("{two}[links]\nintra = \"1GB/s\"\ninter = \"fast\"\n"));
         assert!(bad.starts_with("links.inter: cannot parse link \"fast\"") && bad.contains("expected e.g."), "{bad}");
-        assert!(e(&format!("{two}[links]\nintra = \"0gbit,3us\"\ninter = \"1gbit\"\n")).starts_with("links.intra: cannot parse link \"0gbit,3us\": bandwidth must be positive"));
+        assert!(e(&format!("{two}[links]\nintra = \"0gbit,3us\"\ninter = \"1gbit\"\n"))
+            .starts_with("links.intra: cannot parse link \"0gbit,3us\": bandwidth must be positive"));
         let unknown = e(&format!("{two}[links]\nintra = \"1GB/s\"\ninter = \"1gbit\"\nlatency = 3\n"));
-        assert!(unknown.starts_with("line 10 (`latency = 3`):") && unknown.contains("latency") && !unknown.contains('\n'), "{unknown}");
+        assert!(
+            unknown.starts_with("line 10 (`latency = 3`):") && unknown.contains("latency") && !unknown.contains('\n'),
+            "{unknown}"
+        );
         let links = "[links]\nintra = \"1GB/s\"\ninter = \"1gbit\"\n";
-        assert!(e(&format!("{}{links}", two.replace("1e12", "0"))).starts_with("device.peak_flops must be > 0, got 0 (e.g. 312e12"));
+        assert!(e(&format!("{}{links}", two.replace("1e12", "0")))
+            .starts_with("device.peak_flops must be > 0, got 0 (e.g. 312e12"));
         assert!(e(&format!("{}{links}", two.replace("0.5", "1.5"))).starts_with("device.utilization must be in (0, 1]"));
-        assert!(e("name = \"t\"\nnodes = 0\nworkers_per_node = 8\n[links]\nintra = \"1GB/s\"\n").starts_with("nodes must be at least 1"));
-        assert!(profile("[links]\nintra = \"1GB/s\"\n").unwrap_err().to_string().starts_with("device: missing [device] section"));
-        assert!(profile(&format!("{DEV}[timing]\ntokens_per_micro_batch = 0\n")).unwrap_err().to_string().starts_with("timing.tokens_per_micro_batch"));
+        assert!(e("name = \"t\"\nnodes = 0\nworkers_per_node = 8\n[links]\nintra = \"1GB/s\"\n")
+            .starts_with("nodes must be at least 1"));
+        assert!(profile("[links]\nintra = \"1GB/s\"\n")
+            .unwrap_err()
+            .to_string()
+            .starts_with("device: missing [device] section"));
+        assert!(profile(&format!("{DEV}[timing]\ntokens_per_micro_batch = 0\n"))
+            .unwrap_err()
+            .to_string()
+            .starts_with("timing.tokens_per_micro_batch"));
     }
 
     #[test]

@@ -6,9 +6,9 @@
 //! micro-batch (the ACCO paper's Sec. 5.5 protocol).
 
 use super::{work_name, Collective, Ctx, Finished, ShardedOp, Work, WorkerTimes};
-use crate::metrics::{EventLog, Span};
 use crate::comm::async_op::{CommThread, OpHandle};
 use crate::comm::{Communicator, LinkModel, LocalGroup, ReduceOp, WireDtype};
+use crate::metrics::{EventLog, Span};
 use anyhow::{bail, Result};
 use std::future::Future;
 use std::pin::pin;
@@ -73,12 +73,17 @@ impl Ctx for RealCtx {
         self.times.compute_s += spent;
         self.times.micro_batches += u64::from(work == Work::MicroBatch);
         let mb = u32::from(work == Work::MicroBatch);
-        self.events.push(Span::compute(self.rank, work_name(work), start, start + spent).with_micro_batches(mb).with_round(self.round));
+        self.events.push(
+            Span::compute(self.rank, work_name(work), start, start + spent)
+                .with_micro_batches(mb)
+                .with_round(self.round),
+        );
         r
     }
     fn start(&mut self, op: Collective) -> RealHandle {
         self.times.collectives += 1;
-        let (name, bytes, called_at) = (op.name(), op.bytes_sent(self.rank, self.world, self.bytes_per_elem), self.now());
+        let (name, bytes, called_at) =
+            (op.name(), op.bytes_sent(self.rank, self.world, self.bytes_per_elem), self.now());
         let op = match op {
             Collective::AllReduce { buf, op } => self.comm.start_all_reduce(buf, op),
             Collective::ReduceScatter { input, output, op } => self.comm.start_reduce_scatter(input, output, op),
@@ -195,7 +200,7 @@ where
                 let (make, spec) = (&make, &spec);
                 s.spawn(move || {
                     let rank = comm.rank();
-                    let comm = CommThread::spawn(comm, spec.link.clone());
+                    let comm = CommThread::spawn(comm, spec.link);
                     let ctx = RealCtx {
                         rank,
                         world,
@@ -212,7 +217,10 @@ where
                 })
             })
             .collect();
-        handles.into_iter().map(|h| h.join().unwrap_or_else(|_| Err(anyhow::anyhow!("a worker thread panicked")))).collect()
+        handles
+            .into_iter()
+            .map(|h| h.join().unwrap_or_else(|_| Err(anyhow::anyhow!("a worker thread panicked"))))
+            .collect()
     });
     results.into_iter().collect()
 }

@@ -43,12 +43,17 @@ pub struct SimSpec {
     pub comm_scale: f64,
 }
 
-#[derive(Clone, Copy, PartialEq, PartialOrd)]
+#[derive(Clone, Copy, PartialEq)]
 struct Time(f64);
 impl Eq for Time {}
 impl Ord for Time {
     fn cmp(&self, o: &Self) -> std::cmp::Ordering {
         self.0.total_cmp(&o.0)
+    }
+}
+impl PartialOrd for Time {
+    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
+        Some(self.cmp(o))
     }
 }
 
@@ -113,7 +118,9 @@ impl Ctx for SimCtx {
             t.micro_batches += u64::from(work == Work::MicroBatch);
             let (now, round) = (st.now, st.rounds[self.rank]);
             if dt > 0.0 {
-                let span = Span::compute(self.rank, work_name(work), now, now + dt).with_micro_batches(u32::from(work == Work::MicroBatch)).with_round(round);
+                let span = Span::compute(self.rank, work_name(work), now, now + dt)
+                    .with_micro_batches(u32::from(work == Work::MicroBatch))
+                    .with_round(round);
                 st.events[self.rank].push(span);
             }
             (now + dt, dt)
@@ -260,7 +267,10 @@ fn execute(joined: &mut [Option<(Collective, f64)>], spec: &SimSpec) -> (Vec<Fin
     let wire = spec.wire;
     match &ops[0] {
         Collective::Sharded(_) => {
-            let mut each: Vec<Box<super::ShardedOp>> = ops.into_iter().map(|o| if let Collective::Sharded(b) = o { b } else { panic!("mismatched collectives") }).collect();
+            let mut each: Vec<Box<super::ShardedOp>> = ops
+                .into_iter()
+                .map(|o| if let Collective::Sharded(b) = o { b } else { panic!("mismatched collectives") })
+                .collect();
             let m = each[0].shard_g.len();
             let padded = m * p;
             let (known, clip) = (each[0].known_total, each[0].clip > 0.0);
@@ -291,13 +301,30 @@ fn execute(joined: &mut [Option<(Collective, f64)>], spec: &SimSpec) -> (Vec<Fin
             let gathered: Vec<f32> = each.iter().flat_map(|o| o.shard_out.iter().map(|&x| wire.round(x))).collect();
             each.iter_mut().for_each(|o| o.flat.copy_from_slice(&gathered));
             let scalar = |on: bool| if on { link(&|l| l.all_reduce_s(1, bpe, p)) } else { 0.0 };
-            let cost = scalar(known.is_none()) + link(&|l| l.reduce_scatter_s(scaled(padded), bpe, p)) + scalar(clip) + link(&|l| l.all_gather_s(scaled(padded), bpe, p));
-            (each.into_iter().map(|o| Finished { output: Vec::new(), input: Vec::new(), sharded: Some(o) }).collect(), cost)
+            let cost = scalar(known.is_none())
+                + link(&|l| l.reduce_scatter_s(scaled(padded), bpe, p))
+                + scalar(clip)
+                + link(&|l| l.all_gather_s(scaled(padded), bpe, p));
+            (
+                each.into_iter()
+                    .map(|o| Finished { output: Vec::new(), input: Vec::new(), sharded: Some(o) })
+                    .collect(),
+                cost,
+            )
         }
         Collective::AllReduce { buf, op } => {
             let (n, op) = (buf.len(), *op);
             let mut acc = vec![0.0f32; n];
-            let srcs: Vec<&[f32]> = ops.iter().map(|o| if let Collective::AllReduce { buf, .. } = o { &buf[..] } else { panic!("mismatched collectives") }).collect();
+            let srcs: Vec<&[f32]> = ops
+                .iter()
+                .map(|o| {
+                    if let Collective::AllReduce { buf, .. } = o {
+                        &buf[..]
+                    } else {
+                        panic!("mismatched collectives")
+                    }
+                })
+                .collect();
             reduce(&mut acc, &srcs, 0, op, wire);
             let cost = link(&|l| l.all_reduce_s(scaled(n), bpe, p));
             let res = ops.into_iter().map(|o| match o {
@@ -311,7 +338,16 @@ fn execute(joined: &mut [Option<(Collective, f64)>], spec: &SimSpec) -> (Vec<Fin
         }
         Collective::ReduceScatter { output, op, .. } => {
             let (m, op) = (output.len(), *op);
-            let srcs: Vec<&[f32]> = ops.iter().map(|o| if let Collective::ReduceScatter { input, .. } = o { &input[..] } else { panic!("mismatched collectives") }).collect();
+            let srcs: Vec<&[f32]> = ops
+                .iter()
+                .map(|o| {
+                    if let Collective::ReduceScatter { input, .. } = o {
+                        &input[..]
+                    } else {
+                        panic!("mismatched collectives")
+                    }
+                })
+                .collect();
             let outs: Vec<Vec<f32>> = (0..p)
                 .map(|r| {
                     let mut acc = vec![0.0f32; m];
@@ -403,8 +439,13 @@ where
         events: (0..world).map(|_| EventLog::new()).collect(),
         rounds: vec![0; world],
     }));
-    let mut futs: Vec<Option<Pin<Box<dyn Future<Output = Result<T>> + 'a>>>> =
-        (0..world).map(|rank| Some(Box::pin(make(SimCtx { rank, world, state: state.clone() })) as Pin<Box<dyn Future<Output = Result<T>>>>)).collect();
+    type Worker<'a, T> = Pin<Box<dyn Future<Output = Result<T>> + 'a>>;
+    let mut futs: Vec<Option<Worker<'a, T>>> = (0..world)
+        .map(|rank| {
+            Some(Box::pin(make(SimCtx { rank, world, state: state.clone() }))
+                as Pin<Box<dyn Future<Output = Result<T>>>>)
+        })
+        .collect();
     let mut out: Vec<Option<T>> = (0..world).map(|_| None).collect();
     for r in 0..world {
         state.borrow_mut().wake(0.0, r);

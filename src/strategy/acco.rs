@@ -35,7 +35,7 @@ pub async fn run<C: Ctx>(ctx: &mut C, w: &mut Worker, plan: &Plan) -> Result<Out
         let (loss1, n1) = accumulate_while(ctx, w, &mut shard, &mut r1, plan.fixed_micro_batches).await;
         shard.finish(ctx, &mut r1).await;
         w.model.params.copy_from_slice(shard.gathered()); // theta~(t+1)
-        // Stage 2 (eq. 2): commit theta(t+1) from g(t) + g~(t) while computing g~(t+1) on theta~(t+1).
+                                                          // Stage 2 (eq. 2): commit theta(t+1) from g(t) + g~(t) while computing g~(t+1) on theta~(t+1).
         for (a, g) in tilde.iter_mut().zip(&w.model.grads) {
             *a += g;
         }

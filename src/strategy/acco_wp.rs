@@ -25,7 +25,8 @@ pub async fn run<C: Ctx>(ctx: &mut C, w: &mut Worker, plan: &Plan) -> Result<Out
     let (mut pending, mut pending_n) = (w.model.grads.clone(), 1usize);
     for t in 0..plan.steps {
         ctx.mark_round(t);
-        let mut round = shard.start(ctx, &pending, pending_n as f32, None, Update::CommitThenPredict, plan.schedule.lr(t));
+        let mut round =
+            shard.start(ctx, &pending, pending_n as f32, None, Update::CommitThenPredict, plan.schedule.lr(t));
         w.model.zero_grads();
         let (loss, n) = accumulate_while(ctx, w, &mut shard, &mut round, plan.fixed_micro_batches).await;
         shard.finish(ctx, &mut round).await;

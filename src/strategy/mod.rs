@@ -102,7 +102,13 @@ pub fn run_cluster(method: Method, runtime: &Runtime, workers: Vec<Worker>, plan
 
 /// Run `method` for this process's rank only, over `comm` (one rank of a
 /// multi-process group, e.g. MPI), on the real runtime.
-pub fn run_rank(method: Method, spec: &real::RealSpec, comm: Box<dyn crate::comm::Communicator>, worker: Worker, plan: &Plan) -> Result<WorkerReport> {
+pub fn run_rank(
+    method: Method,
+    spec: &real::RealSpec,
+    comm: Box<dyn crate::comm::Communicator>,
+    worker: Worker,
+    plan: &Plan,
+) -> Result<WorkerReport> {
     let slot = Mutex::new(Some(worker));
     let mut reports = real::run_with(spec.clone(), vec![comm], |mut ctx| {
         let mut w = slot.lock().expect("worker slot").take().expect("one worker per process");

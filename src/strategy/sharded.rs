@@ -85,7 +85,13 @@ impl Sharded {
         let m = padded / world;
         let lo = rank * m;
         let theta = (lo..lo + m).map(|i| if i < n { params[i] } else { 0.0 }).collect();
-        let state = ShardState { opt: plan.optimizer.try_build(m)?, theta, decay: plan.decay.restrict(lo, lo + m), update: Update::Commit, lr: 0.0 };
+        let state = ShardState {
+            opt: plan.optimizer.try_build(m)?,
+            theta,
+            decay: plan.decay.restrict(lo, lo + m),
+            update: Update::Commit,
+            lr: 0.0,
+        };
         let op = ShardedOp {
             flat: vec![0.0; padded],
             shard_g: vec![0.0; m],
@@ -111,7 +117,15 @@ impl Sharded {
     /// Start a round on `grads` (length n). `count` is this worker's number
     /// of micro-batches in `grads`; with `known_total = Some(t)` the counts
     /// are not communicated and the reduced sum is divided by `t`.
-    pub fn start<C: Ctx>(&mut self, ctx: &mut C, grads: &[f32], count: f32, known_total: Option<f32>, update: Update, lr: f32) -> Round<C::Handle> {
+    pub fn start<C: Ctx>(
+        &mut self,
+        ctx: &mut C,
+        grads: &[f32],
+        count: f32,
+        known_total: Option<f32>,
+        update: Update,
+        lr: f32,
+    ) -> Round<C::Handle> {
         let s = self.state();
         (s.update, s.lr) = (update, lr);
         let mut op = self.op.take().expect("one round at a time");
@@ -162,7 +176,13 @@ impl Sharded {
 /// "accumulate while you communicate". With `fixed = Some(k)`, exactly k
 /// (the caller then waits for the round). Gradients are summed (loss
 /// weight 1) into the model's accumulator; returns (sum of losses, count).
-pub async fn accumulate_while<C: Ctx>(ctx: &mut C, w: &mut super::Worker, shard: &mut Sharded, round: &mut Round<C::Handle>, fixed: Option<usize>) -> (f64, usize) {
+pub async fn accumulate_while<C: Ctx>(
+    ctx: &mut C,
+    w: &mut super::Worker,
+    shard: &mut Sharded,
+    round: &mut Round<C::Handle>,
+    fixed: Option<usize>,
+) -> (f64, usize) {
     let (mut loss, mut count) = (0.0f64, 0usize);
     loop {
         loss += ctx.compute(Work::MicroBatch, || w.micro_batch(1.0)).await as f64;

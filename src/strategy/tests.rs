@@ -33,12 +33,29 @@ pub(super) fn plan(steps: u64, accum: usize, clip: f32) -> Plan {
 pub(super) fn workers(world: usize, batch: usize) -> Vec<Worker> {
     let toks = tokens();
     (0..world)
-        .map(|r| Worker::new(Gpt::new(tiny(), 42).unwrap(), toks.clone(), shard_range(toks.len(), r, world), batch, tiny().ctx, 9, r).unwrap())
+        .map(|r| {
+            Worker::new(
+                Gpt::new(tiny(), 42).unwrap(),
+                toks.clone(),
+                shard_range(toks.len(), r, world),
+                batch,
+                tiny().ctx,
+                9,
+                r,
+            )
+            .unwrap()
+        })
         .collect()
 }
 
 pub(super) fn sim(world: usize) -> Runtime {
-    Runtime::Sim(SimSpec { micro_batch_s: 1.0, speeds: vec![1.0; world], link: None, wire: WireDtype::F32, comm_scale: 1.0 })
+    Runtime::Sim(SimSpec {
+        micro_batch_s: 1.0,
+        speeds: vec![1.0; world],
+        link: None,
+        wire: WireDtype::F32,
+        comm_scale: 1.0,
+    })
 }
 
 fn real(world: usize) -> Runtime {
@@ -99,7 +116,9 @@ fn n_workers_equal_one_worker_with_n_times_the_batch() {
     let multi = run_cluster(Method::Ddp, &sim(world), workers(world, 2), &p).unwrap();
     // One worker whose micro-batch is the two workers' micro-batches stacked.
     let toks = tokens();
-    let mut samplers: Vec<_> = (0..world).map(|r| crate::data::sampler::WindowSampler::new(shard_range(toks.len(), r, world), tiny().ctx, 9, r).unwrap()).collect();
+    let mut samplers: Vec<_> = (0..world)
+        .map(|r| crate::data::sampler::WindowSampler::new(shard_range(toks.len(), r, world), tiny().ctx, 9, r).unwrap())
+        .collect();
     let mut model = Gpt::new(tiny(), 42).unwrap();
     let mut opt = p.optimizer.try_build(model.num_params()).unwrap();
     let t = tiny().ctx;
@@ -133,7 +152,13 @@ fn sim_virtual_time_follows_the_cost_model_by_hand() {
     // floats over 1 GB/s with 1 ms latency: 2(p-1) alpha + 2(p-1)/p * 4n / bw.
     let n = crate::model::ParamLayout::new(&tiny()).len as f64;
     let tier = Tier { latency_s: 1e-3, bandwidth_bytes_per_s: 1e9 };
-    let spec = SimSpec { micro_batch_s: 1.0, speeds: vec![1.0, 0.5], link: Some(LinkModel::flat(tier)), wire: WireDtype::F32, comm_scale: 1.0 };
+    let spec = SimSpec {
+        micro_batch_s: 1.0,
+        speeds: vec![1.0, 0.5],
+        link: Some(LinkModel::flat(tier)),
+        wire: WireDtype::F32,
+        comm_scale: 1.0,
+    };
     let r = run_cluster(Method::Ddp, &Runtime::Sim(spec), workers(2, 1), &plan(3, 2, 0.0)).unwrap();
     let comm = 2.0 * 1e-3 + 4.0 * n / 1e9;
     // Worker 1 runs at half speed: 4 s of compute per step; worker 0 waits 2 s.
@@ -175,8 +200,16 @@ fn fixed_micro_batches_make_overlapping_methods_timing_independent() {
     // (timing-dependent without it) gives the simulator's bits.
     let steps = 3;
     let fixed = Plan { fixed_micro_batches: Some(2), ..plan(steps, 1, 0.0) };
-    let slow = Runtime::Sim(SimSpec { micro_batch_s: 1.0, speeds: vec![1.0; 2], link: Some(LinkModel::flat(Tier { latency_s: 50.0, bandwidth_bytes_per_s: 1e9 })), wire: WireDtype::F32, comm_scale: 1.0 });
-    for (method, per_round, extra) in [(Method::Acco, 4, 1), (Method::Dpu { warmup_steps: 0 }, 2, 1), (Method::AccoWp, 2, 1)] {
+    let slow = Runtime::Sim(SimSpec {
+        micro_batch_s: 1.0,
+        speeds: vec![1.0; 2],
+        link: Some(LinkModel::flat(Tier { latency_s: 50.0, bandwidth_bytes_per_s: 1e9 })),
+        wire: WireDtype::F32,
+        comm_scale: 1.0,
+    });
+    for (method, per_round, extra) in
+        [(Method::Acco, 4, 1), (Method::Dpu { warmup_steps: 0 }, 2, 1), (Method::AccoWp, 2, 1)]
+    {
         let a = run_cluster(method, &slow, workers(2, 2), &fixed).unwrap();
         let b = run_cluster(method, &real(2), workers(2, 2), &fixed).unwrap();
         assert_eq!(a[0].times.micro_batches, steps * per_round + extra, "{method:?}");

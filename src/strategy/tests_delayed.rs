@@ -32,7 +32,16 @@ struct Replay {
 impl Replay {
     fn new() -> Self {
         let toks = tokens();
-        let w = Worker::new(Gpt::new(tiny(), 42).unwrap(), toks.clone(), shard_range(toks.len(), 0, 1), 2, tiny().ctx, 9, 0).unwrap();
+        let w = Worker::new(
+            Gpt::new(tiny(), 42).unwrap(),
+            toks.clone(),
+            shard_range(toks.len(), 0, 1),
+            2,
+            tiny().ctx,
+            9,
+            0,
+        )
+        .unwrap();
         let n = w.model.num_params();
         Self { w, opt: OptimizerConfig::Sgd(SgdConfig::default()).try_build(n).unwrap() }
     }
@@ -119,7 +128,11 @@ fn acco_look_ahead_commits_no_optimizer_state() {
     let plan = super::tests::plan(3, 1, 1.0);
     for method in [Method::Acco, Method::AccoWp, Method::Zero1, Method::Dpu { warmup_steps: 1 }] {
         let r = run_cluster(method, &sim(3), workers(3, 1), &plan).unwrap();
-        assert!(r.iter().all(|w| w.optimizer_steps == 3), "{method:?}: {:?}", r.iter().map(|w| w.optimizer_steps).collect::<Vec<_>>());
+        assert!(
+            r.iter().all(|w| w.optimizer_steps == 3),
+            "{method:?}: {:?}",
+            r.iter().map(|w| w.optimizer_steps).collect::<Vec<_>>()
+        );
         for w in &r[1..] {
             assert_eq!(bits(&w.params), bits(&r[0].params), "{method:?}: replicas diverged");
         }
@@ -133,7 +146,13 @@ fn acco_accumulates_while_communicating_and_slow_workers_compute_less() {
     // fewer than the fast ones, with no one idle for long.
     let n = crate::model::ParamLayout::new(&tiny()).len as f64;
     let tier = Tier { latency_s: 0.0, bandwidth_bytes_per_s: 4.0 * n / 3.0 };
-    let spec = SimSpec { micro_batch_s: 1.0, speeds: vec![1.0, 1.0, 0.25], link: Some(LinkModel::flat(tier)), wire: WireDtype::F32, comm_scale: 1.0 };
+    let spec = SimSpec {
+        micro_batch_s: 1.0,
+        speeds: vec![1.0, 1.0, 0.25],
+        link: Some(LinkModel::flat(tier)),
+        wire: WireDtype::F32,
+        comm_scale: 1.0,
+    };
     let r = run_cluster(Method::Acco, &Runtime::Sim(spec), workers(3, 1), &super::tests::plan(4, 1, 1.0)).unwrap();
     let mb: Vec<u64> = r.iter().map(|w| w.times.micro_batches).collect();
     assert!(mb[0] > 2 * 4 + 1, "fast workers accumulate several micro-batches per stage: {mb:?}");
@@ -148,7 +167,13 @@ fn acco_hides_communication_that_zero1_exposes() {
     // Same link for both: one gradient reduce-scatter ~ one micro-batch.
     let n = crate::model::ParamLayout::new(&tiny()).len as f64;
     let tier = Tier { latency_s: 0.0, bandwidth_bytes_per_s: 4.0 * n };
-    let spec = |w| SimSpec { micro_batch_s: 1.0, speeds: vec![1.0; w], link: Some(LinkModel::flat(tier)), wire: WireDtype::F32, comm_scale: 1.0 };
+    let spec = |w| SimSpec {
+        micro_batch_s: 1.0,
+        speeds: vec![1.0; w],
+        link: Some(LinkModel::flat(tier)),
+        wire: WireDtype::F32,
+        comm_scale: 1.0,
+    };
     let summary = |method| {
         let r = run_cluster(method, &Runtime::Sim(spec(2)), workers(2, 1), &super::tests::plan(4, 2, 0.0)).unwrap();
         let spans: Vec<_> = r.into_iter().flat_map(|w| w.events.into_spans()).collect();
@@ -167,8 +192,13 @@ fn with_free_communication_each_stage_computes_exactly_one_micro_batch() {
     // nothing it is done by the end of the first micro-batch: N_i = 1 per
     // stage, as in the paper (the worker never waits on itself).
     let plan = super::tests::plan(3, 1, 1.0);
-    for (method, want) in [(Method::Acco, 1 + 2 * 3), (Method::AccoWp, 1 + 3), (Method::Dpu { warmup_steps: 0 }, 1 + 3)] {
+    for (method, want) in [(Method::Acco, 1 + 2 * 3), (Method::AccoWp, 1 + 3), (Method::Dpu { warmup_steps: 0 }, 1 + 3)]
+    {
         let r = run_cluster(method, &sim(4), workers(4, 1), &plan).unwrap();
-        assert!(r.iter().all(|w| w.times.micro_batches == want), "{method:?}: {:?}", r.iter().map(|w| w.times.micro_batches).collect::<Vec<_>>());
+        assert!(
+            r.iter().all(|w| w.times.micro_batches == want),
+            "{method:?}: {:?}",
+            r.iter().map(|w| w.times.micro_batches).collect::<Vec<_>>()
+        );
     }
 }

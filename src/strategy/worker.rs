@@ -24,7 +24,15 @@ pub struct Worker {
 impl Worker {
     /// A worker drawing windows of `seq` tokens from `shard` of `tokens`,
     /// `batch` sequences per micro-batch; its sampler is seeded by (seed, rank).
-    pub fn new(model: Gpt, tokens: Arc<Vec<u32>>, shard: Range<usize>, batch: usize, seq: usize, seed: u64, rank: usize) -> Result<Self> {
+    pub fn new(
+        model: Gpt,
+        tokens: Arc<Vec<u32>>,
+        shard: Range<usize>,
+        batch: usize,
+        seq: usize,
+        seed: u64,
+        rank: usize,
+    ) -> Result<Self> {
         let sampler = WindowSampler::new(shard, seq, seed, rank)?;
         Ok(Self { model, sampler, tokens, inputs: vec![0; batch * seq], targets: vec![0; batch * seq], batch, seq })
     }

@@ -177,7 +177,20 @@ pub struct ParallelSection {
 
 impl Default for ParallelSection {
     fn default() -> Self {
-        Self { method: None, workers: None, runtime: "real".into(), backend: "local".into(), cluster: None, link: None, speeds: None, wire: None, dpu_warmup_steps: 0, micro_batch_s: 0.1, trace: None, fixed_micro_batches: None }
+        Self {
+            method: None,
+            workers: None,
+            runtime: "real".into(),
+            backend: "local".into(),
+            cluster: None,
+            link: None,
+            speeds: None,
+            wire: None,
+            dpu_warmup_steps: 0,
+            micro_batch_s: 0.1,
+            trace: None,
+            fixed_micro_batches: None,
+        }
     }
 }
 
@@ -197,7 +210,9 @@ impl RunConfig {
     /// Parse a TOML file; errors name the file, the key and the fix.
     pub fn from_file(path: &Path) -> Result<Self> {
         let text = std::fs::read_to_string(path).with_context(|| format!("cannot read config {}", path.display()))?;
-        Self::from_toml(&text).with_context(|| format!("invalid config {} (every key is documented in configs/README.md)", path.display()))
+        Self::from_toml(&text).with_context(|| {
+            format!("invalid config {} (every key is documented in configs/README.md)", path.display())
+        })
     }
 
     /// Parse TOML text. Errors are one line: where, and what (toml's own
@@ -224,7 +239,12 @@ impl RunConfig {
     /// The learning-rate schedule over `train.steps`.
     pub fn schedule(&self) -> LrSchedule {
         let s = &self.schedule;
-        LrSchedule { max_lr: s.max_lr, warmup_steps: s.warmup_steps.min(self.train.steps), total_steps: self.train.steps, min_lr: s.max_lr * s.min_lr_ratio }
+        LrSchedule {
+            max_lr: s.max_lr,
+            warmup_steps: s.warmup_steps.min(self.train.steps),
+            total_steps: self.train.steps,
+            min_lr: s.max_lr * s.min_lr_ratio,
+        }
     }
 
     /// Check everything that can be checked before touching data.
@@ -237,7 +257,11 @@ impl RunConfig {
         anyhow::ensure!(t.log_every >= 1, "train.log_every must be at least 1");
         anyhow::ensure!(t.grad_clip >= 0.0, "train.grad_clip must be >= 0 (0 disables clipping)");
         let seq = self.seq_len(&model);
-        anyhow::ensure!(seq >= 1 && seq <= model.ctx, "train.seq_len ({seq}) must be between 1 and the model's ctx ({})", model.ctx);
+        anyhow::ensure!(
+            seq >= 1 && seq <= model.ctx,
+            "train.seq_len ({seq}) must be between 1 and the model's ctx ({})",
+            model.ctx
+        );
         anyhow::ensure!((0.0..=1.0).contains(&self.schedule.min_lr_ratio), "schedule.min_lr_ratio must be in [0, 1]");
         self.schedule().validate()?;
         self.optimizer.validate()?;
@@ -272,7 +296,10 @@ mod tests {
 
     #[test]
     fn overrides_apply_on_top_of_the_preset() {
-        let c = RunConfig::from_toml("[model]\npreset = \"micro\"\nn_layer = 2\n[optimizer]\nkind = \"sgd\"\nmomentum = 0.9\n").unwrap();
+        let c = RunConfig::from_toml(
+            "[model]\npreset = \"micro\"\nn_layer = 2\n[optimizer]\nkind = \"sgd\"\nmomentum = 0.9\n",
+        )
+        .unwrap();
         let m = c.validate().unwrap();
         assert_eq!((m.n_layer, m.n_embd), (2, 256));
         let back = RunConfig::from_toml(&c.to_toml()).unwrap();
@@ -286,7 +313,9 @@ mod tests {
         for e in std::fs::read_dir(dir).unwrap() {
             let p = e.unwrap().path();
             if p.extension().is_some_and(|x| x == "toml") {
-                RunConfig::from_file(&p).and_then(|c| c.validate()).unwrap_or_else(|e| panic!("{}: {e:#}", p.display()));
+                RunConfig::from_file(&p)
+                    .and_then(|c| c.validate())
+                    .unwrap_or_else(|e| panic!("{}: {e:#}", p.display()));
                 n += 1;
             }
         }

@@ -57,7 +57,12 @@ impl MetricsLog {
                 let kept: Vec<String> = BufReader::new(File::open(&path)?)
                     .lines()
                     .map_while(|l| l.ok())
-                    .filter(|l| serde_json::from_str::<serde_json::Value>(l).ok().and_then(|v| v["step"].as_u64()).is_some_and(|s| s <= step))
+                    .filter(|l| {
+                        serde_json::from_str::<serde_json::Value>(l)
+                            .ok()
+                            .and_then(|v| v["step"].as_u64())
+                            .is_some_and(|s| s <= step)
+                    })
                     .collect();
                 let mut text = kept.join("\n");
                 if !text.is_empty() {
@@ -71,7 +76,11 @@ impl MetricsLog {
                 crate::util::atomic_write(&path, b"")?;
             }
         }
-        let file = OpenOptions::new().append(true).create(true).open(&path).with_context(|| format!("cannot open {}", path.display()))?;
+        let file = OpenOptions::new()
+            .append(true)
+            .create(true)
+            .open(&path)
+            .with_context(|| format!("cannot open {}", path.display()))?;
         Ok(Self { file, path })
     }
 
@@ -95,7 +104,9 @@ impl Progress {
     pub fn new(total: u64, done: u64, quiet: bool) -> Self {
         let bar = (!quiet && std::io::stderr().is_terminal()).then(|| {
             let b = ProgressBar::new(total);
-            b.set_style(ProgressStyle::with_template("{bar:30} {pos}/{len} steps  {msg}  ETA {eta}").expect("valid template"));
+            b.set_style(
+                ProgressStyle::with_template("{bar:30} {pos}/{len} steps  {msg}  ETA {eta}").expect("valid template"),
+            );
             b.set_position(done);
             b
         });

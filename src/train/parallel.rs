@@ -54,9 +54,16 @@ pub fn method(p: &ParallelSection) -> Result<Method> {
 }
 
 /// Workers and runtime from the `[parallel]` section; errors name the field.
-pub fn runtime(p: &ParallelSection, model: &GptConfig, params: usize, tokens_per_micro_batch: usize) -> Result<(usize, Runtime)> {
+pub fn runtime(
+    p: &ParallelSection,
+    model: &GptConfig,
+    params: usize,
+    tokens_per_micro_batch: usize,
+) -> Result<(usize, Runtime)> {
     let link = match &p.link {
-        Some(s) => Some(LinkModel::flat(s.parse::<Tier>().map_err(|e| anyhow::anyhow!("parallel.link (--link): {e}"))?)),
+        Some(s) => {
+            Some(LinkModel::flat(s.parse::<Tier>().map_err(|e| anyhow::anyhow!("parallel.link (--link): {e}"))?))
+        }
         None => None,
     };
     let profile = match &p.cluster {
@@ -64,7 +71,10 @@ pub fn runtime(p: &ParallelSection, model: &GptConfig, params: usize, tokens_per
         None => None,
     };
     let world = match (p.workers, &profile) {
-        (Some(w), Some(c)) if w != c.workers() => bail!("--workers {w} but the cluster profile has {} workers: drop --workers or use another profile", c.workers()),
+        (Some(w), Some(c)) if w != c.workers() => bail!(
+            "--workers {w} but the cluster profile has {} workers: drop --workers or use another profile",
+            c.workers()
+        ),
         (Some(w), _) => w,
         (None, Some(c)) => c.workers(),
         (None, None) => 1,
@@ -77,7 +87,11 @@ pub fn runtime(p: &ParallelSection, model: &GptConfig, params: usize, tokens_per
     }
     let speeds = p.speeds.clone().unwrap_or_else(|| vec![1.0; world]);
     if speeds.len() != world {
-        bail!("--speeds has {} values but there are {world} workers: give one per worker, e.g. --speeds {}", speeds.len(), vec!["1"; world].join(","));
+        bail!(
+            "--speeds has {} values but there are {world} workers: give one per worker, e.g. --speeds {}",
+            speeds.len(),
+            vec!["1"; world].join(",")
+        );
     }
     if let Some(s) = speeds.iter().find(|s| !(**s > 0.0 && s.is_finite())) {
         bail!("--speeds: every speed factor must be > 0 (1 = nominal, 0.25 = four times slower), got {s}");
@@ -133,7 +147,15 @@ pub fn setup(cfg: RunConfig) -> Result<Setup> {
     let seq = cfg.seq_len(&model_cfg);
     let init = Gpt::new(model_cfg.clone(), t.seed)?;
     let (world, runtime) = runtime(&cfg.parallel, &model_cfg, init.num_params(), t.batch_size * seq)?;
-    let plan = Plan { steps: t.steps, grad_accum: t.grad_accum, schedule: cfg.schedule(), optimizer: cfg.optimizer.clone(), decay: decay_segments(&init.layout, &cfg), grad_clip: t.grad_clip, fixed_micro_batches: cfg.parallel.fixed_micro_batches };
+    let plan = Plan {
+        steps: t.steps,
+        grad_accum: t.grad_accum,
+        schedule: cfg.schedule(),
+        optimizer: cfg.optimizer.clone(),
+        decay: decay_segments(&init.layout, &cfg),
+        grad_clip: t.grad_clip,
+        fixed_micro_batches: cfg.parallel.fixed_micro_batches,
+    };
     Ok(Setup { cfg, model_cfg, method, data, tokens, init, world, runtime, plan, seq })
 }
 
@@ -143,8 +165,9 @@ impl Setup {
         let t = &self.cfg.train;
         let shard = shard_range(self.tokens.len(), rank, self.world);
         let model = Gpt::from_params(self.model_cfg.clone(), self.init.params.clone(), t.seed)?;
-        Worker::new(model, self.tokens.clone(), shard, t.batch_size, self.seq, t.seed, rank)
-            .with_context(|| format!("worker {rank} of {}: its data shard is too small; use fewer workers or more text", self.world))
+        Worker::new(model, self.tokens.clone(), shard, t.batch_size, self.seq, t.seed, rank).with_context(|| {
+            format!("worker {rank} of {}: its data shard is too small; use fewer workers or more text", self.world)
+        })
     }
 
     /// The line announcing the run.
@@ -154,7 +177,14 @@ impl Setup {
             Runtime::Sim(_) => "sim",
         };
         let t = &self.cfg.train;
-        format!("training {} params with {:?} on {} workers ({rt} runtime, {backend} backend) for {} steps -> {}", self.init.num_params(), self.method, self.world, t.steps, t.out_dir.display())
+        format!(
+            "training {} params with {:?} on {} workers ({rt} runtime, {backend} backend) for {} steps -> {}",
+            self.init.num_params(),
+            self.method,
+            self.world,
+            t.steps,
+            t.out_dir.display()
+        )
     }
 }
 
@@ -208,13 +238,34 @@ pub fn finish(s: Setup, reports: Vec<WorkerReport>, quiet: bool) -> Result<Paral
     let val_loss = evaluate(&mut model, &data.val, seq, t.batch_size, t.eval_windows);
     let total_tokens: u64 = reports.iter().map(|r| r.times.micro_batches).sum::<u64>() * tokens_per_mb;
     let summary = metrics::summarize(&spans, world, total_tokens)?;
-    log.write("eval", &super::metrics::EvalRecord { step: t.steps, tokens: tokens_so_far, val_loss, val_ppl: val_loss.exp(), wall_s: summary.end_s })?;
-    metrics::write_jsonl(&t.out_dir.join("events.jsonl"), &EventLog::merge(reports.iter().map(|r| r.events.clone()).collect()).into_spans(), Some(&summary))?;
+    log.write(
+        "eval",
+        &super::metrics::EvalRecord {
+            step: t.steps,
+            tokens: tokens_so_far,
+            val_loss,
+            val_ppl: val_loss.exp(),
+            wall_s: summary.end_s,
+        },
+    )?;
+    metrics::write_jsonl(
+        &t.out_dir.join("events.jsonl"),
+        &EventLog::merge(reports.iter().map(|r| r.events.clone()).collect()).into_spans(),
+        Some(&summary),
+    )?;
     for (file, title, x_label, x) in [
-        ("loss_vs_tokens.svg", "training loss vs tokens", "tokens", (|r: &RoundRecord| r.tokens as f64) as fn(&RoundRecord) -> f64),
+        (
+            "loss_vs_tokens.svg",
+            "training loss vs tokens",
+            "tokens",
+            (|r: &RoundRecord| r.tokens as f64) as fn(&RoundRecord) -> f64,
+        ),
         ("loss_vs_time.svg", "training loss vs time", "seconds", |r: &RoundRecord| r.wall_s),
     ] {
-        let series = [metrics::plot::Series { name: format!("{method:?}"), points: rounds.iter().map(|r| (x(r), r.loss as f64)).collect() }];
+        let series = [metrics::plot::Series {
+            name: format!("{method:?}"),
+            points: rounds.iter().map(|r| (x(r), r.loss as f64)).collect(),
+        }];
         metrics::plot::line_plot(&t.out_dir.join(file), title, x_label, "loss", &series)?;
     }
     if let Some(path) = &cfg.parallel.trace {
@@ -235,7 +286,8 @@ pub fn finish(s: Setup, reports: Vec<WorkerReport>, quiet: bool) -> Result<Paral
         wall_s: summary.end_s,
         files: Default::default(),
     };
-    let checkpoint = checkpoint::save(&t.out_dir, state, &reports[0].params, &[], &data.tokenizer.to_json()?, t.keep_checkpoints)?;
+    let checkpoint =
+        checkpoint::save(&t.out_dir, state, &reports[0].params, &[], &data.tokenizer.to_json()?, t.keep_checkpoints)?;
     if !quiet {
         eprint!("{}", report_table(method, &summary, &reports, n));
     }
@@ -259,7 +311,15 @@ pub fn report_table(method: Method, s: &Summary, reports: &[WorkerReport], param
     out += "worker  compute_s    comm_s    idle_s  mb/round  sent_MB\n";
     for w in &s.workers {
         let mb = w.micro_batches.as_ref().map_or("-".into(), |m| format!("{:.2}", m.mean));
-        out += &format!("{:>6} {:>10.3} {:>9.3} {:>9.3} {:>9} {:>8.1}\n", w.worker, w.compute_s, w.comm_s, w.idle_s, mb, w.bytes_sent as f64 / 1e6);
+        out += &format!(
+            "{:>6} {:>10.3} {:>9.3} {:>9.3} {:>9} {:>8.1}\n",
+            w.worker,
+            w.compute_s,
+            w.comm_s,
+            w.idle_s,
+            mb,
+            w.bytes_sent as f64 / 1e6
+        );
     }
     let m = &reports[0].memory;
     let mb = |b: usize| b as f64 / 1e6;

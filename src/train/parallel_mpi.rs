@@ -81,8 +81,12 @@ pub fn run_parallel_mpi(mpi: &MpiProcess, cfg: RunConfig, quiet: bool) -> Result
 fn inject_fault(rank: usize) -> Result<()> {
     let Ok(v) = std::env::var("LOWCOMM_FAULT") else { return Ok(()) };
     let mut parts = v.split(':');
-    let parsed = (|| Some((parts.next()?.to_string(), parts.next()?.parse::<usize>().ok()?, parts.next()?.parse::<f64>().ok()?)))();
-    let (kind, victim, after_s) = parsed.filter(|(k, ..)| k == "abort" || k == "hang").with_context(|| format!("LOWCOMM_FAULT={v}: expected abort|hang:RANK:SECONDS, e.g. abort:1:2.5"))?;
+    let parsed = (|| {
+        Some((parts.next()?.to_string(), parts.next()?.parse::<usize>().ok()?, parts.next()?.parse::<f64>().ok()?))
+    })();
+    let (kind, victim, after_s) = parsed
+        .filter(|(k, ..)| k == "abort" || k == "hang")
+        .with_context(|| format!("LOWCOMM_FAULT={v}: expected abort|hang:RANK:SECONDS, e.g. abort:1:2.5"))?;
     if victim == rank {
         std::thread::spawn(move || {
             std::thread::sleep(std::time::Duration::from_secs_f64(after_s));
@@ -114,10 +118,20 @@ fn run_rank_inner(mpi: &MpiProcess, mut cfg: RunConfig, quiet: bool) -> Result<O
     let per_node = mpi.ranks_per_node()?;
     let wire = spec.wire;
     let two_tier = mpi.is_two_tier(per_node);
-    let comm: Box<dyn Communicator> = if two_tier { Box::new(mpi.two_tier(per_node, wire)) } else { Box::new(mpi.comm(wire)) };
+    let comm: Box<dyn Communicator> =
+        if two_tier { Box::new(mpi.two_tier(per_node, wire)) } else { Box::new(mpi.comm(wire)) };
     if rank == 0 && !quiet {
-        let topo = if two_tier { format!("{} nodes x {per_node} ranks, hierarchical all-reduce", size / per_node) } else { format!("{size} ranks, flat") };
-        eprintln!("{} [{topo}; {} compute threads per rank; MPI threading {:?}]", s.banner("mpi"), rayon::current_num_threads(), mpi.threading);
+        let topo = if two_tier {
+            format!("{} nodes x {per_node} ranks, hierarchical all-reduce", size / per_node)
+        } else {
+            format!("{size} ranks, flat")
+        };
+        eprintln!(
+            "{} [{topo}; {} compute threads per rank; MPI threading {:?}]",
+            s.banner("mpi"),
+            rayon::current_num_threads(),
+            mpi.threading
+        );
     }
     // Align the ranks' clocks (each span is timed from its process's start).
     mpi.barrier();
@@ -134,12 +148,26 @@ fn run_rank_inner(mpi: &MpiProcess, mut cfg: RunConfig, quiet: bool) -> Result<O
     let Some(all) = mpi.gather_bytes(&serde_json::to_vec(&wire)?) else { return Ok(None) };
     let mut reports = Vec::with_capacity(size);
     for bytes in all {
-        let w: ReportWire = serde_json::from_slice(&bytes).context("a rank's report did not decode (ranks built from different lowcomm versions?)")?;
+        let w: ReportWire = serde_json::from_slice(&bytes)
+            .context("a rank's report did not decode (ranks built from different lowcomm versions?)")?;
         if w.params_sha256 != wire.params_sha256 {
-            bail!("rank {} ended with different parameters than rank 0 (sha256 {} vs {}): the replicas diverged", w.rank, w.params_sha256, wire.params_sha256);
+            bail!(
+                "rank {} ended with different parameters than rank 0 (sha256 {} vs {}): the replicas diverged",
+                w.rank,
+                w.params_sha256,
+                wire.params_sha256
+            );
         }
         let params = if w.rank == 0 { report.params.clone() } else { Vec::new() };
-        reports.push(WorkerReport { rank: w.rank, losses: w.losses, optimizer_steps: w.optimizer_steps, times: w.times, params, events: EventLog::from_spans(w.spans), memory: w.memory });
+        reports.push(WorkerReport {
+            rank: w.rank,
+            losses: w.losses,
+            optimizer_steps: w.optimizer_steps,
+            times: w.times,
+            params,
+            events: EventLog::from_spans(w.spans),
+            memory: w.memory,
+        });
     }
     finish(s, reports, quiet).map(Some)
 }

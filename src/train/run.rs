@@ -82,7 +82,14 @@ pub fn run(cfg: RunConfig, opts: &RunOptions) -> Result<RunSummary> {
         progress.finish();
         progress.line(&format!("nothing to do: the run is already at step {} of {}", tr.step, t.steps));
         let checkpoint = crate::checkpoint::resolve(opts.resume.as_deref().unwrap_or(&out))?;
-        return Ok(RunSummary { steps: tr.step, tokens: tr.tokens_seen, final_loss: last_loss, eval, checkpoint, wall_s: tr.wall_s() });
+        return Ok(RunSummary {
+            steps: tr.step,
+            tokens: tr.tokens_seen,
+            final_loss: last_loss,
+            eval,
+            checkpoint,
+            wall_s: tr.wall_s(),
+        });
     }
     let eval = match last_eval.filter(|e| e.step == tr.step) {
         Some(e) => e,
@@ -101,5 +108,12 @@ pub fn run(cfg: RunConfig, opts: &RunOptions) -> Result<RunSummary> {
         eval.val_ppl,
         checkpoint.display()
     ));
-    Ok(RunSummary { steps: tr.step, tokens: tr.tokens_seen, final_loss: last_loss, eval, checkpoint, wall_s: tr.wall_s() })
+    Ok(RunSummary {
+        steps: tr.step,
+        tokens: tr.tokens_seen,
+        final_loss: last_loss,
+        eval,
+        checkpoint,
+        wall_s: tr.wall_s(),
+    })
 }

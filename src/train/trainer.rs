@@ -74,8 +74,12 @@ impl Trainer {
                 if st.optimizer_kind != optimizer_kind(&cfg) {
                     bail!("checkpoint was trained with optimizer `{}`, this run uses `{}`: keep the same [optimizer] to resume", st.optimizer_kind, optimizer_kind(&cfg));
                 }
-                optimizer.load_state(st.optimizer_steps, &ck.optimizer).context("checkpoint's optimizer state does not fit")?;
-                sampler.restore(st.sampler.clone()).context("checkpoint's sampler does not fit this corpus and sequence length")?;
+                optimizer
+                    .load_state(st.optimizer_steps, &ck.optimizer)
+                    .context("checkpoint's optimizer state does not fit")?;
+                sampler
+                    .restore(st.sampler.clone())
+                    .context("checkpoint's sampler does not fit this corpus and sequence length")?;
                 let mut m = Gpt::from_params(model_cfg.clone(), ck.params, t.seed)?;
                 m.dropout_rng = st.dropout_rng.clone();
                 (m, st.step, st.tokens_seen, st.wall_s)
@@ -124,7 +128,8 @@ impl Trainer {
         }
         let loss = (loss / accum as f64) as f32;
         let clip = self.cfg.train.grad_clip;
-        let grad_norm = if clip > 0.0 { clip_global_norm(&mut self.model.grads, clip) } else { global_norm(&self.model.grads) };
+        let grad_norm =
+            if clip > 0.0 { clip_global_norm(&mut self.model.grads, clip) } else { global_norm(&self.model.grads) };
         let lr = self.schedule.lr(self.step);
         if !loss.is_finite() || !grad_norm.is_finite() {
             bail!(
@@ -136,13 +141,33 @@ impl Trainer {
         self.step += 1;
         self.tokens_seen += self.tokens_per_step();
         let dt = t0.elapsed().as_secs_f64();
-        Ok(StepRecord { step: self.step, tokens: self.tokens_seen, loss, lr, grad_norm, tokens_per_s: self.tokens_per_step() as f64 / dt, wall_s: self.wall_s() })
+        Ok(StepRecord {
+            step: self.step,
+            tokens: self.tokens_seen,
+            loss,
+            lr,
+            grad_norm,
+            tokens_per_s: self.tokens_per_step() as f64 / dt,
+            wall_s: self.wall_s(),
+        })
     }
 
     /// Mean validation loss over the fixed evaluation windows.
     pub fn evaluate(&mut self) -> EvalRecord {
-        let loss = evaluate(&mut self.model, &self.data.val, self.seq_len, self.cfg.train.batch_size, self.cfg.train.eval_windows);
-        EvalRecord { step: self.step, tokens: self.tokens_seen, val_loss: loss, val_ppl: loss.exp(), wall_s: self.wall_s() }
+        let loss = evaluate(
+            &mut self.model,
+            &self.data.val,
+            self.seq_len,
+            self.cfg.train.batch_size,
+            self.cfg.train.eval_windows,
+        );
+        EvalRecord {
+            step: self.step,
+            tokens: self.tokens_seen,
+            val_loss: loss,
+            val_ppl: loss.exp(),
+            wall_s: self.wall_s(),
+        }
     }
 
     /// Write a checkpoint for the current step; returns its directory.
@@ -161,7 +186,14 @@ impl Trainer {
             files: Default::default(),
         };
         let opt = self.optimizer.state_tensors();
-        checkpoint::save(&self.cfg.train.out_dir, state, &self.model.params, &opt, &self.data.tokenizer.to_json()?, self.cfg.train.keep_checkpoints)
+        checkpoint::save(
+            &self.cfg.train.out_dir,
+            state,
+            &self.model.params,
+            &opt,
+            &self.data.tokenizer.to_json()?,
+            self.cfg.train.keep_checkpoints,
+        )
     }
 
     /// Bytes of optimizer state.
@@ -183,7 +215,12 @@ pub fn open_data(cfg: &RunConfig, model_cfg: &GptConfig) -> Result<(Dataset, Pat
         );
     }
     let data = Dataset::open(&data_dir)?;
-    check_vocab(model_cfg, data.tokenizer.vocab_size(), &format!("the tokenizer of {}", data_dir.display()), &data_dir)?;
+    check_vocab(
+        model_cfg,
+        data.tokenizer.vocab_size(),
+        &format!("the tokenizer of {}", data_dir.display()),
+        &data_dir,
+    )?;
     data.check_context(cfg.seq_len(model_cfg))?;
     Ok((data, data_dir))
 }
@@ -212,7 +249,17 @@ pub fn evaluate(model: &mut Gpt, tokens: &[u32], seq: usize, batch: usize, max_w
 /// when the config asks.
 pub fn decay_segments(layout: &crate::model::ParamLayout, cfg: &RunConfig) -> DecaySegments {
     let t = &cfg.train;
-    DecaySegments::new(layout.tensors.iter().filter(|s| s.decay || (s.name == "wpe.weight" && t.decay_position_embedding) || (s.shape.len() == 1 && t.decay_biases_and_norms)).map(|s| s.range.clone()))
+    DecaySegments::new(
+        layout
+            .tensors
+            .iter()
+            .filter(|s| {
+                s.decay
+                    || (s.name == "wpe.weight" && t.decay_position_embedding)
+                    || (s.shape.len() == 1 && t.decay_biases_and_norms)
+            })
+            .map(|s| s.range.clone()),
+    )
 }
 
 /// The `kind` tag of the configured optimizer.
@@ -248,7 +295,11 @@ mod tests {
         let at = |name: &str| layout.get(name).unwrap().range.start;
         let d = decay_segments(&layout, &cfg);
         assert!(d.contains(at("wte.weight")) && d.contains(at("h.1.mlp.c_fc.weight")));
-        assert!(!d.contains(at("wpe.weight")) && !d.contains(at("h.0.ln_1.weight")) && !d.contains(at("h.0.attn.c_attn.bias")));
+        assert!(
+            !d.contains(at("wpe.weight"))
+                && !d.contains(at("h.0.ln_1.weight"))
+                && !d.contains(at("h.0.attn.c_attn.bias"))
+        );
         cfg.train.decay_position_embedding = true;
         cfg.train.decay_biases_and_norms = true;
         let d = decay_segments(&layout, &cfg);

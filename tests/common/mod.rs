@@ -34,7 +34,12 @@ pub fn shared_tempdir() -> TempDir {
     const PREFIX: &str = "lowcomm-it-shared-";
     if let Ok(entries) = fs::read_dir(env!("CARGO_TARGET_TMPDIR")) {
         for e in entries.flatten() {
-            let stale = e.metadata().ok().and_then(|m| m.modified().ok()).and_then(|t| t.elapsed().ok()).is_some_and(|age| age.as_secs() > 3600);
+            let stale = e
+                .metadata()
+                .ok()
+                .and_then(|m| m.modified().ok())
+                .and_then(|t| t.elapsed().ok())
+                .is_some_and(|age| age.as_secs() > 3600);
             if stale && e.file_name().to_string_lossy().starts_with(PREFIX) {
                 let _ = fs::remove_dir_all(e.path());
             }
@@ -46,7 +51,14 @@ pub fn shared_tempdir() -> TempDir {
 /// Prepare `inputs` into `out` with vocabulary `vocab` (cache dir inside `out`'s parent, unused for inputs).
 pub fn prepare_into(inputs: Vec<PathBuf>, out: &Path, vocab: usize) -> anyhow::Result<PrepareReport> {
     let cache_dir = out.parent().unwrap_or(out).join("cache");
-    prepare(&PrepareOptions { inputs, out: out.to_path_buf(), vocab_size: vocab, val_fraction: 0.05, cache_dir, force: false })
+    prepare(&PrepareOptions {
+        inputs,
+        out: out.to_path_buf(),
+        vocab_size: vocab,
+        val_fraction: 0.05,
+        cache_dir,
+        force: false,
+    })
 }
 
 /// The fixture prepared with vocab 512, once per test binary. Tests must not
@@ -111,7 +123,9 @@ pub fn quiet() -> RunOptions {
 /// Every line of `RUN/metrics.jsonl`, parsed.
 pub fn read_metrics(run: &Path) -> Vec<serde_json::Value> {
     let text = fs::read_to_string(run.join("metrics.jsonl")).expect("read metrics.jsonl");
-    text.lines().map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("metrics line {l:?} is not JSON: {e}"))).collect()
+    text.lines()
+        .map(|l| serde_json::from_str(l).unwrap_or_else(|e| panic!("metrics line {l:?} is not JSON: {e}")))
+        .collect()
 }
 
 /// The records of one kind (`train`, `eval`).

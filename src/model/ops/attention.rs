@@ -40,7 +40,17 @@ pub fn forward(out: &mut [f32], probs: &mut [f32], qkv: &[f32], d: Dims) {
                 for (i, row) in p.chunks_exact_mut(t).enumerate() {
                     causal_softmax_row(row, i, scale);
                 }
-                gemm(&mut out[h * hs..], c, View::rows(p, t), View::strided(v, 3 * c, 1), t, hs, t, false, Threads::One);
+                gemm(
+                    &mut out[h * hs..],
+                    c,
+                    View::rows(p, t),
+                    View::strided(v, 3 * c, 1),
+                    t,
+                    hs,
+                    t,
+                    false,
+                    Threads::One,
+                );
             }
         });
 }
@@ -73,7 +83,17 @@ pub fn backward(dqkv: &mut [f32], scratch: &mut [f32], dout: &[f32], qkv: &[f32]
                 let dy = &dout[h * hs..];
                 // dP = dy v^T ; dv = P^T dy
                 gemm(ds, t, View::strided(dy, c, 1), View::strided(v, 1, 3 * c), t, t, hs, false, Threads::One);
-                gemm(&mut dqkv[2 * c + h * hs..], 3 * c, View::transposed(p, t), View::strided(dy, c, 1), t, hs, t, false, Threads::One);
+                gemm(
+                    &mut dqkv[2 * c + h * hs..],
+                    3 * c,
+                    View::transposed(p, t),
+                    View::strided(dy, c, 1),
+                    t,
+                    hs,
+                    t,
+                    false,
+                    Threads::One,
+                );
                 // dS = P * (dP - sum_j P dP) * scale (softmax backward; 0 in the future since P is)
                 for (dsr, pr) in ds.chunks_exact_mut(t).zip(p.chunks_exact(t)) {
                     let d = dot(dsr, pr);
@@ -82,8 +102,28 @@ pub fn backward(dqkv: &mut [f32], scratch: &mut [f32], dout: &[f32], qkv: &[f32]
                     }
                 }
                 // dq = dS k ; dk = dS^T q
-                gemm(&mut dqkv[h * hs..], 3 * c, View::rows(ds, t), View::strided(k, 3 * c, 1), t, hs, t, false, Threads::One);
-                gemm(&mut dqkv[c + h * hs..], 3 * c, View::transposed(ds, t), View::strided(q, 3 * c, 1), t, hs, t, false, Threads::One);
+                gemm(
+                    &mut dqkv[h * hs..],
+                    3 * c,
+                    View::rows(ds, t),
+                    View::strided(k, 3 * c, 1),
+                    t,
+                    hs,
+                    t,
+                    false,
+                    Threads::One,
+                );
+                gemm(
+                    &mut dqkv[c + h * hs..],
+                    3 * c,
+                    View::transposed(ds, t),
+                    View::strided(q, 3 * c, 1),
+                    t,
+                    hs,
+                    t,
+                    false,
+                    Threads::One,
+                );
             }
         });
 }

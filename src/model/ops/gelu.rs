@@ -25,15 +25,17 @@ pub fn forward(out: &mut [f32], inp: &[f32]) {
 
 /// `dinp = dout * gelu'(inp)`, with gelu'(x) = Phi(x) + x phi(x). Overwrites.
 pub fn backward(dinp: &mut [f32], inp: &[f32], dout: &[f32]) {
-    dinp[..inp.len()].par_chunks_mut(CHUNK).zip(inp.par_chunks(CHUNK)).zip(dout.par_chunks(CHUNK)).for_each(|((dx, x), dy)| {
-        for ((dx, &x), &dy) in dx.iter_mut().zip(x).zip(dy) {
-            let u = x * FRAC_1_SQRT_2;
-            // One exponential serves both erf(u) and the density phi(x).
-            let e = exp(-u * u);
-            let cdf = 0.5 * (1.0 + erf_with_exp(u, e));
-            *dx = dy * (cdf + x * INV_SQRT_2PI * e);
-        }
-    });
+    dinp[..inp.len()].par_chunks_mut(CHUNK).zip(inp.par_chunks(CHUNK)).zip(dout.par_chunks(CHUNK)).for_each(
+        |((dx, x), dy)| {
+            for ((dx, &x), &dy) in dx.iter_mut().zip(x).zip(dy) {
+                let u = x * FRAC_1_SQRT_2;
+                // One exponential serves both erf(u) and the density phi(x).
+                let e = exp(-u * u);
+                let cdf = 0.5 * (1.0 + erf_with_exp(u, e));
+                *dx = dy * (cdf + x * INV_SQRT_2PI * e);
+            }
+        },
+    );
 }
 
 #[cfg(test)]

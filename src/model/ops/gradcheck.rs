@@ -19,7 +19,8 @@ pub fn check_op<S>(
 ) {
     let (y, saved) = forward(inputs);
     let r = probe(y.len(), 0.7);
-    let loss = |ins: &[Vec<f32>]| -> f64 { forward(ins).0.iter().zip(&r).map(|(a, b)| (*a as f64) * (*b as f64)).sum() };
+    let loss =
+        |ins: &[Vec<f32>]| -> f64 { forward(ins).0.iter().zip(&r).map(|(a, b)| (*a as f64) * (*b as f64)).sum() };
     let grads = backward(inputs, &r, &saved);
     assert_eq!(grads.len(), inputs.len());
     let eps = 1e-2f32;
@@ -33,7 +34,11 @@ pub fn check_op<S>(
             ins[k][i] = inp[i] - eps;
             let down = loss(&ins);
             let fd = ((up - down) / (2.0 * eps as f64)) as f32;
-            assert!((fd - g[i]).abs() <= 2e-2 * scale, "input {k}[{i}]: analytic {} vs finite-difference {fd} (scale {scale})", g[i]);
+            assert!(
+                (fd - g[i]).abs() <= 2e-2 * scale,
+                "input {k}[{i}]: analytic {} vs finite-difference {fd} (scale {scale})",
+                g[i]
+            );
         }
     }
 }

@@ -14,7 +14,16 @@ const ROWS_PER_TASK: usize = 16;
 
 /// Forward over `inp: [rows, c]`; writes `out: [rows, c]`, `mean`, `rstd: [rows]`.
 #[allow(clippy::too_many_arguments)]
-pub fn forward(out: &mut [f32], mean: &mut [f32], rstd: &mut [f32], inp: &[f32], w: &[f32], b: &[f32], c: usize, eps: f32) {
+pub fn forward(
+    out: &mut [f32],
+    mean: &mut [f32],
+    rstd: &mut [f32],
+    inp: &[f32],
+    w: &[f32],
+    b: &[f32],
+    c: usize,
+    eps: f32,
+) {
     let rows = inp.len() / c;
     let out = &mut out[..rows * c];
     out.par_chunks_mut(c * ROWS_PER_TASK)
@@ -60,12 +69,16 @@ pub fn backward(
         .zip(inp.par_chunks(c * ROWS_PER_TASK))
         .zip(mean.par_chunks(ROWS_PER_TASK).zip(rstd.par_chunks(ROWS_PER_TASK)))
         .for_each(|(((dx, dy), x), (mean, rstd))| {
-            for ((((dx, dy), x), mu), r) in dx.chunks_exact_mut(c).zip(dy.chunks_exact(c)).zip(x.chunks_exact(c)).zip(mean).zip(rstd) {
+            for ((((dx, dy), x), mu), r) in
+                dx.chunks_exact_mut(c).zip(dy.chunks_exact(c)).zip(x.chunks_exact(c)).zip(mean).zip(rstd)
+            {
                 // g = dy * w; sums of g and g * xhat in 16 fixed lanes (vectorises,
                 // same order every run), then the tail.
                 let (mut acc_g, mut acc_gx) = ([0.0f32; 16], [0.0f32; 16]);
                 let lanes = c / 16 * 16;
-                for ((dy, x), w) in dy[..lanes].chunks_exact(16).zip(x[..lanes].chunks_exact(16)).zip(w[..lanes].chunks_exact(16)) {
+                for ((dy, x), w) in
+                    dy[..lanes].chunks_exact(16).zip(x[..lanes].chunks_exact(16)).zip(w[..lanes].chunks_exact(16))
+                {
                     for l in 0..16 {
                         let g = dy[l] * w[l];
                         acc_g[l] += g;

@@ -49,7 +49,17 @@ pub enum Threads {
 /// in this crate builds them from slices sized by the model's shapes, which the
 /// debug assertions of those callers check.
 #[allow(clippy::too_many_arguments)]
-pub fn gemm(out: &mut [f32], ld_out: usize, a: View, b: View, m: usize, n: usize, k: usize, accumulate: bool, threads: Threads) {
+pub fn gemm(
+    out: &mut [f32],
+    ld_out: usize,
+    a: View,
+    b: View,
+    m: usize,
+    n: usize,
+    k: usize,
+    accumulate: bool,
+    threads: Threads,
+) {
     if m == 0 || n == 0 {
         return;
     }
@@ -86,7 +96,15 @@ pub fn gemm(out: &mut [f32], ld_out: usize, a: View, b: View, m: usize, n: usize
 }
 
 /// Linear layer forward: `out[n, oc] = inp[n, c] W^T + bias`, `W: [oc, c]`.
-pub fn linear_forward(out: &mut [f32], inp: &[f32], weight: &[f32], bias: Option<&[f32]>, n: usize, c: usize, oc: usize) {
+pub fn linear_forward(
+    out: &mut [f32],
+    inp: &[f32],
+    weight: &[f32],
+    bias: Option<&[f32]>,
+    n: usize,
+    c: usize,
+    oc: usize,
+) {
     debug_assert_eq!(inp.len(), n * c);
     debug_assert_eq!(weight.len(), oc * c);
     let out = &mut out[..n * oc];
