@@ -106,25 +106,16 @@ pub fn sim_overhead(preset: &str, steps: u64) -> Result<(f64, f64)> {
         std::sync::Arc::new((0..200_000).map(|_| rng.random_range(0..cfg.vocab_size as u32)).collect());
     let worker = || Worker::new(Gpt::new(cfg.clone(), 0).unwrap(), tokens.clone(), 0..tokens.len(), b, t, 7, 0);
     let layout = crate::model::ParamLayout::new(&cfg);
-    let plan = Plan {
+    let plan = Plan::new(
         steps,
-        grad_accum: 1,
-        schedule: LrSchedule::constant(1e-3),
-        optimizer: OptimizerConfig::default(),
-        decay: DecaySegments::new(layout.decay_ranges()),
-        grad_clip: 0.0,
-        fixed_micro_batches: None,
-    };
+        LrSchedule::constant(1e-3),
+        OptimizerConfig::default(),
+        DecaySegments::new(layout.decay_ranges()),
+    );
     // Alternate the two, three times each, and keep each one's fastest run:
     // both pay the same first-touch of fresh buffers, and the shared
     // machine's noise hits both alike.
-    let spec = SimSpec {
-        micro_batch_s: 1.0,
-        speeds: vec![1.0],
-        link: None,
-        wire: crate::comm::WireDtype::F32,
-        comm_scale: 1.0,
-    };
+    let spec = SimSpec::flat(1, 1.0, None);
     let (mut raw, mut sim) = (f64::MAX, f64::MAX);
     for _ in 0..3 {
         let mut w = worker()?;
@@ -139,7 +130,7 @@ pub fn sim_overhead(preset: &str, steps: u64) -> Result<(f64, f64)> {
         drop(w);
         let w = worker()?;
         let t0 = Instant::now();
-        run_cluster(Method::Ddp, &Runtime::Sim(spec.clone()), vec![w], &plan)?;
+        run_cluster(&Method::Ddp, &Runtime::Sim(spec.clone()), vec![w], &plan, &Default::default())?;
         sim = sim.min(t0.elapsed().as_secs_f64());
     }
     Ok((raw, sim))

@@ -109,3 +109,154 @@ fn mpi_backend_without_the_feature_says_how_to_build_it() {
         &["unknown backend `tcp`", "--backend local"],
     );
 }
+
+/// Final parameters of the run in `dir` as bits.
+fn final_bits(dir: &Path) -> Vec<u32> {
+    lowcomm::checkpoint::load(dir).unwrap().params.iter().map(|x| x.to_bits()).collect()
+}
+
+#[test]
+fn parallel_runs_resume_bit_identically_from_their_checkpoint_parts() {
+    // Uninterrupted: 6 rounds, a checkpoint every 3. Interrupted: stop at
+    // round 3 (as a preempted job), then --resume to the end. Same bits,
+    // same metrics (a resumed run appends to its log), in sim and real.
+    let tmp = tempdir();
+    let cfg = config(tmp.path(), "");
+    for (method, runtime) in [("acco", "sim"), ("dpu", "sim"), ("zero1", "real")] {
+        let run = |out: &str, extra: &[&str]| {
+            let mut args = vec!["train", "--config", &cfg, "--method", method, "--workers", "2", "--runtime", runtime];
+            if runtime == "sim" {
+                // Slow enough that acco and dpu accumulate several micro-batches per stage.
+                args.extend(["--link", "5mbit,1ms"]);
+            }
+            args.extend(["--steps", "6", "--checkpoint-every", "3", "--quiet", "--out", out]);
+            args.extend(extra);
+            let o = lowcomm(tmp.path(), &args);
+            assert!(o.status.success(), "{method} {runtime} {extra:?}: {}", String::from_utf8_lossy(&o.stderr));
+        };
+        let (whole, part) = (format!("whole-{method}"), format!("part-{method}"));
+        run(&whole, &[]);
+        run(&part, &["--stop-at", "3"]);
+        let part_dir = tmp.path().join(&part);
+        let ck = lowcomm::checkpoint::load(&part_dir).unwrap();
+        let shape = ck.state.parallel.expect("a data-parallel checkpoint names its parts");
+        assert_eq!((ck.state.step, shape.parts.len(), shape.method.as_str()), (3, 2, method));
+        for p in &shape.parts {
+            assert!(ck.state.files.contains_key(p), "{p} has a sha256 in the manifest");
+        }
+        let o = lowcomm(tmp.path(), &["train", "--resume", &part, "--quiet"]);
+        assert!(o.status.success(), "{method} resume: {}", String::from_utf8_lossy(&o.stderr));
+        let (a, b) = (tmp.path().join(&whole), part_dir);
+        if method != "acco" || runtime == "sim" {
+            assert_eq!(final_bits(&a), final_bits(&b), "{method} {runtime}: resumed run differs");
+        }
+        let rounds = |d: &Path| -> Vec<(u64, f64)> {
+            records(&read_metrics(d), "train")
+                .iter()
+                .map(|r| (r["step"].as_u64().unwrap(), r["loss"].as_f64().unwrap()))
+                .collect()
+        };
+        assert_eq!(rounds(&a).len(), 6);
+        assert_eq!(
+            rounds(&a),
+            rounds(&b),
+            "{method} {runtime}: the resumed log has every round once, with the same losses"
+        );
+        if runtime == "sim" {
+            let tokens_time = |d: &Path| -> Vec<(u64, f64)> {
+                records(&read_metrics(d), "train")
+                    .iter()
+                    .map(|r| (r["tokens"].as_u64().unwrap(), r["wall_s"].as_f64().unwrap()))
+                    .collect()
+            };
+            assert_eq!(tokens_time(&a), tokens_time(&b), "{method}: tokens and virtual time continue");
+        }
+    }
+}
+
+#[test]
+fn parallel_resume_refuses_another_method_or_worker_count() {
+    let tmp = tempdir();
+    let cfg = config(tmp.path(), "");
+    let o = lowcomm(
+        tmp.path(),
+        &[
+            "train",
+            "--config",
+            &cfg,
+            "--method",
+            "zero1",
+            "--workers",
+            "2",
+            "--runtime",
+            "sim",
+            "--steps",
+            "4",
+            "--stop-at",
+            "2",
+            "--quiet",
+        ],
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    one_error(
+        lowcomm(tmp.path(), &["train", "--resume", "run", "--method", "acco"]),
+        &["trained with method zero1", "--method zero1"],
+    );
+    one_error(
+        lowcomm(tmp.path(), &["train", "--resume", "run", "--workers", "3"]),
+        &["trained on 2 workers", "this run has 3"],
+    );
+    // A damaged part is named.
+    let ck = lowcomm::checkpoint::resolve(&tmp.path().join("run")).unwrap();
+    std::fs::write(ck.join("part-001.safetensors"), b"garbage").unwrap();
+    one_error(lowcomm(tmp.path(), &["train", "--resume", "run"]), &["part-001.safetensors"]);
+}
+
+#[test]
+fn grad_accum_is_refused_where_a_method_cannot_honour_it() {
+    let tmp = tempdir();
+    let cfg = config(tmp.path(), "");
+    one_error(
+        lowcomm(
+            tmp.path(),
+            &["train", "--config", &cfg, "--method", "acco", "--workers", "2", "--grad-accum", "4", "--steps", "1"],
+        ),
+        &["--grad-accum 4 does not apply to acco", "--fixed-micro-batches"],
+    );
+}
+
+#[test]
+fn method_settings_come_from_their_section_and_misplaced_keys_are_named() {
+    let tmp = tempdir();
+    let cfg = config(tmp.path(), "\n[methods.acco]\nwarmup_steps = 2\n");
+    one_error(
+        lowcomm(tmp.path(), &["train", "--config", &cfg, "--method", "acco", "--workers", "2", "--steps", "1"]),
+        &["[methods.acco]", "`warmup_steps` is a setting of dpu"],
+    );
+    let cfg = config(tmp.path(), "\n[methods.dpu]\nwarmup_steps = 1\n");
+    let o = lowcomm(
+        tmp.path(),
+        &[
+            "train",
+            "--config",
+            &cfg,
+            "--method",
+            "dpu",
+            "--workers",
+            "2",
+            "--runtime",
+            "sim",
+            "--steps",
+            "2",
+            "--quiet",
+        ],
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    one_error(
+        lowcomm(
+            tmp.path(),
+            &["train", "--config", &cfg, "--method", "zero1", "--workers", "2", "--steps", "1", "--dpu-warmup", "3"],
+        ),
+        &["`warmup_steps` is a setting of dpu, not of zero1"],
+    );
+}

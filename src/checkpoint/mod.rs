@@ -25,7 +25,9 @@ use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
-pub use tensors::{read_f32_tensors, write_f32_tensors, write_f32_tensors_with_metadata};
+pub use tensors::{
+    read_f32_tensors, read_f32_tensors_with_metadata, write_f32_tensors, write_f32_tensors_with_metadata,
+};
 
 /// Bumped when the layout of a checkpoint changes incompatibly.
 pub const FORMAT_VERSION: u32 = 1;
@@ -59,6 +61,26 @@ pub struct TrainState {
     pub wall_s: f64,
     /// sha256 of every other file in the checkpoint.
     pub files: BTreeMap<String, String>,
+    /// A data-parallel run's shape and its participants' parts (absent for
+    /// single-worker runs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub parallel: Option<ParallelCheckpoint>,
+}
+
+/// What a data-parallel checkpoint adds: the run's shape and one part file
+/// per participant (its optimizer shard, held gradients, sampler, clock).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct ParallelCheckpoint {
+    /// The method's name.
+    pub method: String,
+    /// Data-parallel workers.
+    pub workers: usize,
+    /// Workers per node.
+    pub per_node: usize,
+    /// Whether a parameter server took part (its part is the last).
+    pub server: bool,
+    /// Part file names, in participant order (each also in `files`).
+    pub parts: Vec<String>,
 }
 
 /// A checkpoint in memory.
@@ -81,46 +103,105 @@ pub fn checkpoints_dir(run_dir: &Path) -> PathBuf {
 /// the newest `keep`. Returns the checkpoint's directory.
 pub fn save(
     run_dir: &Path,
-    mut state: TrainState,
+    state: TrainState,
     params: &[f32],
     optimizer: &[(String, &[f32])],
     tokenizer_json: &str,
     keep: usize,
 ) -> Result<PathBuf> {
-    let root = checkpoints_dir(run_dir);
-    fs::create_dir_all(&root).with_context(|| format!("cannot create {}", root.display()))?;
-    // A step saved again (e.g. a fresh run into an old run directory) gets a
-    // new name instead of replacing the old directory, so there is no moment
-    // at which `latest` points at nothing.
-    let name = (0..)
-        .map(|k| if k == 0 { format!("step-{:06}", state.step) } else { format!("step-{:06}-{k}", state.step) })
-        .find(|n| !root.join(n).exists())
-        .expect("some suffix is free");
-    let final_dir = root.join(&name);
-    let tmp = root.join(format!("{name}.tmp-{}", std::process::id()));
-    if tmp.exists() {
-        fs::remove_dir_all(&tmp)?;
+    let staging = Staging::begin(run_dir, state.step)?;
+    staging.write_core(&state.model, params, optimizer, tokenizer_json)?;
+    staging.commit(state, &[], keep)
+}
+
+/// A checkpoint being written: a temp directory beside the final one.
+/// Files go in with [`Staging::path`]; [`Staging::commit`] hashes them,
+/// writes `state.json`, renames the directory into place and moves `latest`.
+pub struct Staging {
+    root: PathBuf,
+    name: String,
+    tmp: PathBuf,
+}
+
+impl Staging {
+    /// Starts the checkpoint of `step` under `run_dir`. A step saved again
+    /// (e.g. a fresh run into an old run directory) gets a new name instead
+    /// of replacing the old directory, so there is no moment at which
+    /// `latest` points at nothing.
+    pub fn begin(run_dir: &Path, step: u64) -> Result<Staging> {
+        let root = checkpoints_dir(run_dir);
+        fs::create_dir_all(&root).with_context(|| format!("cannot create {}", root.display()))?;
+        let name = (0..)
+            .map(|k| if k == 0 { format!("step-{step:06}") } else { format!("step-{step:06}-{k}") })
+            .find(|n| !root.join(n).exists())
+            .expect("some suffix is free");
+        let tmp = root.join(format!("{name}.tmp-{}", std::process::id()));
+        if tmp.exists() {
+            fs::remove_dir_all(&tmp)?;
+        }
+        fs::create_dir(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
+        Ok(Staging { root, name, tmp })
     }
-    fs::create_dir(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
-    let layout = crate::model::ParamLayout::new(&state.model);
-    let named: Vec<(&str, Vec<usize>, &[f32])> =
-        layout.tensors.iter().map(|t| (t.name.as_str(), t.shape.clone(), &params[t.range.clone()])).collect();
-    write_f32_tensors(&tmp.join(MODEL_FILE), &named)?;
-    let opt: Vec<(&str, Vec<usize>, &[f32])> = optimizer.iter().map(|(n, d)| (n.as_str(), vec![d.len()], *d)).collect();
-    write_f32_tensors(&tmp.join(OPTIM_FILE), &opt)?;
-    atomic_write(&tmp.join(TOKENIZER_FILE), tokenizer_json.as_bytes())?;
-    state.files.clear();
-    for f in [MODEL_FILE, OPTIM_FILE, TOKENIZER_FILE] {
-        state.files.insert(f.to_string(), sha256_file(&tmp.join(f))?);
+
+    /// Starts (or joins) the checkpoint of `step` that several processes
+    /// write together: every one calls this with the same `tag` and gets the
+    /// same temp directory (`step-N.tmp-TAG`); nothing is removed, so one
+    /// process cannot delete another's files. The final name is chosen as
+    /// in [`Staging::begin`]; all processes see the same directory listing,
+    /// since only the committing process ever creates a final directory.
+    pub fn begin_shared(run_dir: &Path, step: u64, tag: &str) -> Result<Staging> {
+        let root = checkpoints_dir(run_dir);
+        fs::create_dir_all(&root).with_context(|| format!("cannot create {}", root.display()))?;
+        let name = (0..)
+            .map(|k| if k == 0 { format!("step-{step:06}") } else { format!("step-{step:06}-{k}") })
+            .find(|n| !root.join(n).exists())
+            .expect("some suffix is free");
+        let tmp = root.join(format!("{name}.tmp-{tag}"));
+        fs::create_dir_all(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
+        Ok(Staging { root, name, tmp })
     }
-    atomic_write(&tmp.join(STATE_FILE), serde_json::to_string_pretty(&state)?.as_bytes())?;
-    sync_dir(&tmp);
-    fs::rename(&tmp, &final_dir)
-        .with_context(|| format!("cannot rename {} to {}", tmp.display(), final_dir.display()))?;
-    sync_dir(&root);
-    atomic_write(&root.join(LATEST_FILE), name.as_bytes())?;
-    prune(&root, keep, &name)?;
-    Ok(final_dir)
+
+    /// The temp directory files go into.
+    pub fn path(&self) -> &Path {
+        &self.tmp
+    }
+
+    /// Writes the model, optimizer and tokenizer files.
+    pub fn write_core(
+        &self,
+        model: &GptConfig,
+        params: &[f32],
+        optimizer: &[(String, &[f32])],
+        tokenizer_json: &str,
+    ) -> Result<()> {
+        let layout = crate::model::ParamLayout::new(model);
+        let named: Vec<(&str, Vec<usize>, &[f32])> =
+            layout.tensors.iter().map(|t| (t.name.as_str(), t.shape.clone(), &params[t.range.clone()])).collect();
+        write_f32_tensors(&self.tmp.join(MODEL_FILE), &named)?;
+        let opt: Vec<(&str, Vec<usize>, &[f32])> =
+            optimizer.iter().map(|(n, d)| (n.as_str(), vec![d.len()], *d)).collect();
+        write_f32_tensors(&self.tmp.join(OPTIM_FILE), &opt)?;
+        atomic_write(&self.tmp.join(TOKENIZER_FILE), tokenizer_json.as_bytes())
+    }
+
+    /// Hashes the core files and `extra` files, writes `state.json`, renames
+    /// the directory into place, points `latest` at it and prunes all but
+    /// the newest `keep`. Returns the checkpoint's directory.
+    pub fn commit(self, mut state: TrainState, extra: &[String], keep: usize) -> Result<PathBuf> {
+        state.files.clear();
+        for f in [MODEL_FILE, OPTIM_FILE, TOKENIZER_FILE].into_iter().chain(extra.iter().map(String::as_str)) {
+            state.files.insert(f.to_string(), sha256_file(&self.tmp.join(f))?);
+        }
+        atomic_write(&self.tmp.join(STATE_FILE), serde_json::to_string_pretty(&state)?.as_bytes())?;
+        sync_dir(&self.tmp);
+        let final_dir = self.root.join(&self.name);
+        fs::rename(&self.tmp, &final_dir)
+            .with_context(|| format!("cannot rename {} to {}", self.tmp.display(), final_dir.display()))?;
+        sync_dir(&self.root);
+        atomic_write(&self.root.join(LATEST_FILE), self.name.as_bytes())?;
+        prune(&self.root, keep, &self.name)?;
+        Ok(final_dir)
+    }
 }
 
 /// Remove complete checkpoints beyond the newest `keep` (never `current`)

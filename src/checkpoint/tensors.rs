@@ -36,7 +36,15 @@ pub type NamedTensor = (String, Vec<usize>, Vec<f32>);
 
 /// Read every tensor of a safetensors file as f32: (name, shape, data).
 pub fn read_f32_tensors(path: &Path) -> Result<Vec<NamedTensor>> {
+    Ok(read_f32_tensors_with_metadata(path)?.0)
+}
+
+/// Like [`read_f32_tensors`], with the header's `__metadata__` (empty if none).
+pub fn read_f32_tensors_with_metadata(path: &Path) -> Result<(Vec<NamedTensor>, HashMap<String, String>)> {
     let bytes = std::fs::read(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let (_, meta) = SafeTensors::read_metadata(&bytes)
+        .with_context(|| format!("{} is not a valid safetensors file", path.display()))?;
+    let metadata = meta.metadata().clone().unwrap_or_default();
     let st = SafeTensors::deserialize(&bytes)
         .with_context(|| format!("{} is not a valid safetensors file", path.display()))?;
     let mut out = Vec::new();
@@ -48,5 +56,5 @@ pub fn read_f32_tensors(path: &Path) -> Result<Vec<NamedTensor>> {
         out.push((name, view.shape().to_vec(), data));
     }
     out.sort_by(|a, b| a.0.cmp(&b.0));
-    Ok(out)
+    Ok((out, metadata))
 }

@@ -103,7 +103,13 @@ pub(super) fn run_config(a: &TrainArgs) -> Result<(RunConfig, Option<PathBuf>)> 
     if a.trace.is_some() {
         p.trace = a.trace.clone();
     }
-    set!(a.dpu_warmup, p.dpu_warmup_steps);
+    if let Some(v) = a.dpu_warmup {
+        // The flag sets a key of the chosen method's section; a method that
+        // has no such key says so when its settings are parsed.
+        let name = p.method.clone().unwrap_or_else(|| "ddp".into());
+        cfg.methods.entry(name).or_default().insert("warmup_steps".into(), toml::Value::Integer(v as i64));
+    }
+    let p = &mut cfg.parallel;
     if a.fixed_micro_batches.is_some() {
         p.fixed_micro_batches = a.fixed_micro_batches;
     }
@@ -124,17 +130,13 @@ pub(super) fn run_config(a: &TrainArgs) -> Result<(RunConfig, Option<PathBuf>)> 
 
 pub fn train(a: TrainArgs) -> Result<()> {
     let (cfg, resume) = run_config(&a)?;
+    let opts = RunOptions { resume, stop_at: a.stop_at, quiet: a.quiet };
     if cfg.parallel.method.is_some() {
-        if resume.is_some() || a.stop_at.is_some() {
-            anyhow::bail!(
-                "--resume and --stop-at are for single-worker runs; data-parallel runs (--method) start fresh"
-            );
-        }
-        let Some(s) = (super::mpi::runner(&cfg.parallel.backend)?.run)(cfg, a.quiet)? else {
+        let Some(s) = (super::mpi::runner(&cfg.parallel.backend)?.run)(cfg, &opts)? else {
             return Ok(()); // MPI ranks other than 0 report nothing
         };
         println!(
-            "method {:?}  workers {}  final loss {:.4}  val_loss {:.4}  val_ppl {:.2}  time {:.2} s  overlap {}  checkpoint {}",
+            "method {}  workers {}  final loss {:.4}  val_loss {:.4}  val_ppl {:.2}  time {:.2} s  overlap {}  checkpoint {}",
             s.method,
             s.world,
             s.final_loss,
@@ -146,7 +148,7 @@ pub fn train(a: TrainArgs) -> Result<()> {
         );
         return Ok(());
     }
-    let summary = crate::train::run(cfg, &RunOptions { resume, stop_at: a.stop_at, quiet: a.quiet })?;
+    let summary = crate::train::run(cfg, &opts)?;
     println!(
         "step {}  tokens {}  val_loss {:.4}  val_ppl {:.2}  ({:.1} s)  checkpoint {}",
         summary.steps,

@@ -26,14 +26,15 @@ pub fn compare(methods: &[String], out: &PathBuf, train: &TrainArgs) -> Result<(
             eprintln!("{s}");
         }
     };
-    for m in methods {
+    for (i, m) in methods.iter().enumerate() {
         let mut args = train.clone();
         args.method = Some(m.clone());
         args.out = Some(out.join("runs").join(m));
         args.trace = Some(out.join("runs").join(m).join("trace.json"));
         let (cfg, _) = super::commands::run_config(&args)?;
-        say(format!("compare: {m} ..."));
-        let Some(s) = (runner.run)(cfg, true)? else {
+        say(format!("compare [{}/{}]: {m} ({} to go after it)", i + 1, methods.len(), methods.len() - i - 1));
+        let opts = crate::train::RunOptions { quiet: train.quiet, ..Default::default() };
+        let Some(s) = (runner.run)(cfg, &opts)? else {
             continue; // an MPI rank other than 0: rank 0 writes the results
         };
         say(format!(

@@ -3,11 +3,9 @@
 
 use super::{BenchArgs, CommCheckArgs};
 use crate::comm::bench::{time_collectives_local, COLLECTIVES};
-use crate::comm::{conformance, LocalGroup, WireDtype};
-use crate::train::{parallel::ParallelSummary, RunConfig};
+use crate::comm::{conformance, LocalFabric, LocalGroup};
+use crate::train::{parallel::ParallelSummary, RunConfig, RunOptions};
 use anyhow::{bail, Result};
-
-const WIRES: [WireDtype; 2] = [WireDtype::F32, WireDtype::Bf16];
 
 /// One line per collective: `RESULT comm backend=.. ranks=.. op=.. ...`.
 fn print_rates(backend: &str, ranks: usize, mib: usize, secs: [f64; 3]) {
@@ -21,20 +19,27 @@ pub fn comm_check(a: &CommCheckArgs) -> Result<()> {
     match a.backend.as_str() {
         "local" => {
             for p in 1..=a.workers.max(1) {
-                for wire in WIRES {
-                    let results = std::thread::scope(|s| {
-                        let hs: Vec<_> = LocalGroup::new(p, wire)
-                            .into_iter()
-                            .map(|mut c| s.spawn(move || conformance::check(&mut c, false)))
-                            .collect();
-                        hs.into_iter().map(|h| h.join().expect("check thread")).collect::<Result<Vec<_>>>()
-                    })?;
-                    println!(
-                        "comm-check local: {p} workers, {wire:?} wire: {} checks passed on every rank",
-                        results[0]
-                    );
-                }
+                let results = std::thread::scope(|s| {
+                    let hs: Vec<_> = LocalGroup::new(p)
+                        .into_iter()
+                        .map(|mut c| s.spawn(move || conformance::check(&mut c)))
+                        .collect();
+                    hs.into_iter().map(|h| h.join().expect("check thread")).collect::<Result<Vec<_>>>()
+                })?;
+                let fabric = std::thread::scope(|s| {
+                    let hs: Vec<_> = LocalFabric::job(p)
+                        .into_iter()
+                        .map(|mut f| s.spawn(move || conformance::check_fabric(&mut f)))
+                        .collect();
+                    hs.into_iter().map(|h| h.join().expect("check thread")).collect::<Result<Vec<_>>>()
+                })?;
+                println!(
+                    "comm-check local: {p} workers: {} collective and {} fabric checks passed on every rank",
+                    results[0], fabric[0]
+                );
             }
+            crate::runtime::conformance::check_runtimes(a.workers.max(2))?;
+            println!("comm-check local: the engine's primitives agree on the simulated and the real runtime");
             Ok(())
         }
         "mpi" => mpi_impl::comm_check(),
@@ -56,13 +61,16 @@ pub fn bench_collectives(a: &BenchArgs) -> Result<()> {
     }
 }
 
+/// One data-parallel training: `None` on MPI ranks other than 0.
+pub type RunFn = Box<dyn FnMut(RunConfig, &RunOptions) -> Result<Option<ParallelSummary>>>;
+
 /// Runs one data-parallel training; `None` on MPI ranks other than 0 (rank
 /// 0 owns the outputs).
 pub struct Runner {
     /// This process owns the outputs and the progress lines (rank 0, or
     /// the only process).
     pub root: bool,
-    pub run: Box<dyn FnMut(RunConfig, bool) -> Result<Option<ParallelSummary>>>,
+    pub run: RunFn,
 }
 
 /// The runner of `backend`: in-process threads, or this process's rank of
@@ -71,7 +79,7 @@ pub fn runner(backend: &str) -> Result<Runner> {
     match backend {
         "local" => Ok(Runner {
             root: true,
-            run: Box::new(|cfg, quiet| crate::train::parallel::run_parallel(cfg, quiet).map(Some)),
+            run: Box::new(|cfg, opts| crate::train::parallel::run_parallel(cfg, opts).map(Some)),
         }),
         "mpi" => mpi_impl::runner(),
         other => bail!("unknown backend `{other}`: use --backend local (threads) or --backend mpi (under mpirun)"),
@@ -88,7 +96,7 @@ mod mpi_impl {
         let mpi = crate::train::parallel_mpi::init()?;
         Ok(Runner {
             root: mpi.rank() == 0,
-            run: Box::new(move |cfg, quiet| crate::train::parallel_mpi::run_parallel_mpi(&mpi, cfg, quiet)),
+            run: Box::new(move |cfg, opts| crate::train::parallel_mpi::run_parallel_mpi(&mpi, cfg, opts)),
         })
     }
 
@@ -96,18 +104,25 @@ mod mpi_impl {
         let mpi = MpiProcess::init()?;
         let (rank, size) = (mpi.rank(), mpi.size());
         let per_node = mpi.ranks_per_node()?;
-        for wire in WIRES {
-            let mut runs = vec![("flat", conformance::check(&mut mpi.comm(wire), false))];
-            if mpi.is_two_tier(per_node) {
-                runs.push(("two-tier", conformance::check(&mut mpi.two_tier(per_node, wire), true)));
-            }
-            for (topo, r) in runs {
-                match r {
-                    Ok(n) if rank == 0 => println!("comm-check mpi: {size} ranks ({per_node} per node), {topo}, {wire:?} wire: {n} checks passed on rank 0"),
-                    Ok(_) => {}
-                    Err(e) => mpi.abort(&format!("comm-check failed: {e:#}")),
+        let mut fabric = mpi.fabric();
+        let runs = [
+            ("collectives", conformance::check(&mut mpi.comm())),
+            ("groups and messages", conformance::check_fabric(&mut fabric)),
+        ];
+        drop(fabric);
+        for (what, r) in runs {
+            match r {
+                Ok(n) if rank == 0 => {
+                    println!("comm-check mpi: {size} ranks ({per_node} per node), {what}: {n} checks passed on rank 0")
                 }
+                Ok(_) => {}
+                Err(e) => mpi.abort(&format!("comm-check failed: {e:#}")),
             }
+        }
+        // The engine's primitives on the real runtime over MPI, against the
+        // simulator run here on this rank alone.
+        if let Err(e) = crate::runtime::conformance::check_mpi(&mpi, per_node) {
+            mpi.abort(&format!("comm-check failed: {e:#}"));
         }
         // Every rank's checks must pass, not only rank 0's.
         mpi.barrier();
@@ -119,7 +134,7 @@ mod mpi_impl {
 
     pub fn bench(mib: usize, iters: usize) -> Result<()> {
         let mpi = MpiProcess::init()?;
-        let secs = time_collectives(&mut mpi.comm(WireDtype::F32), mib, iters);
+        let secs = time_collectives(&mut mpi.comm(), mib, iters);
         if mpi.rank() == 0 {
             print_rates("mpi", mpi.size(), mib, secs);
         }

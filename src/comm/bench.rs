@@ -22,18 +22,18 @@ pub fn bench_all_reduce(world: usize, mib: usize, iters: usize) -> (f64, f64) {
     let n = mib * (1 << 20) / 4;
     let bytes = (n * 4) as f64;
     let times = std::thread::scope(|s| {
-        let hs: Vec<_> = LocalGroup::new(world, WireDtype::F32)
+        let hs: Vec<_> = LocalGroup::new(world)
             .into_iter()
             .map(|mut c| {
                 s.spawn(move || {
                     let mut buf = vec![0f32; n];
                     warm(&mut buf, c.rank() as f32);
-                    c.all_reduce(&mut buf, ReduceOp::Mean); // warm-up
+                    c.all_reduce(&mut buf, ReduceOp::Mean, WireDtype::F32); // warm-up
                     c.barrier();
                     let t = Instant::now();
                     for _ in 0..iters {
                         // Mean keeps values bounded over iterations.
-                        c.all_reduce(&mut buf, ReduceOp::Mean);
+                        c.all_reduce(&mut buf, ReduceOp::Mean, WireDtype::F32);
                     }
                     t.elapsed().as_secs_f64()
                 })
@@ -73,9 +73,9 @@ pub fn time_collectives(comm: &mut dyn Communicator, mib: usize, iters: usize) -
     for (k, slot) in out.iter_mut().enumerate() {
         let mut op = |c: &mut dyn Communicator| match k {
             // Mean keeps values bounded over iterations.
-            0 => c.all_reduce(&mut big, ReduceOp::Mean),
-            1 => c.reduce_scatter(&big, &mut small, ReduceOp::Mean),
-            _ => c.all_gather(&small, &mut big),
+            0 => c.all_reduce(&mut big, ReduceOp::Mean, WireDtype::F32),
+            1 => c.reduce_scatter(&big, &mut small, ReduceOp::Mean, WireDtype::F32),
+            _ => c.all_gather(&small, &mut big, WireDtype::F32),
         };
         op(comm);
         comm.barrier();
@@ -93,7 +93,7 @@ pub fn time_collectives(comm: &mut dyn Communicator, mib: usize, iters: usize) -
 /// [`time_collectives`] on an in-process group of `world` threads (rank 0's times).
 pub fn time_collectives_local(world: usize, mib: usize, iters: usize) -> [f64; 3] {
     std::thread::scope(|s| {
-        let hs: Vec<_> = LocalGroup::new(world, WireDtype::F32)
+        let hs: Vec<_> = LocalGroup::new(world)
             .into_iter()
             .map(|mut c| s.spawn(move || time_collectives(&mut c, mib, iters)))
             .collect();

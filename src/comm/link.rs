@@ -23,6 +23,16 @@
 //!   all-gather is the mirror image
 //! - broadcast: chain across node leaders (m) then chain inside each node (k),
 //!   not pipelined across tiers.
+//!
+//! Collectives over a sub-group take a [`Route`]: inside one node (the intra
+//! tier, a flat ring), one member per node (the inter tier; when several
+//! such groups run at once, as FlexDeMo's replication groups do, they share
+//! each node's link, so each gets `1/share` of its bandwidth), or spread
+//! over nodes with several members each (the hierarchical formulas above).
+//!
+//! A point-to-point message of `B` bytes takes `alpha + B / bw` on the tier
+//! between the two participants (intra within a node, else inter). Only the
+//! sender's link is held; the receiver's is not modeled as a bottleneck.
 
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -57,6 +67,37 @@ impl Tier {
         }
         (p - 1) as f64 * self.latency_s + bytes / self.bandwidth_bytes_per_s
     }
+}
+
+/// Which links a collective over a group crosses (module docs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Route {
+    /// Over `p` workers laid out as the whole cluster: hierarchical when
+    /// they span nodes of `workers_per_node`.
+    World(usize),
+    /// `p` members inside one node: the intra tier only.
+    Node(usize),
+    /// `p` members, one per node: the inter tier, its bandwidth shared by
+    /// `share` such groups running at once.
+    Across {
+        /// Members (= nodes).
+        p: usize,
+        /// Groups sharing each node's link.
+        share: usize,
+    },
+}
+
+/// A collective, for [`LinkModel::collective_s`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Op {
+    /// In-place all-reduce of the buffer.
+    AllReduce,
+    /// Reduce-scatter of a buffer (its input).
+    ReduceScatter,
+    /// All-gather into a buffer (its output).
+    AllGather,
+    /// Broadcast of the buffer.
+    Broadcast,
 }
 
 /// Link costs for a cluster: one tier, or nodes of `workers_per_node` with an
@@ -124,6 +165,49 @@ impl LinkModel {
             None => self.intra.broadcast_s(b, p),
             Some((k, m, inter)) => inter.broadcast_s(b, m) + self.intra.broadcast_s(b, k),
         }
+    }
+}
+
+impl LinkModel {
+    /// The tier between nodes (the only tier of a flat model).
+    fn network(&self) -> &Tier {
+        self.inter.as_ref().unwrap_or(&self.intra)
+    }
+
+    /// Seconds a collective `op` over `n` elements of `bytes_per_elem` takes on `route`.
+    pub fn collective_s(&self, op: Op, n: usize, bytes_per_elem: usize, route: Route) -> f64 {
+        let flat = |t: &Tier, p: usize| {
+            let b = (n * bytes_per_elem) as f64;
+            match op {
+                Op::AllReduce => t.all_reduce_s(b, p),
+                Op::ReduceScatter | Op::AllGather => t.scatter_gather_s(b, p),
+                Op::Broadcast => t.broadcast_s(b, p),
+            }
+        };
+        match route {
+            Route::World(p) => match op {
+                Op::AllReduce => self.all_reduce_s(n, bytes_per_elem, p),
+                Op::ReduceScatter => self.reduce_scatter_s(n, bytes_per_elem, p),
+                Op::AllGather => self.all_gather_s(n, bytes_per_elem, p),
+                Op::Broadcast => self.broadcast_s(n, bytes_per_elem, p),
+            },
+            Route::Node(p) => flat(&self.intra, p),
+            Route::Across { p, share } => {
+                let t = self.network();
+                let shared = Tier {
+                    latency_s: t.latency_s,
+                    bandwidth_bytes_per_s: t.bandwidth_bytes_per_s / share.max(1) as f64,
+                };
+                flat(&shared, p)
+            }
+        }
+    }
+
+    /// Seconds a message of `bytes` takes between two participants,
+    /// `same_node` or not.
+    pub fn message_s(&self, bytes: usize, same_node: bool) -> f64 {
+        let t = if same_node { &self.intra } else { self.network() };
+        t.latency_s + bytes as f64 / t.bandwidth_bytes_per_s
     }
 }
 
@@ -289,6 +373,30 @@ mod tests {
         for f in [LinkModel::all_reduce_s, LinkModel::reduce_scatter_s, LinkModel::broadcast_s] {
             assert_eq!(f(&lat, 1000, 4, 1), 0.0);
         }
+    }
+
+    #[test]
+    fn group_routes_and_messages_by_hand() {
+        // 2 nodes x 4, intra 10 GB/s, inter 1 GB/s, 1 us / 100 us latency, 1 MB.
+        let two = LinkModel { intra: tier(1e10, 1e-6), inter: Some(tier(1e9, 100e-6)), workers_per_node: 4 };
+        // Inside a node of 4: 6 us + 2*3/4 * 1e6/1e10 = 156 us.
+        assert!(close(two.collective_s(Op::AllReduce, 250_000, 4, Route::Node(4)), 156e-6));
+        // A replication group across 2 nodes, 4 of them sharing each node's
+        // link: 2*100 us + 2*(1/2) * 1e6 / (1e9/4) = 4.2 ms.
+        assert!(close(two.collective_s(Op::AllReduce, 250_000, 4, Route::Across { p: 2, share: 4 }), 4.2e-3));
+        // Alone on the link: 200 us + 1 ms.
+        assert!(close(two.collective_s(Op::AllReduce, 250_000, 4, Route::Across { p: 2, share: 1 }), 1.2e-3));
+        // World is the hierarchical formula.
+        assert_eq!(
+            two.collective_s(Op::ReduceScatter, 250_000, 4, Route::World(8)),
+            two.reduce_scatter_s(250_000, 4, 8)
+        );
+        // A message: 1 MB between nodes 100 us + 1 ms; within a node 1 us + 0.1 ms.
+        assert!(close(two.message_s(1_000_000, false), 1.1e-3));
+        assert!(close(two.message_s(1_000_000, true), 101e-6));
+        // A flat model has one tier for everything.
+        let flat = LinkModel::flat(tier(1e9, 0.0));
+        assert!(close(flat.message_s(1_000_000, false), 1e-3));
     }
 
     #[test]

@@ -15,6 +15,7 @@
 //! | reduce_scatter | chunk r of every input | its own output |
 //! | all_gather | every input | its own output |
 //! | broadcast | root's buffer (r != root) | its own buffer |
+//! | all_gather_bytes | every input | its own output |
 //!
 //! Chunks are disjoint, so between the two barriers no element is touched by
 //! two ranks unless both only read it. The barriers (a Mutex + Condvar) order
@@ -32,10 +33,20 @@
 //! mistaken for a dead one. A thread that vanishes without dropping its
 //! communicator (`mem::forget`) still hangs. Not detected: ranks passing
 //! different `root`s to broadcast (wrong data, but no unsound access).
+//!
+//! A [`LocalFabric`] is one participant's view of a job of threads: groups
+//! are made on first use from a registry shared by the job (the first
+//! member to ask creates the group's shared state, the others join it), and
+//! messages go through one mailbox per participant (a queue and a condvar;
+//! the message is moved, not copied). A participant whose fabric is dropped
+//! (its thread ended or panicked) is marked gone: a receiver waiting on it
+//! panics with its name instead of hanging.
 
-use super::{CommStats, Communicator, ReduceOp, TwoTierComm, WireDtype};
+use super::{CommStats, Communicator, Fabric, Message, ReduceOp, WireDtype};
+use std::collections::{HashMap, VecDeque};
 use std::sync::atomic::{AtomicPtr, AtomicUsize, Ordering};
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
 
 /// Elements reduced per block: the partial sums stay in L1.
 const BLOCK: usize = 2048;
@@ -48,35 +59,9 @@ pub struct LocalGroup;
 impl LocalGroup {
     /// One communicator per rank of a new group of `world` threads.
     #[allow(clippy::new_ret_no_self)] // a group is its members' handles
-    pub fn new(world: usize, wire: WireDtype) -> Vec<LocalComm> {
-        assert!((1..=MAX_WORLD).contains(&world), "LocalGroup::new: world must be in 1..={MAX_WORLD}, got {world}");
-        let shared = Arc::new(Shared {
-            world,
-            wire,
-            state: Mutex::new(BarrierState { arrived: 0, generation: 0, left: None }),
-            cv: Condvar::new(),
-            ptrs: (0..world).map(|_| AtomicPtr::new(std::ptr::null_mut())).collect(),
-            lens: (0..world).map(|_| AtomicUsize::new(0)).collect(),
-        });
+    pub fn new(world: usize) -> Vec<LocalComm> {
+        let shared = Shared::new(world);
         (0..world).map(|rank| LocalComm { rank, shared: shared.clone(), stats: CommStats::default() }).collect()
-    }
-
-    /// `nodes x per_node` workers; worker `g = node * per_node + local` gets
-    /// the whole group, its node's group and its cross-node peer group.
-    pub fn two_tier(nodes: usize, per_node: usize, wire: WireDtype) -> Vec<TwoTierComm> {
-        assert!(nodes >= 1 && per_node >= 1, "two_tier: nodes and per_node must be >= 1");
-        let mut world = LocalGroup::new(nodes * per_node, wire).into_iter();
-        let mut intra: Vec<_> = (0..nodes).map(|_| LocalGroup::new(per_node, wire).into_iter()).collect();
-        let mut inter: Vec<_> = (0..per_node).map(|_| LocalGroup::new(nodes, wire).into_iter()).collect();
-        // Global ranks in order consume each sub-group's ranks in order.
-        let mut out = Vec::with_capacity(nodes * per_node);
-        for node_group in intra.iter_mut() {
-            for peer_group in inter.iter_mut() {
-                let (w, a, e) = (world.next().unwrap(), node_group.next().unwrap(), peer_group.next().unwrap());
-                out.push(TwoTierComm::new(w, a, e));
-            }
-        }
-        out
     }
 }
 
@@ -89,15 +74,26 @@ struct BarrierState {
 
 struct Shared {
     world: usize,
-    wire: WireDtype,
     state: Mutex<BarrierState>,
     cv: Condvar,
-    /// Published buffer of each rank for the collective in progress.
-    ptrs: Vec<AtomicPtr<f32>>,
+    /// Published buffer of each rank for the collective in progress (as
+    /// bytes: each collective casts back to its element type).
+    ptrs: Vec<AtomicPtr<u8>>,
     lens: Vec<AtomicUsize>,
 }
 
 impl Shared {
+    fn new(world: usize) -> Arc<Shared> {
+        assert!((1..=MAX_WORLD).contains(&world), "LocalGroup::new: world must be in 1..={MAX_WORLD}, got {world}");
+        Arc::new(Shared {
+            world,
+            state: Mutex::new(BarrierState { arrived: 0, generation: 0, left: None }),
+            cv: Condvar::new(),
+            ptrs: (0..world).map(|_| AtomicPtr::new(std::ptr::null_mut())).collect(),
+            lens: (0..world).map(|_| AtomicUsize::new(0)).collect(),
+        })
+    }
+
     fn lock(&self) -> MutexGuard<'_, BarrierState> {
         // Nobody panics while holding the lock, but stay usable if one did.
         self.state.lock().unwrap_or_else(|e| e.into_inner())
@@ -163,9 +159,9 @@ fn chunk_range(n: usize, p: usize, r: usize) -> (usize, usize) {
 
 impl LocalComm {
     /// Publish, barrier, check lengths, `body`, barrier.
-    fn collective(&mut self, ptr: *mut f32, len: usize, what: &str, body: impl FnOnce(&Shared, &[*mut f32])) {
+    fn collective<T>(&mut self, ptr: *mut T, len: usize, what: &str, body: impl FnOnce(&Shared, &[*mut T])) {
         let sh = &*self.shared;
-        sh.ptrs[self.rank].store(ptr, Ordering::Relaxed);
+        sh.ptrs[self.rank].store(ptr.cast(), Ordering::Relaxed);
         sh.lens[self.rank].store(len, Ordering::Relaxed);
         sh.wait(self.rank);
         // Every rank sees the same published lengths, so on a mismatch every
@@ -177,7 +173,7 @@ impl LocalComm {
         // A stack array avoids a per-call allocation.
         let mut ptrs = [std::ptr::null_mut(); MAX_WORLD];
         for (slot, q) in ptrs.iter_mut().zip(&sh.ptrs) {
-            *slot = q.load(Ordering::Relaxed);
+            *slot = q.load(Ordering::Relaxed).cast::<T>();
         }
         body(sh, &ptrs[..sh.world]);
         sh.wait(self.rank);
@@ -267,6 +263,19 @@ impl LocalComm {
     }
 }
 
+impl LocalComm {
+    fn all_gather_bytes_impl(&mut self, input: &[u8], output: &mut [u8]) {
+        let m = input.len();
+        self.collective(input.as_ptr() as *mut u8, m, "all_gather_bytes", |_, ptrs| {
+            for (out, &ptr) in output.chunks_mut(m.max(1)).zip(ptrs) {
+                // SAFETY: read-only access to inputs of m bytes, alive until
+                // the closing barrier.
+                out.copy_from_slice(unsafe { std::slice::from_raw_parts(ptr, m) });
+            }
+        });
+    }
+}
+
 /// Mean scaling and the final rounding of what would arrive over the wire.
 #[inline(always)]
 fn finish<const BF16: bool>(acc: &mut [f32], op: ReduceOp, p: usize) {
@@ -287,49 +296,196 @@ impl Communicator for LocalComm {
     fn world(&self) -> usize {
         self.shared.world
     }
-    fn all_reduce(&mut self, buf: &mut [f32], op: ReduceOp) {
-        let (p, b) = (self.world(), self.wire().bytes_per_elem());
-        match self.wire() {
+    fn all_reduce(&mut self, buf: &mut [f32], op: ReduceOp, wire: WireDtype) {
+        match wire {
             WireDtype::F32 => self.all_reduce_impl::<false>(buf, op),
             WireDtype::Bf16 => self.all_reduce_impl::<true>(buf, op),
         }
-        self.stats.count_all_reduce(buf.len(), p, b);
+        self.stats.count_all_reduce(buf.len(), self.world(), wire.bytes_per_elem());
     }
-    fn reduce_scatter(&mut self, input: &[f32], output: &mut [f32], op: ReduceOp) {
-        let (p, b) = (self.world(), self.wire().bytes_per_elem());
+    fn reduce_scatter(&mut self, input: &[f32], output: &mut [f32], op: ReduceOp, wire: WireDtype) {
+        let p = self.world();
         assert_eq!(input.len(), p * output.len(), "reduce_scatter: input.len() must be world * output.len()");
-        match self.wire() {
+        match wire {
             WireDtype::F32 => self.reduce_scatter_impl::<false>(input, output, op),
             WireDtype::Bf16 => self.reduce_scatter_impl::<true>(input, output, op),
         }
-        self.stats.count_scatter_gather(output.len(), p, b);
+        self.stats.count_scatter_gather(output.len(), p, wire.bytes_per_elem());
     }
-    fn all_gather(&mut self, input: &[f32], output: &mut [f32]) {
-        let (p, b) = (self.world(), self.wire().bytes_per_elem());
+    fn all_gather(&mut self, input: &[f32], output: &mut [f32], wire: WireDtype) {
+        let p = self.world();
         assert_eq!(output.len(), p * input.len(), "all_gather: output.len() must be world * input.len()");
-        match self.wire() {
+        match wire {
             WireDtype::F32 => self.all_gather_impl::<false>(input, output),
             WireDtype::Bf16 => self.all_gather_impl::<true>(input, output),
         }
-        self.stats.count_scatter_gather(input.len(), p, b);
+        self.stats.count_scatter_gather(input.len(), p, wire.bytes_per_elem());
     }
-    fn broadcast(&mut self, buf: &mut [f32], root: usize) {
-        let (p, b) = (self.world(), self.wire().bytes_per_elem());
+    fn broadcast(&mut self, buf: &mut [f32], root: usize, wire: WireDtype) {
+        let p = self.world();
         assert!(root < p, "broadcast: root {root} out of range for world {p}");
-        match self.wire() {
+        match wire {
             WireDtype::F32 => self.broadcast_impl::<false>(buf, root),
             WireDtype::Bf16 => self.broadcast_impl::<true>(buf, root),
         }
-        self.stats.count_broadcast(buf.len(), p, b, self.rank, root);
+        self.stats.count_broadcast(buf.len(), p, wire.bytes_per_elem(), self.rank, root);
+    }
+    fn all_gather_bytes(&mut self, input: &[u8], output: &mut [u8]) {
+        let p = self.world();
+        assert_eq!(output.len(), p * input.len(), "all_gather_bytes: output.len() must be world * input.len()");
+        self.all_gather_bytes_impl(input, output);
+        self.stats.count_scatter_gather(input.len(), p, 1);
     }
     fn barrier(&mut self) {
         self.shared.wait(self.rank);
         self.stats.count_barrier();
     }
-    fn wire(&self) -> WireDtype {
-        self.shared.wire
-    }
     fn stats(&self) -> CommStats {
+        self.stats
+    }
+}
+
+/// What the participants of one in-process job share: the registry of
+/// groups and the mailboxes.
+struct Net {
+    participants: usize,
+    groups: Mutex<HashMap<Vec<usize>, Arc<Shared>>>,
+    mail: Mutex<MailState>,
+    /// One condvar per participant's mailbox.
+    cvs: Vec<Condvar>,
+}
+
+struct MailState {
+    /// Per receiver: (sender, message) in arrival order.
+    queues: Vec<VecDeque<(usize, Message)>>,
+    /// Participants whose fabric was dropped: (gone, was panicking).
+    gone: Vec<Option<bool>>,
+}
+
+/// One participant's handle on an in-process job: groups and mailboxes.
+pub struct LocalFabric {
+    rank: usize,
+    net: Arc<Net>,
+    groups: HashMap<Vec<usize>, LocalComm>,
+    stats: CommStats,
+}
+
+impl LocalFabric {
+    /// One fabric per participant of a new job of `participants` threads.
+    pub fn job(participants: usize) -> Vec<LocalFabric> {
+        assert!(participants >= 1, "LocalFabric::job: at least one participant");
+        let net = Arc::new(Net {
+            participants,
+            groups: Mutex::new(HashMap::new()),
+            mail: Mutex::new(MailState {
+                queues: (0..participants).map(|_| VecDeque::new()).collect(),
+                gone: vec![None; participants],
+            }),
+            cvs: (0..participants).map(|_| Condvar::new()).collect(),
+        });
+        (0..participants)
+            .map(|rank| LocalFabric { rank, net: net.clone(), groups: HashMap::new(), stats: CommStats::default() })
+            .collect()
+    }
+
+    fn mail(&self) -> MutexGuard<'_, MailState> {
+        self.net.mail.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Panics if `who` is gone and nothing it sent is left for us.
+    fn check_alive(&self, st: &MailState, who: usize) {
+        if let Some(panicking) = st.gone[who] {
+            let why = if panicking { "panicked" } else { "ended" };
+            panic!("local fabric: participant {} waits for a message from participant {who}, which {why}", self.rank);
+        }
+    }
+}
+
+impl Drop for LocalFabric {
+    fn drop(&mut self) {
+        let mut st = self.mail();
+        st.gone[self.rank] = Some(std::thread::panicking());
+        drop(st);
+        self.net.cvs.iter().for_each(Condvar::notify_all);
+    }
+}
+
+impl Fabric for LocalFabric {
+    fn rank(&self) -> usize {
+        self.rank
+    }
+    fn participants(&self) -> usize {
+        self.net.participants
+    }
+    fn group(&mut self, members: &[usize]) -> &mut dyn Communicator {
+        if !self.groups.contains_key(members) {
+            let rank = members.iter().position(|&m| m == self.rank).unwrap_or_else(|| {
+                panic!("participant {} asked for group {members:?}, which it is not a member of", self.rank)
+            });
+            assert!(members.windows(2).all(|w| w[0] < w[1]), "group members must be sorted and distinct: {members:?}");
+            assert!(
+                members.last().is_some_and(|&m| m < self.net.participants),
+                "group {members:?} names a participant outside 0..{}",
+                self.net.participants
+            );
+            let shared = {
+                let mut reg = self.net.groups.lock().unwrap_or_else(|e| e.into_inner());
+                reg.entry(members.to_vec()).or_insert_with(|| Shared::new(members.len())).clone()
+            };
+            self.groups.insert(members.to_vec(), LocalComm { rank, shared, stats: CommStats::default() });
+        }
+        self.groups.get_mut(members).expect("just inserted")
+    }
+    fn send(&mut self, to: usize, mut msg: Message) {
+        assert!(to < self.net.participants && to != self.rank, "participant {} cannot send to {to}", self.rank);
+        msg.round_for_wire();
+        let bytes = msg.wire_len();
+        self.mail().queues[to].push_back((self.rank, msg));
+        self.net.cvs[to].notify_all();
+        self.stats.count_message(bytes, true);
+    }
+    fn recv(&mut self, from: usize) -> Message {
+        let mut st = self.mail();
+        loop {
+            if let Some(i) = st.queues[self.rank].iter().position(|(s, _)| *s == from) {
+                let (_, msg) = st.queues[self.rank].remove(i).expect("found");
+                drop(st);
+                self.stats.count_message(msg.wire_len(), false);
+                return msg;
+            }
+            self.check_alive(&st, from);
+            st = self.net.cvs[self.rank].wait(st).unwrap_or_else(|e| e.into_inner());
+        }
+    }
+    fn recv_any(&mut self, timeout: Option<Duration>) -> Option<(usize, Message)> {
+        let deadline = timeout.map(|t| Instant::now() + t);
+        let mut st = self.mail();
+        loop {
+            if let Some((from, msg)) = st.queues[self.rank].pop_front() {
+                drop(st);
+                self.stats.count_message(msg.wire_len(), false);
+                return Some((from, msg));
+            }
+            // With no deadline and nobody left to send, this would wait for ever.
+            if deadline.is_none() && (0..self.net.participants).all(|p| p == self.rank || st.gone[p].is_some()) {
+                panic!(
+                    "local fabric: participant {} waits for a message but every other participant has ended",
+                    self.rank
+                );
+            }
+            st = match deadline {
+                None => self.net.cvs[self.rank].wait(st).unwrap_or_else(|e| e.into_inner()),
+                Some(d) => {
+                    let now = Instant::now();
+                    if now >= d {
+                        return None;
+                    }
+                    self.net.cvs[self.rank].wait_timeout(st, d - now).unwrap_or_else(|e| e.into_inner()).0
+                }
+            };
+        }
+    }
+    fn message_stats(&self) -> CommStats {
         self.stats
     }
 }

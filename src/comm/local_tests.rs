@@ -21,7 +21,7 @@ fn input(rank: usize, n: usize) -> Vec<f32> {
 }
 
 /// Runs `f` on one thread per communicator; results in rank order.
-pub(super) fn run<C: Communicator, R: Send>(comms: Vec<C>, f: impl Fn(&mut C) -> R + Sync) -> Vec<R> {
+pub(super) fn run<C: Send, R: Send>(comms: Vec<C>, f: impl Fn(&mut C) -> R + Sync) -> Vec<R> {
     let f = &f;
     std::thread::scope(|s| {
         let hs: Vec<_> = comms.into_iter().map(|mut c| s.spawn(move || f(&mut c))).collect();
@@ -61,9 +61,9 @@ fn all_reduce_matches_reference_worlds_1_to_8_sizes_and_wires() {
         for p in 1..=8 {
             for n in SIZES {
                 for op in [ReduceOp::Sum, ReduceOp::Mean] {
-                    let res = run(LocalGroup::new(p, wire), |c| {
+                    let res = run(LocalGroup::new(p), |c| {
                         let mut b = input(c.rank(), n);
-                        c.all_reduce(&mut b, op);
+                        c.all_reduce(&mut b, op, wire);
                         b
                     });
                     assert!(all_same(&res), "ranks differ: p={p} n={n} {wire:?}");
@@ -81,9 +81,9 @@ fn reduce_scatter_gives_rank_r_chunk_r() {
     for wire in WIRES {
         for p in 1..=8 {
             for m in SIZES {
-                let res = run(LocalGroup::new(p, wire), |c| {
+                let res = run(LocalGroup::new(p), |c| {
                     let mut out = vec![0.0; m];
-                    c.reduce_scatter(&input(c.rank(), p * m), &mut out, ReduceOp::Sum);
+                    c.reduce_scatter(&input(c.rank(), p * m), &mut out, ReduceOp::Sum, wire);
                     out
                 });
                 for (r, out) in res.iter().enumerate() {
@@ -101,9 +101,9 @@ fn all_gather_concatenates_rounded_inputs() {
     for wire in WIRES {
         for p in 1..=8 {
             for m in SIZES {
-                let res = run(LocalGroup::new(p, wire), |c| {
+                let res = run(LocalGroup::new(p), |c| {
                     let mut out = vec![f32::NAN; p * m];
-                    c.all_gather(&input(c.rank(), m), &mut out);
+                    c.all_gather(&input(c.rank(), m), &mut out, wire);
                     out
                 });
                 assert!(all_same(&res));
@@ -119,9 +119,9 @@ fn broadcast_from_every_root() {
     for wire in WIRES {
         for p in 1..=8 {
             for root in 0..p {
-                let res = run(LocalGroup::new(p, wire), |c| {
+                let res = run(LocalGroup::new(p), |c| {
                     let mut b = input(c.rank(), 7);
-                    c.broadcast(&mut b, root);
+                    c.broadcast(&mut b, root, wire);
                     b
                 });
                 let want: Vec<f32> = input(root, 7).iter().map(|&x| wire.round(x)).collect();
@@ -137,14 +137,14 @@ fn padded_reduce_scatter_then_all_gather_equals_all_reduce() {
     for wire in WIRES {
         for p in 1..=8 {
             let n = 1001;
-            let res = run(LocalGroup::new(p, wire), |c| {
+            let res = run(LocalGroup::new(p), |c| {
                 let mut full = input(c.rank(), n);
                 full.resize(padded_len(n, p), 0.0);
                 let mut shard = vec![0.0; full.len() / p];
-                c.reduce_scatter(&full, &mut shard, ReduceOp::Mean);
-                c.all_gather(&shard, &mut full);
+                c.reduce_scatter(&full, &mut shard, ReduceOp::Mean, wire);
+                c.all_gather(&shard, &mut full, wire);
                 let mut ar = input(c.rank(), n);
-                c.all_reduce(&mut ar, ReduceOp::Mean);
+                c.all_reduce(&mut ar, ReduceOp::Mean, wire);
                 (full, ar)
             });
             for (full, ar) in res {
@@ -160,10 +160,10 @@ fn padded_reduce_scatter_then_all_gather_equals_all_reduce() {
 fn mean_is_sum_over_world() {
     for wire in WIRES {
         for p in 1..=8 {
-            let res = run(LocalGroup::new(p, wire), |c| {
+            let res = run(LocalGroup::new(p), |c| {
                 let (mut s, mut m) = (input(c.rank(), 1001), input(c.rank(), 1001));
-                c.all_reduce(&mut s, ReduceOp::Sum);
-                c.all_reduce(&mut m, ReduceOp::Mean);
+                c.all_reduce(&mut s, ReduceOp::Sum, wire);
+                c.all_reduce(&mut m, ReduceOp::Mean, wire);
                 (s, m)
             });
             let (s, m) = &res[0];
@@ -183,11 +183,11 @@ fn mean_is_sum_over_world() {
 fn results_bitwise_identical_across_runs() {
     for wire in WIRES {
         let once = || {
-            run(LocalGroup::new(5, wire), |c| {
+            run(LocalGroup::new(5), |c| {
                 let mut b = input(c.rank(), 100_003);
                 for k in 0..3 {
                     b.iter_mut().enumerate().for_each(|(i, x)| *x += val(c.rank(), i + k));
-                    c.all_reduce(&mut b, ReduceOp::Mean);
+                    c.all_reduce(&mut b, ReduceOp::Mean, wire);
                 }
                 b
             })
@@ -200,68 +200,36 @@ fn results_bitwise_identical_across_runs() {
 
 #[test]
 fn byte_counters_match_ring_convention() {
-    let res = run(LocalGroup::new(4, WireDtype::F32), |c| {
+    let res = run(LocalGroup::new(4), |c| {
         let mut b = vec![1.0; 1000];
-        c.all_reduce(&mut b, ReduceOp::Sum); // 2*3/4*4000 = 6000
+        c.all_reduce(&mut b, ReduceOp::Sum, WireDtype::F32); // 2*3/4*4000 = 6000
         let mut out = vec![0.0; 250];
-        c.reduce_scatter(&b, &mut out, ReduceOp::Sum); // 3*250*4 = 3000
-        c.all_gather(&out, &mut b); // 3000
+        c.reduce_scatter(&b, &mut out, ReduceOp::Sum, WireDtype::F32); // 3*250*4 = 3000
+        c.all_gather(&out, &mut b, WireDtype::F32); // 3000
         c.barrier();
-        c.broadcast(&mut b, 2); // chain 2->3->0->1: 4000 each, rank 1 sends 0
+        c.broadcast(&mut b, 2, WireDtype::F32); // chain 2->3->0->1: 4000 each, rank 1 sends 0
         c.stats()
     });
     assert_eq!(res[0], CommStats { bytes_sent: 16_000, bytes_received: 16_000, ops: 5 });
     assert_eq!(res[1], CommStats { bytes_sent: 12_000, bytes_received: 16_000, ops: 5 });
     assert_eq!(res[2], CommStats { bytes_sent: 16_000, bytes_received: 12_000, ops: 5 });
-    let bf = run(LocalGroup::new(2, WireDtype::Bf16), |c| {
-        c.all_reduce(&mut [0.0; 1000], ReduceOp::Sum); // 2*1/2*2000 = 2000
+    let bf = run(LocalGroup::new(2), |c| {
+        c.all_reduce(&mut [0.0; 1000], ReduceOp::Sum, WireDtype::Bf16); // 2*1/2*2000 = 2000
+        let mut out = [0u8; 60];
+        c.all_gather_bytes(&[7u8; 30], &mut out); // (2-1)*30 = 30
+        assert_eq!(out, [7u8; 60]);
         c.stats()
     });
-    assert_eq!(bf[1].bytes_sent, 2000);
-}
-
-#[test]
-fn two_tier_all_reduce_matches_reference_and_subgroups_are_right() {
-    for wire in WIRES {
-        for (nodes, per) in [(2, 3), (3, 2), (1, 4), (4, 1)] {
-            let p = nodes * per;
-            for n in [7, 1002] {
-                let res = run(LocalGroup::two_tier(nodes, per, wire), |c| {
-                    let g = c.rank();
-                    assert_eq!((c.intra.rank(), c.inter.rank()), (g % per, g / per));
-                    assert_eq!((c.intra.world(), c.inter.world(), c.world()), (per, nodes, p));
-                    let mut b = input(g, n);
-                    c.all_reduce(&mut b, ReduceOp::Sum);
-                    // The intra group alone only sums this node.
-                    let mut node = vec![1.0; 3];
-                    c.intra.all_reduce(&mut node, ReduceOp::Sum);
-                    assert_eq!(node, vec![per as f32; 3]);
-                    b
-                });
-                assert!(all_same(&res));
-                // bf16: the node's partial sum is rounded once more before
-                // the inter-node stage, so allow twice the flat bound.
-                for (i, &g) in res[0].iter().enumerate() {
-                    if wire == WireDtype::F32 {
-                        check_reduced(g, i, p, ReduceOp::Sum, wire, "two_tier");
-                    } else {
-                        let exact: f64 = (0..p).map(|q| val(q, i) as f64).sum();
-                        let a: f64 = (0..p).map(|q| (val(q, i) as f64).abs()).sum();
-                        assert!((g as f64 - exact).abs() <= 2f64.powi(-6) * a, "i={i}");
-                    }
-                }
-            }
-        }
-    }
+    assert_eq!(bf[1].bytes_sent, 2030);
 }
 
 #[test]
 fn length_mismatch_panics_on_every_rank() {
-    let comms = LocalGroup::new(3, WireDtype::F32);
+    let comms = LocalGroup::new(3);
     let outcomes = std::thread::scope(|s| {
         let hs: Vec<_> = comms
             .into_iter()
-            .map(|mut c| s.spawn(move || c.all_reduce(&mut vec![0.0; 5 + c.rank()], ReduceOp::Sum)))
+            .map(|mut c| s.spawn(move || c.all_reduce(&mut vec![0.0; 5 + c.rank()], ReduceOp::Sum, WireDtype::F32)))
             .collect();
         hs.into_iter().map(|h| h.join().is_err()).collect::<Vec<_>>()
     });
@@ -270,7 +238,7 @@ fn length_mismatch_panics_on_every_rank() {
 
 #[test]
 fn panicking_rank_makes_others_panic_instead_of_hanging() {
-    let comms = LocalGroup::new(3, WireDtype::F32);
+    let comms = LocalGroup::new(3);
     let msgs = std::thread::scope(|s| {
         let hs: Vec<_> = comms
             .into_iter()
@@ -279,7 +247,7 @@ fn panicking_rank_makes_others_panic_instead_of_hanging() {
                     if c.rank() == 1 {
                         panic!("worker 1 failed");
                     }
-                    c.all_reduce(&mut [1.0; 4], ReduceOp::Sum);
+                    c.all_reduce(&mut [1.0; 4], ReduceOp::Sum, WireDtype::F32);
                 })
             })
             .collect();
@@ -292,34 +260,62 @@ fn panicking_rank_makes_others_panic_instead_of_hanging() {
 }
 
 #[test]
-fn two_tier_stats_sum_the_three_stages() {
-    // 2 nodes x 2, 8 f32: intra RS (2-1)*4*4 = 16, inter AR of 4 on 2 nodes
-    // 2*1*16/2 = 16, intra AG 16: 48 bytes each way, one op per stage.
-    let res = run(LocalGroup::two_tier(2, 2, WireDtype::F32), |c| {
-        c.all_reduce(&mut [1.0; 8], ReduceOp::Sum);
-        c.stats()
-    });
-    assert_eq!(res[3], CommStats { bytes_sent: 48, bytes_received: 48, ops: 3 });
-}
-
-#[test]
-fn conformance_suite_passes_on_every_world_and_wire() {
+fn conformance_suite_passes_on_every_world() {
     for p in 1..=5 {
-        for wire in [WireDtype::F32, WireDtype::Bf16] {
-            for res in run(LocalGroup::new(p, wire), |c| crate::comm::conformance::check(c, false)) {
-                assert!(res.unwrap() > 0);
-            }
+        for res in run(LocalGroup::new(p), |c| crate::comm::conformance::check(c)) {
+            assert!(res.unwrap() > 0);
         }
     }
 }
 
 #[test]
-fn conformance_suite_passes_on_two_tier_groups() {
-    for wire in [WireDtype::F32, WireDtype::Bf16] {
-        for res in run(LocalGroup::two_tier(2, 2, wire), |c| crate::comm::conformance::check(c, true)) {
-            res.unwrap();
+fn fabric_conformance_passes_on_every_job_size() {
+    // Groups made on first use, messages in order with bf16 rounding only
+    // the values, receive-any with a deadline.
+    for p in 1..=5 {
+        for res in run(LocalFabric::job(p), |f| crate::comm::conformance::check_fabric(f)) {
+            assert!(res.unwrap() > 0, "p={p}");
         }
     }
+}
+
+#[test]
+fn fabric_groups_of_the_same_members_are_one_group() {
+    // Two participants asking for [0, 2] meet in the same group; 1 is not in it.
+    let res = run(LocalFabric::job(3), |f| {
+        if f.rank() == 1 {
+            return vec![];
+        }
+        let me = f.rank() as f32;
+        let g = f.group(&[0, 2]);
+        let mut b = vec![me];
+        let g_rank = g.rank();
+        g.all_reduce(&mut b, ReduceOp::Sum, WireDtype::F32);
+        vec![b[0], g_rank as f32]
+    });
+    assert_eq!(res, vec![vec![2.0, 0.0], vec![], vec![2.0, 1.0]]);
+}
+
+#[test]
+fn receiver_of_a_participant_that_ended_panics_instead_of_hanging() {
+    let msgs = std::thread::scope(|s| {
+        let hs: Vec<_> = LocalFabric::job(2)
+            .into_iter()
+            .map(|mut f| {
+                s.spawn(move || {
+                    if f.rank() == 0 {
+                        f.send(1, Message::new(1));
+                        return; // ends: its fabric is dropped
+                    }
+                    assert_eq!(f.recv(0).tag, 1, "what was sent before it ended still arrives");
+                    f.recv(0);
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().err().and_then(|e| e.downcast_ref::<String>().cloned())).collect::<Vec<_>>()
+    });
+    assert!(msgs[0].is_none());
+    assert!(msgs[1].as_deref().is_some_and(|m| m.contains("from participant 0, which ended")), "{msgs:?}");
 }
 
 #[test]
@@ -334,10 +330,10 @@ fn conformance_suite_catches_a_backend_that_sums_in_another_order() {
         fn world(&self) -> usize {
             self.0.world()
         }
-        fn all_reduce(&mut self, buf: &mut [f32], op: ReduceOp) {
+        fn all_reduce(&mut self, buf: &mut [f32], op: ReduceOp, wire: WireDtype) {
             let (p, n) = (self.world(), buf.len());
             let mut all = vec![0.0; p * n];
-            self.0.all_gather(buf, &mut all);
+            self.0.all_gather(buf, &mut all, wire);
             for (i, x) in buf.iter_mut().enumerate() {
                 // Ranks p-1 down to 0, the first term assigned.
                 *x = all[(p - 1) * n + i];
@@ -349,27 +345,27 @@ fn conformance_suite_catches_a_backend_that_sums_in_another_order() {
                 }
             }
         }
-        fn reduce_scatter(&mut self, i: &[f32], o: &mut [f32], op: ReduceOp) {
-            self.0.reduce_scatter(i, o, op)
+        fn reduce_scatter(&mut self, i: &[f32], o: &mut [f32], op: ReduceOp, wire: WireDtype) {
+            self.0.reduce_scatter(i, o, op, wire)
         }
-        fn all_gather(&mut self, i: &[f32], o: &mut [f32]) {
-            self.0.all_gather(i, o)
+        fn all_gather(&mut self, i: &[f32], o: &mut [f32], wire: WireDtype) {
+            self.0.all_gather(i, o, wire)
         }
-        fn broadcast(&mut self, b: &mut [f32], root: usize) {
-            self.0.broadcast(b, root)
+        fn broadcast(&mut self, b: &mut [f32], root: usize, wire: WireDtype) {
+            self.0.broadcast(b, root, wire)
+        }
+        fn all_gather_bytes(&mut self, i: &[u8], o: &mut [u8]) {
+            self.0.all_gather_bytes(i, o)
         }
         fn barrier(&mut self) {
             self.0.barrier()
-        }
-        fn wire(&self) -> WireDtype {
-            self.0.wire()
         }
         fn stats(&self) -> crate::comm::CommStats {
             self.0.stats()
         }
     }
-    let comms: Vec<Reversed> = LocalGroup::new(3, WireDtype::F32).into_iter().map(Reversed).collect();
-    let res = run(comms, |c| crate::comm::conformance::check(c, false));
+    let comms: Vec<Reversed> = LocalGroup::new(3).into_iter().map(Reversed).collect();
+    let res = run(comms, |c| crate::comm::conformance::check(c));
     let err = res[0].as_ref().unwrap_err().to_string();
     assert!(err.contains("all_reduce") && err.contains("rank-order recipe"), "{err}");
 }

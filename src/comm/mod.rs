@@ -1,39 +1,43 @@
-//! Communication: collectives over a group of data-parallel workers.
+//! Communication: collectives over groups of participants, and messages
+//! between two of them.
 //!
-//! A [`Communicator`] is one worker's handle on a group: rank, world size and
-//! the blocking collectives on flat `f32` buffers. Backends:
+//! A [`Communicator`] is one participant's handle on one group: rank, size
+//! and the blocking collectives on flat buffers. A [`Fabric`] is one
+//! participant's handle on the whole job: the communicator of any group it
+//! belongs to (made on first use) and point-to-point [`Message`]s. Backends:
 //! - [`local`]: threads of one process sharing memory (the embedded default).
-//! - `mpi` (cargo feature `mpi`): one process per rank over MPI, on one
-//!   machine or several; same trait, same conformance checks
+//! - `mpi` (cargo feature `mpi`): one process per participant over MPI, on
+//!   one machine or several; same traits, same conformance checks
 //!   ([`conformance`]), same bits.
 //!
-//! On top of any backend, [`async_op::CommThread`] runs *started*
-//! collectives on a dedicated communication thread (the papers'
-//! "communication stream"), optionally held for the time a [`link::LinkModel`]
-//! gives them (an emulated slow network).
-//!
-//! # Wire dtype
-//! With [`WireDtype::Bf16`] every rank's contribution is rounded to bf16
-//! (round-to-nearest-even) before it is combined, and the result is rounded
-//! to bf16 again (what would arrive over the wire); buffers stay `f32`.
+//! # Payloads
+//! Every op says what travels ([`WireDtype`]): `F32`, or `Bf16` (buffers
+//! stay `f32`; every rank's contribution is rounded to bf16,
+//! round-to-nearest-even, before it is combined, and the result is rounded
+//! again: what would arrive over the wire). Scalars (counts, norms) are
+//! sent with `F32`, so they travel exactly. Packed sparse payloads
+//! ([`payload::Sparse`]) are encoded to bytes and all-gathered with
+//! [`Communicator::all_gather_bytes`]; a [`Message`] carries scalars in f64
+//! and values in its own wire dtype.
 //!
 //! # Byte counters
 //! [`CommStats`] counts what a bandwidth-optimal *ring* implementation would
 //! send and receive per rank, so counters are comparable across backends and
-//! match [`link::LinkModel`]'s formulas. With `p = world`, `b` the wire bytes
-//! per element (4 for f32, 2 for bf16) and `n` the buffer length:
+//! match [`link::LinkModel`]'s formulas. With `p` the group size, `b` the wire
+//! bytes per element (4 for f32, 2 for bf16, 1 for raw bytes) and `n` the
+//! buffer length:
 //!
 //! | op | sent = received (per rank) |
 //! |---|---|
 //! | `all_reduce(n)` | `2 (p-1) n b / p` (integer division) |
 //! | `reduce_scatter(input p*m)` | `(p-1) m b` |
-//! | `all_gather(output p*m)` | `(p-1) m b` |
+//! | `all_gather(output p*m)`, `all_gather_bytes` | `(p-1) m b` |
 //! | `broadcast(n)` | pipelined chain `root -> root+1 -> ...`: every rank but the last in the chain sends `n b`; every rank but the root receives `n b` |
 //! | `barrier` | 0 |
+//! | message | its encoded length, sent by one and received by the other |
 //!
 //! With `p = 1` nothing is counted. `ops` counts every call, barrier included.
 
-pub mod async_op;
 pub mod bench;
 pub mod bf16;
 pub mod conformance;
@@ -41,12 +45,11 @@ pub mod link;
 pub mod local;
 #[cfg(feature = "mpi")]
 pub mod mpi;
-pub mod two_tier;
+pub mod payload;
 
-pub use async_op::{CommThread, Completed, OpHandle, OpKind};
 pub use link::{LinkModel, Tier};
-pub use local::{LocalComm, LocalGroup};
-pub use two_tier::TwoTierComm;
+pub use local::{LocalComm, LocalFabric, LocalGroup};
+pub use payload::{Message, Sparse};
 
 use serde::{Deserialize, Serialize};
 
@@ -135,6 +138,16 @@ impl CommStats {
         self.count(sent, received);
     }
 
+    /// Counts one message of `bytes` (encoded), sent or received.
+    pub fn count_message(&mut self, bytes: usize, sent: bool) {
+        let b = bytes as u64;
+        if sent {
+            self.count(b, 0);
+        } else {
+            self.count(0, b);
+        }
+    }
+
     /// Counts one barrier (no payload).
     pub fn count_barrier(&mut self) {
         self.count(0, 0);
@@ -147,30 +160,58 @@ impl CommStats {
     }
 }
 
-/// One worker's handle on a group of workers.
+/// One participant's handle on a group.
 ///
 /// Every rank of the group must call the same collectives in the same order
-/// with the same lengths; a mismatch is a bug and panics (on every rank, when
-/// the backend can detect it).
+/// with the same lengths and wire dtypes; a mismatch is a bug and panics (on
+/// every rank, when the backend can detect it).
 pub trait Communicator: Send {
-    /// This worker's index in the group, `0..world()`.
+    /// This participant's index in the group, `0..world()`.
     fn rank(&self) -> usize;
-    /// Number of workers in the group.
+    /// Number of participants in the group.
     fn world(&self) -> usize;
     /// In place: every rank ends with the reduction of all ranks' `buf`.
-    fn all_reduce(&mut self, buf: &mut [f32], op: ReduceOp);
+    fn all_reduce(&mut self, buf: &mut [f32], op: ReduceOp, wire: WireDtype);
     /// `input.len() == world * output.len()`; rank r receives the reduction of chunk r.
-    fn reduce_scatter(&mut self, input: &[f32], output: &mut [f32], op: ReduceOp);
+    fn reduce_scatter(&mut self, input: &[f32], output: &mut [f32], op: ReduceOp, wire: WireDtype);
     /// `output.len() == world * input.len()`; chunk r of output is rank r's input.
-    fn all_gather(&mut self, input: &[f32], output: &mut [f32]);
+    fn all_gather(&mut self, input: &[f32], output: &mut [f32], wire: WireDtype);
     /// Every rank's `buf` becomes rank `root`'s `buf`.
-    fn broadcast(&mut self, buf: &mut [f32], root: usize);
+    fn broadcast(&mut self, buf: &mut [f32], root: usize, wire: WireDtype);
+    /// `output.len() == world * input.len()`; chunk r of output is rank r's
+    /// bytes, exactly (packed payloads: sparse indices and values).
+    fn all_gather_bytes(&mut self, input: &[u8], output: &mut [u8]);
     /// Returns once every rank has entered the barrier.
     fn barrier(&mut self);
-    /// The wire dtype of this group.
-    fn wire(&self) -> WireDtype;
     /// Traffic so far, under the ring model of the module docs.
     fn stats(&self) -> CommStats;
+}
+
+/// One participant's handle on the whole job: its groups and its messages.
+///
+/// Participants are numbered `0..participants()`. A group is a sorted list
+/// of participants; its communicator is made the first time a member asks
+/// for it, which every member must do (in the same order relative to its
+/// other new groups: making a group is collective over its members).
+pub trait Fabric: Send {
+    /// This participant's number.
+    fn rank(&self) -> usize;
+    /// Number of participants in the job.
+    fn participants(&self) -> usize;
+    /// The communicator of `members` (sorted, containing this participant).
+    fn group(&mut self, members: &[usize]) -> &mut dyn Communicator;
+    /// Sends `msg` to participant `to`; returns once it is on its way (the
+    /// receiver need not be waiting).
+    fn send(&mut self, to: usize, msg: Message);
+    /// The next message from participant `from` (messages from one sender
+    /// arrive in the order they were sent).
+    fn recv(&mut self, from: usize) -> Message;
+    /// The next message from anyone, or `None` once `timeout` has passed
+    /// (`None`: wait for ever).
+    fn recv_any(&mut self, timeout: Option<std::time::Duration>) -> Option<(usize, Message)>;
+    /// Traffic of this participant's messages (group traffic is counted by
+    /// each group's communicator).
+    fn message_stats(&self) -> CommStats;
 }
 
 /// `n` rounded up to a multiple of `world`: the length of the flat vector a

@@ -29,21 +29,34 @@
 //! decides what happens between tests (see `docs/mpi.md` for the measured
 //! cost of each choice).
 //!
+//! # Groups and messages
+//! [`MpiFabric`] is a participant's whole view: the communicator of any
+//! group of ranks, made on first use with `MPI_Comm_create_group` (collective
+//! over the group's members only), and point-to-point messages on a
+//! duplicate of `MPI_COMM_WORLD` of their own. A send is an `MPI_Isend` of
+//! the message's encoding that completes in the background (tested at every
+//! later call and waited for at the end), so a sender never waits for its
+//! receiver; receives probe (`MPI_Improbe`) by polling, which is also how a
+//! receive-any honours its deadline.
+//!
 //! # Failure
 //! A collective that does not complete within [`Poll::timeout`] (a peer
 //! died without the launcher noticing, or hangs) prints which rank waited on
 //! what, and aborts the whole job (`MPI_Abort`) instead of hanging.
 
 use super::bf16::{from_bf16_bits, to_bf16_bits};
-use super::{padded_len, CommStats, Communicator, ReduceOp, TwoTierComm, WireDtype};
+use super::{padded_len, CommStats, Communicator, Fabric, Message, ReduceOp, WireDtype};
 use anyhow::{bail, Context, Result};
 use mpi::collective::CommunicatorCollectives;
 use mpi::datatype::{Equivalence, PartitionMut};
 use mpi::environment::Universe;
-use mpi::request::{Request, Scope};
+use mpi::point_to_point::{Destination, Source};
+use mpi::request::{Request, Scope, StaticScope};
+use mpi::topology::Group as _;
 use mpi::topology::{Communicator as _, SimpleCommunicator};
 use mpi::traits::Root;
 use mpi::Threading;
+use std::collections::HashMap;
 use std::time::{Duration, Instant};
 
 /// What the communication thread does between two `MPI_Test`s of a
@@ -129,8 +142,13 @@ impl MpiProcess {
 
     /// A new communicator over all ranks (a duplicate of `MPI_COMM_WORLD`,
     /// so its traffic never matches another handle's).
-    pub fn comm(&self, wire: WireDtype) -> MpiComm {
-        MpiComm::new(self.world.duplicate(), wire, self.poll)
+    pub fn comm(&self) -> MpiComm {
+        MpiComm::new(self.world.duplicate(), self.poll)
+    }
+
+    /// This rank's view of the job as a [`Fabric`] (for the communication thread).
+    pub fn fabric(&self) -> MpiFabric {
+        MpiFabric::new(self.world.duplicate(), self.world.duplicate(), self.poll)
     }
 
     /// Ranks sharing memory (the machine) with this one, as MPI sees it.
@@ -166,21 +184,6 @@ impl MpiProcess {
             bail!("ranks per node differ across nodes ({all:?}) or do not divide {size} ranks: two-tier collectives need the same number of ranks on every node (set LOWCOMM_RANKS_PER_NODE to override)");
         }
         Ok(per_node)
-    }
-
-    /// The two-tier topology with `per_node` ranks per node: rank
-    /// `g = node * per_node + local`.
-    pub fn two_tier(&self, per_node: usize, wire: WireDtype) -> TwoTierComm<MpiComm> {
-        let rank = self.rank();
-        let (node, local) = (rank / per_node, rank % per_node);
-        let split = |color: usize| {
-            self.world
-                .split_by_color_with_key(mpi::topology::Color::with_value(color as i32), rank as i32)
-                .expect("every rank has a color")
-        };
-        let intra = MpiComm::new(split(node), wire, self.poll);
-        let inter = MpiComm::new(split(local), wire, self.poll);
-        TwoTierComm::new(self.comm(wire), intra, inter)
     }
 
     /// Gathers every rank's `bytes` on rank 0 (in rank order); `None` elsewhere.
@@ -229,7 +232,6 @@ pub struct MpiComm {
     comm: SimpleCommunicator,
     rank: usize,
     world: usize,
-    wire: WireDtype,
     stats: CommStats,
     poll: Poll,
     /// Reused across calls (grown, never shrunk): first-touch page faults
@@ -256,13 +258,12 @@ fn grow<T: Copy + Default>(v: &mut Vec<T>, len: usize) -> &mut [T] {
 }
 
 impl MpiComm {
-    fn new(comm: SimpleCommunicator, wire: WireDtype, poll: Poll) -> MpiComm {
+    fn new(comm: SimpleCommunicator, poll: Poll) -> MpiComm {
         let (rank, world) = (comm.rank() as usize, comm.size() as usize);
         MpiComm {
             comm,
             rank,
             world,
-            wire,
             stats: CommStats::default(),
             poll,
             recv: Vec::new(),
@@ -323,9 +324,9 @@ impl MpiComm {
 
     /// Reduce-scatter without counting: chunk r of every rank's `input`
     /// arrives at rank r, which sums them over ranks 0..p in order.
-    fn reduce_scatter_impl(&mut self, input: &[f32], output: &mut [f32], op: ReduceOp) {
+    fn reduce_scatter_impl(&mut self, input: &[f32], output: &mut [f32], op: ReduceOp, wire: WireDtype) {
         let (p, m) = (self.world, output.len());
-        match self.wire {
+        match wire {
             WireDtype::F32 => {
                 let mut recv = std::mem::take(&mut self.recv);
                 self.all_to_all(input, grow(&mut recv, p * m), "reduce_scatter");
@@ -340,12 +341,12 @@ impl MpiComm {
                 (self.send16, self.recv16) = (send, recv);
             }
         }
-        finish(output, op, p, self.wire);
+        finish(output, op, p, wire);
     }
 
     /// All-gather without counting; bf16 travels as 16 bits.
-    fn all_gather_impl(&mut self, input: &[f32], output: &mut [f32]) {
-        match self.wire {
+    fn all_gather_impl(&mut self, input: &[f32], output: &mut [f32], wire: WireDtype) {
+        match wire {
             WireDtype::F32 => self.all_gather_raw(input, output),
             WireDtype::Bf16 => {
                 let (mut send, mut recv) = (std::mem::take(&mut self.send16), std::mem::take(&mut self.recv16));
@@ -389,7 +390,7 @@ impl Communicator for MpiComm {
     fn world(&self) -> usize {
         self.world
     }
-    fn all_reduce(&mut self, buf: &mut [f32], op: ReduceOp) {
+    fn all_reduce(&mut self, buf: &mut [f32], op: ReduceOp, wire: WireDtype) {
         let (n, p) = (buf.len(), self.world);
         let padded = padded_len(n, p);
         let m = padded / p;
@@ -397,35 +398,35 @@ impl Communicator for MpiComm {
         let mut pad = std::mem::take(&mut self.pad);
         let scratch = grow(&mut pad, if padded == n { m } else { padded + m });
         if padded == n {
-            self.reduce_scatter_impl(buf, scratch, op);
-            self.all_gather_impl(scratch, buf);
+            self.reduce_scatter_impl(buf, scratch, op, wire);
+            self.all_gather_impl(scratch, buf, wire);
         } else {
             let (full, chunk) = scratch.split_at_mut(padded);
             full[..n].copy_from_slice(buf);
             full[n..].fill(0.0);
-            self.reduce_scatter_impl(full, chunk, op);
-            self.all_gather_impl(chunk, full);
+            self.reduce_scatter_impl(full, chunk, op, wire);
+            self.all_gather_impl(chunk, full, wire);
             buf.copy_from_slice(&full[..n]);
         }
         self.pad = pad;
-        self.stats.count_all_reduce(n, p, self.wire.bytes_per_elem());
+        self.stats.count_all_reduce(n, p, wire.bytes_per_elem());
     }
-    fn reduce_scatter(&mut self, input: &[f32], output: &mut [f32], op: ReduceOp) {
+    fn reduce_scatter(&mut self, input: &[f32], output: &mut [f32], op: ReduceOp, wire: WireDtype) {
         let p = self.world;
         assert_eq!(input.len(), p * output.len(), "reduce_scatter: input.len() must be world * output.len()");
-        self.reduce_scatter_impl(input, output, op);
-        self.stats.count_scatter_gather(output.len(), p, self.wire.bytes_per_elem());
+        self.reduce_scatter_impl(input, output, op, wire);
+        self.stats.count_scatter_gather(output.len(), p, wire.bytes_per_elem());
     }
-    fn all_gather(&mut self, input: &[f32], output: &mut [f32]) {
+    fn all_gather(&mut self, input: &[f32], output: &mut [f32], wire: WireDtype) {
         let p = self.world;
         assert_eq!(output.len(), p * input.len(), "all_gather: output.len() must be world * input.len()");
-        self.all_gather_impl(input, output);
-        self.stats.count_scatter_gather(input.len(), p, self.wire.bytes_per_elem());
+        self.all_gather_impl(input, output, wire);
+        self.stats.count_scatter_gather(input.len(), p, wire.bytes_per_elem());
     }
-    fn broadcast(&mut self, buf: &mut [f32], root: usize) {
+    fn broadcast(&mut self, buf: &mut [f32], root: usize, wire: WireDtype) {
         let p = self.world;
         assert!(root < p, "broadcast: root {root} out of range for world {p}");
-        match self.wire {
+        match wire {
             WireDtype::F32 => self.broadcast_raw(buf, root),
             WireDtype::Bf16 => {
                 let mut b16 = std::mem::take(&mut self.send16);
@@ -436,16 +437,187 @@ impl Communicator for MpiComm {
                 self.send16 = b16;
             }
         }
-        self.stats.count_broadcast(buf.len(), p, self.wire.bytes_per_elem(), self.rank, root);
+        self.stats.count_broadcast(buf.len(), p, wire.bytes_per_elem(), self.rank, root);
+    }
+    fn all_gather_bytes(&mut self, input: &[u8], output: &mut [u8]) {
+        let p = self.world;
+        assert_eq!(output.len(), p * input.len(), "all_gather_bytes: output.len() must be world * input.len()");
+        self.all_gather_raw(input, output);
+        self.stats.count_scatter_gather(input.len(), p, 1);
     }
     fn barrier(&mut self) {
         Self::complete(&self.comm, self.poll, self.rank, "barrier", self.comm.immediate_barrier());
         self.stats.count_barrier();
     }
-    fn wire(&self) -> WireDtype {
-        self.wire
-    }
     fn stats(&self) -> CommStats {
+        self.stats
+    }
+}
+
+/// Tag of every point-to-point message (one communicator is theirs alone).
+const MESSAGE_TAG: i32 = 77;
+
+/// A message on its way: the request and the encoding it reads, leaked
+/// until the request completes.
+struct Outgoing {
+    req: Option<Request<'static, [u8], StaticScope>>,
+    buf: *mut [u8],
+}
+
+/// One MPI rank's view of the job: groups and messages (module docs).
+pub struct MpiFabric {
+    /// Parent of every group.
+    world: SimpleCommunicator,
+    /// Point-to-point messages only.
+    p2p: SimpleCommunicator,
+    poll: Poll,
+    rank: usize,
+    size: usize,
+    groups: HashMap<Vec<usize>, MpiComm>,
+    outgoing: Vec<Outgoing>,
+    stats: CommStats,
+}
+
+// SAFETY: as for MpiComm: process-wide handles, used by one thread at a
+// time; the leaked send buffers are owned by this fabric alone.
+unsafe impl Send for MpiFabric {}
+
+impl MpiFabric {
+    fn new(world: SimpleCommunicator, p2p: SimpleCommunicator, poll: Poll) -> MpiFabric {
+        let (rank, size) = (world.rank() as usize, world.size() as usize);
+        MpiFabric {
+            world,
+            p2p,
+            poll,
+            rank,
+            size,
+            groups: HashMap::new(),
+            outgoing: Vec::new(),
+            stats: CommStats::default(),
+        }
+    }
+
+    /// Completes the sends that have finished; with `all`, waits for every
+    /// one (aborting the job after the collective timeout).
+    fn progress_sends(&mut self, all: bool) {
+        let t = Instant::now();
+        loop {
+            self.outgoing.retain_mut(|o| {
+                let req = o.req.take().expect("a pending send has its request");
+                match req.test() {
+                    Ok(_) => {
+                        // SAFETY: the request that read the buffer completed;
+                        // the buffer came from Box::leak in `send`.
+                        drop(unsafe { Box::from_raw(o.buf) });
+                        false
+                    }
+                    Err(req) => {
+                        o.req = Some(req);
+                        true
+                    }
+                }
+            });
+            if !all || self.outgoing.is_empty() {
+                return;
+            }
+            if t.elapsed() > self.poll.timeout {
+                abort_job(&self.world, self.rank, "a message send did not complete: its receiver has probably died");
+            }
+            std::thread::yield_now();
+        }
+    }
+
+    /// Polls for a message from `from` (any sender when `None`) until `timeout`.
+    fn probe(&mut self, from: Option<usize>, timeout: Option<Duration>) -> Option<(usize, Message)> {
+        let t = Instant::now();
+        loop {
+            self.progress_sends(false);
+            let got = match from {
+                Some(f) => self.p2p.process_at_rank(f as i32).immediate_matched_probe_with_tag(MESSAGE_TAG),
+                None => self.p2p.any_process().immediate_matched_probe_with_tag(MESSAGE_TAG),
+            };
+            if let Some((msg, status)) = got {
+                let len = status.count(u8::equivalent_datatype()) as usize;
+                let mut bytes = vec![0u8; len];
+                msg.matched_receive_into(&mut bytes[..]);
+                let source = status.source_rank() as usize;
+                let m = Message::decode(&bytes).unwrap_or_else(|e| {
+                    abort_job(&self.world, self.rank, &format!("a message from rank {source} does not decode ({e}): ranks built from different lowcomm versions?"))
+                });
+                self.stats.count_message(len, false);
+                return Some((source, m));
+            }
+            let waited = t.elapsed();
+            match timeout {
+                Some(limit) if waited >= limit => return None,
+                None if waited > self.poll.timeout => abort_job(
+                    &self.world,
+                    self.rank,
+                    &format!(
+                        "no message from {} in {:.0} s: a peer rank has probably died or hangs",
+                        from.map_or("any rank".into(), |f| format!("rank {f}")),
+                        self.poll.timeout.as_secs_f64()
+                    ),
+                ),
+                _ => {}
+            }
+            std::thread::yield_now();
+        }
+    }
+}
+
+impl Drop for MpiFabric {
+    fn drop(&mut self) {
+        self.progress_sends(true);
+    }
+}
+
+impl Fabric for MpiFabric {
+    fn rank(&self) -> usize {
+        self.rank
+    }
+    fn participants(&self) -> usize {
+        self.size
+    }
+    fn group(&mut self, members: &[usize]) -> &mut dyn Communicator {
+        if !self.groups.contains_key(members) {
+            assert!(
+                members.contains(&self.rank),
+                "rank {} asked for group {members:?}, which it is not a member of",
+                self.rank
+            );
+            assert!(members.windows(2).all(|w| w[0] < w[1]), "group members must be sorted and distinct: {members:?}");
+            let comm = if members.len() == self.size {
+                self.world.duplicate()
+            } else {
+                let ranks: Vec<i32> = members.iter().map(|&m| m as i32).collect();
+                let group = self.world.group().include(&ranks[..]);
+                self.world.split_by_subgroup(&group).expect("a member of the group gets its communicator")
+            };
+            self.groups.insert(members.to_vec(), MpiComm::new(comm, self.poll));
+        }
+        self.groups.get_mut(members).expect("just inserted")
+    }
+    fn send(&mut self, to: usize, msg: Message) {
+        assert!(to < self.size && to != self.rank, "rank {} cannot send to {to}", self.rank);
+        let mut bytes = Vec::new();
+        msg.encode(&mut bytes);
+        self.stats.count_message(bytes.len(), true);
+        let buf: &'static mut [u8] = Box::leak(bytes.into_boxed_slice());
+        let ptr: *mut [u8] = buf;
+        // SAFETY: `buf` lives until the request completes (progress_sends frees it then).
+        let shared: &'static [u8] = unsafe { &*ptr };
+        let req = self.p2p.process_at_rank(to as i32).immediate_send_with_tag(StaticScope, shared, MESSAGE_TAG);
+        self.outgoing.push(Outgoing { req: Some(req), buf: ptr });
+        self.progress_sends(false);
+    }
+    fn recv(&mut self, from: usize) -> Message {
+        self.probe(Some(from), None).expect("no timeout").1
+    }
+    fn recv_any(&mut self, timeout: Option<Duration>) -> Option<(usize, Message)> {
+        self.probe(None, timeout)
+    }
+    fn message_stats(&self) -> CommStats {
         self.stats
     }
 }

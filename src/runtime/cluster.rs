@@ -206,7 +206,6 @@ impl ClusterProfile {
         model_params: usize,
         tokens_per_micro_batch: usize,
         speeds: Vec<f64>,
-        wire_override: Option<WireDtype>,
     ) -> Result<SimSpec> {
         self.validate()?;
         let p = self.workers();
@@ -223,8 +222,11 @@ impl ClusterProfile {
             micro_batch_s: self.micro_batch_s(model, tokens_per_micro_batch)?,
             speeds,
             link: Some(self.link_model()?),
-            wire: wire_override.or(self.wire).unwrap_or(WireDtype::F32),
             comm_scale: self.comm_scale(model_params)?,
+            topology: crate::runtime::Topology { workers: p, per_node: self.workers_per_node, server: false },
+            memory_bytes_per_s: None,
+            flops_per_s: self.device.as_ref().map(|d| d.peak_flops * d.utilization),
+            start: Vec::new(),
         })
     }
 }
@@ -269,16 +271,16 @@ mod tests {
     }
 
     #[test]
-    fn sim_spec_checks_speeds_and_picks_the_wire() {
+    fn sim_spec_checks_speeds_and_keeps_the_shape() {
         let p = profile(&format!("wire = \"bf16\"\n{DEV}")).unwrap();
         let nano = GptConfig::nano();
-        let e = p.sim_spec(&nano, 1000, 64, vec![1.0; 3], None).unwrap_err().to_string();
+        let e = p.sim_spec(&nano, 1000, 64, vec![1.0; 3]).unwrap_err().to_string();
         assert_eq!(e, "--speeds has 3 values but the cluster has 2 workers; give one per worker, e.g. --speeds 1,0.25");
-        let e = p.sim_spec(&nano, 1000, 64, vec![1.0, 0.0], None).unwrap_err().to_string();
+        let e = p.sim_spec(&nano, 1000, 64, vec![1.0, 0.0]).unwrap_err().to_string();
         assert!(e.contains("--speeds value 2 (worker 1) is 0"), "{e}");
-        assert_eq!(p.sim_spec(&nano, 1000, 64, vec![1.0; 2], None).unwrap().wire, WireDtype::Bf16);
-        assert_eq!(p.sim_spec(&nano, 1000, 64, vec![1.0; 2], Some(WireDtype::F32)).unwrap().wire, WireDtype::F32);
-        assert_eq!(profile(DEV).unwrap().sim_spec(&nano, 1000, 64, vec![1.0; 2], None).unwrap().wire, WireDtype::F32);
+        let topo = p.sim_spec(&nano, 1000, 64, vec![1.0; 2]).unwrap().topology;
+        assert_eq!((topo.workers, topo.per_node, topo.server), (2, 2, false));
+        assert_eq!(p.wire, Some(WireDtype::Bf16));
     }
 
     #[test]
@@ -289,7 +291,7 @@ mod tests {
             let path = entry.unwrap().path();
             if path.extension().is_some_and(|x| x == "toml") {
                 let p = ClusterProfile::from_file(&path).unwrap();
-                let spec = p.sim_spec(&GptConfig::nano(), 700_000, 16 * 64, vec![1.0; p.workers()], None).unwrap();
+                let spec = p.sim_spec(&GptConfig::nano(), 700_000, 16 * 64, vec![1.0; p.workers()]).unwrap();
                 assert!(spec.micro_batch_s > 0.0 && spec.comm_scale > 0.0, "{}", path.display());
                 // Round-trips, so a run can save the profile it used.
                 assert_eq!(ClusterProfile::from_toml(&toml::to_string(&p).unwrap()).unwrap(), p);

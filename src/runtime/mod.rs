@@ -1,194 +1,276 @@
-//! Runtimes: how the workers of a strategy are run.
+//! Runtimes: how the participants of a strategy are run.
 //!
 //! A strategy is written once as an `async fn` over a [`Ctx`] and runs in
-//! both runtimes (shared/DESIGN.md, "One strategy, two runtimes"):
+//! both runtimes (docs/design.md has the whole picture):
 //!
 //! - [`sim`]: one thread, virtual time, an event queue ordered by
-//!   (time, rank). Compute costs come from a cost model, collectives complete
-//!   at `last join + link cost`. Real math, deterministic by construction.
-//! - [`real`]: one OS thread per worker plus one communication thread per
-//!   worker; started collectives really overlap the next micro-batches.
+//!   (time, lane, participant). Compute costs come from a cost model,
+//!   collectives complete at `last join + link cost`. Real math,
+//!   deterministic by construction.
+//! - [`real`]: one OS thread per participant plus one communication thread
+//!   per participant; started tasks really overlap the next micro-batches.
 //!
-//! A strategy never sleeps, reads a clock or spawns a thread: it asks its
-//! context to compute and to communicate.
+//! Communication is written once too: a [`CommTask`] is an `async fn` over a
+//! [`CommSide`] (groups, typed payloads, messages, timed local work), run in
+//! start order on the participant's communication stream — by the
+//! simulator in virtual time, by the real runtime on the communication
+//! thread. A strategy never sleeps, reads a clock or spawns a thread: it
+//! asks its context to compute and to communicate.
 
 pub mod cluster;
+pub mod conformance;
 pub mod real;
+mod real_comm;
 pub mod sim;
+mod sim_comm;
+pub mod tasks;
+#[cfg(test)]
+mod tests;
 
-use crate::comm::{CommStats, ReduceOp};
+use crate::comm::{CommStats, LinkModel, Message, ReduceOp, WireDtype};
 use crate::metrics::EventLog;
-use std::future::Future;
+use std::sync::Arc;
+
+pub use tasks::{AllGather, AllGatherBytes, AllReduce, Broadcast, Recv, RecvAny, ReduceScatter, Send};
 
 /// Work a strategy asks the runtime to time.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Work {
     /// Forward + backward of one micro-batch.
     MicroBatch,
-    /// An optimizer step over this many parameters (sim: free, it is
-    /// memory-bound and small next to a micro-batch; real: measured).
-    Optimizer { params: usize },
+    /// An optimizer step over this many parameters: memory-bound (sim: costed
+    /// at the device's memory bandwidth when the profile gives one, else free).
+    Optimizer {
+        /// Parameters updated.
+        params: usize,
+    },
+    /// Other memory-bound work over `elems` f32 elements (an outer step, an
+    /// average): costed like an optimizer step of that size.
+    Elementwise {
+        /// What it is, for traces.
+        name: &'static str,
+        /// Elements touched.
+        elems: usize,
+    },
+    /// Compute-bound work (a DCT encode): costed at the device's FLOP rate,
+    /// which the simulator infers from the micro-batch time and FLOPs.
+    Flops {
+        /// What it is, for traces.
+        name: &'static str,
+        /// Floating-point operations.
+        flops: f64,
+    },
 }
 
-/// A collective, with the buffers it takes over until it completes.
-#[derive(Debug)]
-pub enum Collective {
-    /// In place on `buf`.
-    AllReduce { buf: Vec<f32>, op: ReduceOp },
-    /// `input.len() == world * output.len()`.
-    ReduceScatter { input: Vec<f32>, output: Vec<f32>, op: ReduceOp },
-    /// `output.len() == world * input.len()`.
-    AllGather { input: Vec<f32>, output: Vec<f32> },
-    /// In place on `buf`, from `root`.
-    Broadcast { buf: Vec<f32>, root: usize },
-    /// A whole sharded-optimizer round, run by the communication side
-    /// without the worker (the ACCO paper's communication stream).
-    Sharded(Box<ShardedOp>),
+impl Work {
+    /// The name this work gets in traces.
+    pub fn name(&self) -> &'static str {
+        match self {
+            Work::MicroBatch => "micro-batch",
+            Work::Optimizer { .. } => "optimizer",
+            Work::Elementwise { name, .. } | Work::Flops { name, .. } => name,
+        }
+    }
 }
 
-/// The local work of a sharded round between its reduce-scatter and its
-/// all-gather: an optimizer step on this rank's shard.
-pub trait ShardStep: Send {
-    /// From the reduced, normalised (and clipped) gradient shard, write the
-    /// parameter shard to gather into `out`.
-    fn step(&mut self, grad_shard: &[f32], out: &mut [f32]);
-    /// For the owner to reach its concrete state between rounds.
-    fn as_any(&mut self) -> &mut dyn std::any::Any;
+/// The shape of a job: `workers` data-parallel workers on nodes of
+/// `per_node`, and optionally one parameter server.
+///
+/// Participants are numbered workers first (`0..workers`, worker
+/// `r` on node `r / per_node`), then the server (`workers`), which sits on a
+/// node of its own.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Topology {
+    /// Data-parallel workers.
+    pub workers: usize,
+    /// Workers per node (1: every worker on its own node; `workers`: one node).
+    pub per_node: usize,
+    /// Whether a parameter server participates.
+    pub server: bool,
 }
 
-/// One sharded round (ACCO paper, Algorithm 1, communication stream):
-/// `total = known_total or all-reduce(count)`; `g_r = reduce-scatter(flat) / total`;
-/// optional global-norm clip (all-reduce of the squared shard norms);
-/// `out_r = step(g_r)`; `flat = all-gather(out)`.
-pub struct ShardedOp {
-    /// Padded gradients going out; the gathered parameters coming back.
-    pub flat: Vec<f32>,
-    /// This rank's gradient shard (scratch).
-    pub shard_g: Vec<f32>,
-    /// This rank's parameter shard to gather (scratch).
-    pub shard_out: Vec<f32>,
-    /// Micro-batches summed into `flat` by this rank.
-    pub count: f32,
-    /// The sum of counts when known in advance (no count all-reduce).
-    pub known_total: Option<f32>,
-    /// Global-norm clip (0: off).
-    pub clip: f32,
-    /// The optimizer step on the shard.
-    pub step: Box<dyn ShardStep>,
-}
-
-impl ShardedOp {
-    /// Scale the shard by 1/total (division, like the Mean collective, so
-    /// zero1 == ddp bitwise).
-    pub fn normalise(&mut self, total: f32) {
-        self.shard_g.iter_mut().for_each(|g| *g /= total);
+impl Topology {
+    /// `workers` workers in one flat group (the link model decides the tiers).
+    pub fn flat(workers: usize) -> Topology {
+        Topology { workers, per_node: workers.max(1), server: false }
     }
 
-    /// This shard's squared norm, summed in f64 then rounded for the wire.
-    pub fn shard_sq_norm(&self) -> f32 {
-        self.shard_g.iter().map(|&g| (g as f64) * (g as f64)).sum::<f64>() as f32
+    /// Number of participants (workers and the server).
+    pub fn participants(&self) -> usize {
+        self.workers + usize::from(self.server)
     }
 
-    /// Clip by the global norm `sq_total.sqrt()` (PyTorch's rule).
-    pub fn clip_by(&mut self, sq_total: f32) {
-        let norm = sq_total.sqrt();
-        if self.clip > 0.0 && norm.is_finite() && norm > self.clip {
-            let k = self.clip / (norm + 1e-6);
-            self.shard_g.iter_mut().for_each(|g| *g *= k);
+    /// The server's participant number, if there is one.
+    pub fn server_rank(&self) -> Option<usize> {
+        self.server.then_some(self.workers)
+    }
+
+    /// Number of nodes holding workers.
+    pub fn nodes(&self) -> usize {
+        self.workers.div_ceil(self.per_node.max(1))
+    }
+
+    /// The node of participant `p` (the server's is `nodes()`).
+    pub fn node_of(&self, p: usize) -> usize {
+        if p >= self.workers {
+            self.nodes()
+        } else {
+            p / self.per_node.max(1)
         }
     }
 
-    /// Run the shard step into `shard_out`.
-    pub fn run_step(&mut self) {
-        self.step.step(&self.shard_g, &mut self.shard_out);
+    /// The members of `g` as seen by participant `me`, sorted.
+    pub fn members(&self, g: &Group, me: usize) -> Vec<usize> {
+        let k = self.per_node.max(1);
+        match g {
+            Group::World => (0..self.workers).collect(),
+            Group::Node => {
+                let node = self.node_of(me);
+                (node * k..((node + 1) * k).min(self.workers)).collect()
+            }
+            Group::Replicas => (me % k..self.workers).step_by(k).collect(),
+            Group::Ranks(r) => r.to_vec(),
+        }
+    }
+
+    /// Which links a collective over `members` of group `g` crosses.
+    pub fn route(&self, g: &Group, members: &[usize]) -> crate::comm::link::Route {
+        use crate::comm::link::Route;
+        let p = members.len();
+        let first = members.first().map_or(0, |&m| self.node_of(m));
+        if members.iter().all(|&m| self.node_of(m) == first) {
+            return Route::Node(p);
+        }
+        let mut nodes: Vec<usize> = members.iter().map(|&m| self.node_of(m)).collect();
+        nodes.dedup();
+        if nodes.len() == p {
+            // One member per node. The replication groups of all local
+            // indices run at once and share each node's link.
+            let share = if matches!(g, Group::Replicas) { self.per_node.max(1) } else { 1 };
+            return Route::Across { p, share };
+        }
+        Route::World(p)
+    }
+
+    /// Checks the shape; errors name the problem.
+    pub fn validate(&self) -> anyhow::Result<()> {
+        anyhow::ensure!(self.workers >= 1, "a job needs at least one worker");
+        anyhow::ensure!(
+            self.per_node >= 1 && self.workers % self.per_node == 0,
+            "{} workers do not divide into nodes of {}: every node must hold the same number of workers",
+            self.workers,
+            self.per_node
+        );
+        Ok(())
     }
 }
 
-impl std::fmt::Debug for ShardedOp {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "ShardedOp {{ n: {}, shard: {}, count: {} }}", self.flat.len(), self.shard_g.len(), self.count)
-    }
+/// A set of participants a collective runs over, as each member names it.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub enum Group {
+    /// Every worker (not the server).
+    World,
+    /// The workers of my node.
+    Node,
+    /// The workers with my local index on every node (FlexDeMo's
+    /// replication group).
+    Replicas,
+    /// Any sorted set of participants (every member names the same set).
+    Ranks(Arc<[usize]>),
 }
 
-/// The buffers of a completed collective, handed back.
-#[derive(Debug, Default)]
-pub struct Finished {
-    /// The result (the in-place buffer, or the output).
-    pub output: Vec<f32>,
-    /// The input of reduce-scatter / all-gather, for reuse; empty otherwise.
-    pub input: Vec<f32>,
-    /// A sharded round, handed back with its gathered parameters in `flat`.
-    pub sharded: Option<Box<ShardedOp>>,
-}
-
-/// What a worker's strategy can ask of its runtime.
-pub trait Ctx {
-    /// Handle of a started collective.
-    type Handle;
-    /// This worker's rank.
+/// What the communication side of a participant can do. Implemented by the
+/// simulator (virtual time) and by the real runtime's communication thread
+/// (blocking calls on a [`crate::comm::Fabric`], held for the emulated link
+/// time). Collectives follow [`crate::comm::Communicator`]'s contract within
+/// the group; `root` is a rank within the group.
+#[allow(async_fn_in_trait)] // futures are polled where they are made: no Send bound wanted
+pub trait CommSide {
+    /// This participant's number.
     fn rank(&self) -> usize;
-    /// Number of workers.
-    fn world(&self) -> usize;
+    /// The job's shape.
+    fn topology(&self) -> Topology;
     /// Seconds since the run started (virtual in sim).
     fn now(&self) -> f64;
-    /// Run `f` (the math) and account for its time.
-    fn compute<R>(&mut self, work: Work, f: impl FnOnce() -> R) -> impl Future<Output = R>;
-    /// Start a collective; it proceeds while the worker computes.
-    fn start(&mut self, op: Collective) -> Self::Handle;
-    /// Has it completed (at the current time)?
-    fn is_done(&self, h: &Self::Handle) -> bool;
-    /// Wait for it and take the buffers back.
-    fn wait(&mut self, h: Self::Handle) -> impl Future<Output = Finished>;
-    /// This worker's accounting so far (`total_s` = now).
+    /// In-place all-reduce over `g`.
+    async fn all_reduce(&mut self, g: &Group, buf: &mut [f32], op: ReduceOp, wire: WireDtype);
+    /// `input.len() == |g| * output.len()`; member r gets chunk r reduced.
+    async fn reduce_scatter(&mut self, g: &Group, input: &[f32], output: &mut [f32], op: ReduceOp, wire: WireDtype);
+    /// `output.len() == |g| * input.len()`.
+    async fn all_gather(&mut self, g: &Group, input: &[f32], output: &mut [f32], wire: WireDtype);
+    /// Every member's `buf` becomes member `root`'s.
+    async fn broadcast(&mut self, g: &Group, buf: &mut [f32], root: usize, wire: WireDtype);
+    /// Exact byte all-gather (packed sparse payloads).
+    async fn all_gather_bytes(&mut self, g: &Group, input: &[u8], output: &mut [u8]);
+    /// Sends a message to participant `to`; returns when it has left this
+    /// participant's link (the transfer time has passed).
+    async fn send(&mut self, to: usize, msg: Message);
+    /// The next message from `from`.
+    async fn recv(&mut self, from: usize) -> Message;
+    /// The next message from anyone, or `None` at `deadline_s` (run time, seconds).
+    async fn recv_any(&mut self, deadline_s: Option<f64>) -> Option<(usize, Message)>;
+    /// Runs local work on the communication side (a sharded optimizer
+    /// step); the simulator costs it, the real runtime just runs it.
+    async fn work<R>(&mut self, work: Work, f: impl FnOnce() -> R) -> R;
+}
+
+/// Work for the communication side: written once against [`CommSide`],
+/// run in start order on the participant's communication stream.
+#[allow(async_fn_in_trait)] // see CommSide
+pub trait CommTask: std::marker::Send + 'static {
+    /// What the task hands back (its buffers, typically).
+    type Output: std::marker::Send + 'static;
+    /// Runs the task.
+    async fn run<C: CommSide>(self, comm: &mut C) -> Self::Output;
+}
+
+/// What a participant's strategy can ask of its runtime.
+#[allow(async_fn_in_trait)] // see CommSide
+pub trait Ctx {
+    /// Handle of a started task with output `T`.
+    type Handle<T: std::marker::Send + 'static>;
+    /// This participant's number.
+    fn rank(&self) -> usize;
+    /// Number of workers.
+    fn world(&self) -> usize {
+        self.topology().workers
+    }
+    /// The job's shape.
+    fn topology(&self) -> Topology;
+    /// Seconds since the run started (virtual in sim).
+    fn now(&self) -> f64;
+    /// This participant's speed factor (1 nominal, 0.25 four times slower).
+    fn speed(&self) -> f64;
+    /// Seconds one micro-batch takes on this participant: the cost model's
+    /// in sim; in the real runtime the mean measured so far (`None` before
+    /// the first).
+    fn micro_batch_estimate_s(&self) -> Option<f64>;
+    /// Runs `f` (the math) and accounts for its time.
+    async fn compute<R>(&mut self, work: Work, f: impl FnOnce() -> R) -> R;
+    /// Starts a task on the communication stream; it proceeds while the
+    /// participant computes. Tasks run one after another, in start order.
+    fn start<T: CommTask>(&mut self, task: T) -> Self::Handle<T::Output>;
+    /// Has it completed (at the current time)? Never waits.
+    fn is_done<T: std::marker::Send + 'static>(&self, h: &Self::Handle<T>) -> bool;
+    /// Waits for it and takes its output.
+    async fn wait<T: std::marker::Send + 'static>(&mut self, h: Self::Handle<T>) -> T;
+    /// Starts `task` and waits for it.
+    async fn run<T: CommTask>(&mut self, task: T) -> T::Output {
+        let h = self.start(task);
+        self.wait(h).await
+    }
+    /// Tasks started and not yet waited for.
+    fn in_flight(&self) -> usize;
+    /// This participant's accounting so far (`total_s` = now).
     fn times(&self) -> WorkerTimes;
-    /// Tag the spans recorded from now on with optimizer round `round`
-    /// (so the summary can count micro-batches per round).
+    /// Tags the spans recorded from now on with round `round`.
     fn mark_round(&mut self, round: u64);
     /// The compute and communication spans recorded so far (taken).
     fn take_events(&mut self) -> EventLog;
 }
 
-impl Collective {
-    /// Short name, for traces.
-    pub fn name(&self) -> &'static str {
-        match self {
-            Collective::AllReduce { .. } => "all_reduce",
-            Collective::ReduceScatter { .. } => "reduce_scatter",
-            Collective::AllGather { .. } => "all_gather",
-            Collective::Broadcast { .. } => "broadcast",
-            Collective::Sharded(_) => "sharded_round",
-        }
-    }
-
-    /// Bytes this rank sends under the ring model of [`CommStats`], with
-    /// `bytes_per_elem` on the wire and `p` workers.
-    pub fn bytes_sent(&self, rank: usize, p: usize, bytes_per_elem: usize) -> u64 {
-        let mut s = CommStats::default();
-        match self {
-            Collective::AllReduce { buf, .. } => s.count_all_reduce(buf.len(), p, bytes_per_elem),
-            Collective::ReduceScatter { output, .. } => s.count_scatter_gather(output.len(), p, bytes_per_elem),
-            Collective::AllGather { input, .. } => s.count_scatter_gather(input.len(), p, bytes_per_elem),
-            Collective::Broadcast { buf, root } => s.count_broadcast(buf.len(), p, bytes_per_elem, rank, *root),
-            Collective::Sharded(op) => {
-                // reduce-scatter + all-gather of the padded vector (+ two scalars at most)
-                s.count_scatter_gather(op.shard_g.len(), p, bytes_per_elem);
-                s.count_scatter_gather(op.shard_g.len(), p, bytes_per_elem);
-            }
-        }
-        s.bytes_sent
-    }
-}
-
-/// The name a [`Work`] gets in traces.
-pub fn work_name(w: Work) -> &'static str {
-    match w {
-        Work::MicroBatch => "micro-batch",
-        Work::Optimizer { .. } => "optimizer",
-    }
-}
-
-/// Per-worker accounting a runtime keeps while a strategy runs.
-#[derive(Clone, Debug, Default, serde::Serialize, serde::Deserialize)]
+/// Per-participant accounting a runtime keeps while a strategy runs.
+#[derive(Clone, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
 pub struct WorkerTimes {
     /// Seconds spent in [`Ctx::compute`].
     pub compute_s: f64,
@@ -196,8 +278,51 @@ pub struct WorkerTimes {
     pub idle_s: f64,
     /// Micro-batches computed.
     pub micro_batches: u64,
-    /// Collectives started.
+    /// Tasks started on the communication stream.
     pub collectives: u64,
     /// Seconds from the start to when these times were read.
     pub total_s: f64,
+}
+
+/// Where each participant's clock and accounting start: zero for a fresh
+/// run, what a checkpoint saved for a resumed one.
+pub type StartClocks = Vec<WorkerTimes>;
+
+/// Bytes a participant sends in one collective over `p` members, under the
+/// ring model of [`CommStats`].
+pub fn collective_bytes(
+    kind: tasks::Kind,
+    elems: usize,
+    bytes_per_elem: usize,
+    p: usize,
+    me: usize,
+    root: usize,
+) -> u64 {
+    let mut s = CommStats::default();
+    match kind {
+        tasks::Kind::AllReduce => s.count_all_reduce(elems, p, bytes_per_elem),
+        tasks::Kind::ReduceScatter | tasks::Kind::AllGather => {
+            s.count_scatter_gather(elems / p.max(1), p, bytes_per_elem)
+        }
+        tasks::Kind::Broadcast => s.count_broadcast(elems, p, bytes_per_elem, me, root),
+    }
+    s.bytes_sent
+}
+
+/// Seconds a collective of `kind` over `elems` elements takes on `route`.
+pub fn collective_cost(
+    link: &LinkModel,
+    kind: tasks::Kind,
+    elems: usize,
+    bpe: usize,
+    route: crate::comm::link::Route,
+) -> f64 {
+    use crate::comm::link::Op;
+    let op = match kind {
+        tasks::Kind::AllReduce => Op::AllReduce,
+        tasks::Kind::ReduceScatter => Op::ReduceScatter,
+        tasks::Kind::AllGather => Op::AllGather,
+        tasks::Kind::Broadcast => Op::Broadcast,
+    };
+    link.collective_s(op, elems, bpe, route)
 }

@@ -1,111 +1,193 @@
-//! The real runtime: one OS thread per worker, each with its own
-//! communication thread ([`CommThread`]), so a started collective really
-//! runs while the worker computes. Optional link emulation (the comm thread
-//! holds each op for its modeled time) and per-worker slowdown: a worker of
-//! speed s waits (1/s - 1) x its measured compute time after each
-//! micro-batch (the ACCO paper's Sec. 5.5 protocol).
+//! The real runtime: one OS thread per participant, each with its own
+//! communication thread, so a started task really runs while the
+//! participant computes. Optional link emulation (the communication side
+//! holds each collective and message for its modeled time, real_comm.rs)
+//! and per-worker slowdown: a worker of speed s waits (1/s - 1) x its
+//! measured compute time after each micro-batch (the ACCO paper's Sec. 5.5
+//! protocol).
+//!
+//! Tasks run on the communication thread in start order; a handle's
+//! `is_done` is one atomic load and `wait` blocks on a condvar. A task that
+//! panics, or a communication thread that dies, completes every pending
+//! handle with an error, so `wait` reports it instead of hanging.
 
-use super::{work_name, Collective, Ctx, Finished, ShardedOp, Work, WorkerTimes};
-use crate::comm::async_op::{CommThread, OpHandle};
-use crate::comm::{Communicator, LinkModel, LocalGroup, ReduceOp, WireDtype};
+use super::real_comm::RealComm;
+use super::{CommTask, Ctx, StartClocks, Topology, Work, WorkerTimes};
+use crate::comm::{Fabric, LinkModel, LocalFabric};
 use crate::metrics::{EventLog, Span};
-use anyhow::{bail, Result};
+use anyhow::{anyhow, bail, Result};
+use std::any::Any;
 use std::future::Future;
+use std::marker::PhantomData;
 use std::pin::pin;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{mpsc, Arc, Condvar, Mutex};
 use std::task::{Context, Poll, Waker};
-use std::time::Instant;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
 
 /// How the real cluster runs.
 #[derive(Clone, Debug)]
 pub struct RealSpec {
-    /// Speed factor per worker (1 nominal).
+    /// Speed factor per worker (1 nominal); the server runs at 1.
     pub speeds: Vec<f64>,
-    /// Emulated link; `None`: as fast as shared memory allows.
+    /// Emulated link; `None`: as fast as the backend allows.
     pub link: Option<LinkModel>,
-    /// What travels on the wire.
-    pub wire: WireDtype,
+    /// Workers, nodes, server.
+    pub topology: Topology,
+    /// Where each participant's clock and accounting start (empty: zero).
+    pub start: StartClocks,
 }
 
-/// A worker's view of the real cluster.
+impl RealSpec {
+    /// `workers` equal workers in one flat group, no emulated link.
+    pub fn flat(workers: usize) -> RealSpec {
+        RealSpec { speeds: vec![1.0; workers], link: None, topology: Topology::flat(workers), start: Vec::new() }
+    }
+}
+
+/// Completion of one task, shared by the handle and the communication thread.
+struct OpState {
+    done: AtomicBool,
+    /// `Err` when the communication side failed before finishing the task.
+    slot: Mutex<Option<Result<Box<dyn Any + Send>, String>>>,
+    cv: Condvar,
+}
+
+/// Completes the task with an error if dropped unfinished (a panic on the
+/// communication thread, or a task dropped at shutdown), so `wait` never
+/// hangs on a dead thread.
+struct Pending(Arc<OpState>);
+
+impl Pending {
+    fn complete(&self, r: Result<Box<dyn Any + Send>, String>) {
+        let mut slot = self.0.slot.lock().unwrap_or_else(|e| e.into_inner());
+        *slot = Some(r);
+        self.0.done.store(true, Ordering::Release);
+        self.0.cv.notify_all();
+    }
+}
+
+impl Drop for Pending {
+    fn drop(&mut self) {
+        if !self.0.done.load(Ordering::Acquire) {
+            self.complete(Err(
+                "the communication thread stopped (a peer failed or a task panicked) before finishing this task".into(),
+            ));
+        }
+    }
+}
+
+type JobFn = Box<dyn FnOnce(&mut RealComm) -> Box<dyn Any + Send> + Send>;
+
+struct Job {
+    round: u64,
+    run: JobFn,
+    done: Pending,
+}
+
+/// A started task with output `T`.
+pub struct RealHandle<T> {
+    state: Arc<OpState>,
+    _out: PhantomData<T>,
+}
+
+/// A participant's view of the real cluster.
 pub struct RealCtx {
     rank: usize,
-    world: usize,
-    comm: CommThread,
+    topo: Topology,
+    jobs: Option<mpsc::Sender<Job>>,
+    comm_thread: Option<JoinHandle<()>>,
+    comm_events: Arc<Mutex<EventLog>>,
     speed: f64,
     t0: Instant,
     times: WorkerTimes,
     events: EventLog,
     round: u64,
-    bytes_per_elem: usize,
-    /// When the communication thread finishes the ops started so far: ops
-    /// run in order, so the next one starts at max(its start call, this).
-    comm_free_at: f64,
+    in_flight: usize,
+    /// Measured micro-batches (slowdown included): count and seconds.
+    measured: (u64, f64),
 }
 
-/// A started op with what its span needs.
-pub struct RealHandle {
-    op: OpHandle,
-    name: &'static str,
-    called_at: f64,
-    bytes: u64,
+impl Drop for RealCtx {
+    /// Finishes the tasks already started, then joins the communication thread.
+    fn drop(&mut self) {
+        drop(self.jobs.take());
+        if let Some(t) = self.comm_thread.take() {
+            // A panic there was already reported to the task's `wait`.
+            let _ = t.join();
+        }
+    }
 }
 
 impl Ctx for RealCtx {
-    type Handle = RealHandle;
+    type Handle<T: Send + 'static> = RealHandle<T>;
     fn rank(&self) -> usize {
         self.rank
     }
-    fn world(&self) -> usize {
-        self.world
+    fn topology(&self) -> Topology {
+        self.topo
     }
     fn now(&self) -> f64 {
         self.t0.elapsed().as_secs_f64()
+    }
+    fn speed(&self) -> f64 {
+        self.speed
+    }
+    fn micro_batch_estimate_s(&self) -> Option<f64> {
+        (self.measured.0 > 0).then(|| self.measured.1 / self.measured.0 as f64)
     }
     async fn compute<R>(&mut self, work: Work, f: impl FnOnce() -> R) -> R {
         let start = self.now();
         let t = Instant::now();
         let r = f();
         let dt = t.elapsed();
-        if work == Work::MicroBatch && self.speed < 1.0 {
+        let mb = work == Work::MicroBatch;
+        if mb && self.speed < 1.0 {
             std::thread::sleep(dt.mul_f64(1.0 / self.speed - 1.0));
         }
         let spent = t.elapsed().as_secs_f64();
         self.times.compute_s += spent;
-        self.times.micro_batches += u64::from(work == Work::MicroBatch);
-        let mb = u32::from(work == Work::MicroBatch);
-        self.events.push(
-            Span::compute(self.rank, work_name(work), start, start + spent)
-                .with_micro_batches(mb)
-                .with_round(self.round),
-        );
+        if mb {
+            self.times.micro_batches += 1;
+            self.measured = (self.measured.0 + 1, self.measured.1 + spent);
+        }
+        let span = Span::compute(self.rank, work.name(), start, start + spent);
+        self.events.push(span.with_micro_batches(u32::from(mb)).with_round(self.round));
         r
     }
-    fn start(&mut self, op: Collective) -> RealHandle {
+    fn start<T: CommTask>(&mut self, task: T) -> RealHandle<T::Output> {
         self.times.collectives += 1;
-        let (name, bytes, called_at) =
-            (op.name(), op.bytes_sent(self.rank, self.world, self.bytes_per_elem), self.now());
-        let op = match op {
-            Collective::AllReduce { buf, op } => self.comm.start_all_reduce(buf, op),
-            Collective::ReduceScatter { input, output, op } => self.comm.start_reduce_scatter(input, output, op),
-            Collective::AllGather { input, output } => self.comm.start_all_gather(input, output),
-            Collective::Broadcast { buf, root } => self.comm.start_broadcast(buf, root),
-            Collective::Sharded(op) => self.comm.start_task(sharded_task(op)),
-        };
-        RealHandle { op, name, called_at, bytes }
+        self.in_flight += 1;
+        let state = Arc::new(OpState { done: AtomicBool::new(false), slot: Mutex::new(None), cv: Condvar::new() });
+        let run: JobFn = Box::new(move |comm: &mut RealComm| Box::new(block_on(task.run(comm))) as Box<dyn Any + Send>);
+        let job = Job { round: self.round, run, done: Pending(state.clone()) };
+        // If the thread is gone, the job (and its Pending) is dropped, which
+        // completes the task with an error: `wait` reports it.
+        let _ = self.jobs.as_ref().expect("communication thread running").send(job);
+        RealHandle { state, _out: PhantomData }
     }
-    fn is_done(&self, h: &RealHandle) -> bool {
-        h.op.is_done()
+    fn is_done<T: Send + 'static>(&self, h: &RealHandle<T>) -> bool {
+        h.state.done.load(Ordering::Acquire)
     }
-    async fn wait(&mut self, h: RealHandle) -> Finished {
+    async fn wait<T: Send + 'static>(&mut self, h: RealHandle<T>) -> T {
         let t = Instant::now();
-        let c = h.op.wait();
+        let out = {
+            let mut slot = h.state.slot.lock().unwrap_or_else(|e| e.into_inner());
+            loop {
+                if let Some(r) = slot.take() {
+                    break r;
+                }
+                slot = h.state.cv.wait(slot).unwrap_or_else(|e| e.into_inner());
+            }
+        };
         self.times.idle_s += t.elapsed().as_secs_f64();
-        let begin = h.called_at.max(self.comm_free_at);
-        let end = begin + c.measured.as_secs_f64();
-        self.comm_free_at = end;
-        self.events.push(Span::comm(self.rank, h.name, begin, end).with_bytes(h.bytes).with_round(self.round));
-        let sharded = c.task.map(|t| t.downcast::<ShardedOp>().expect("a sharded round returns its ShardedOp"));
-        Finished { output: c.output, input: c.input, sharded }
+        self.in_flight -= 1;
+        let out = out.unwrap_or_else(|e| panic!("participant {}: communication failed: {e}", self.rank));
+        *out.downcast::<T>().expect("a task's output has the task's type")
+    }
+    fn in_flight(&self) -> usize {
+        self.in_flight
     }
     fn times(&self) -> WorkerTimes {
         WorkerTimes { total_s: self.now(), ..self.times.clone() }
@@ -114,104 +196,86 @@ impl Ctx for RealCtx {
         self.round = round;
     }
     fn take_events(&mut self) -> EventLog {
-        std::mem::take(&mut self.events)
+        let comm = std::mem::take(&mut *self.comm_events.lock().unwrap_or_else(|e| e.into_inner()));
+        EventLog::merge(vec![std::mem::take(&mut self.events), comm])
     }
 }
 
-/// A sharded round as a task for the communication thread: the same steps,
-/// in the same order and with the same element recipes, as the simulated
-/// runtime's, so both give the same bits.
-fn sharded_task(mut op: Box<ShardedOp>) -> crate::comm::async_op::Task {
-    Box::new(move |comm: &mut dyn Communicator, link: Option<&LinkModel>| {
-        let (p, bpe, padded) = (comm.world(), comm.wire().bytes_per_elem(), op.flat.len());
-        let cost = |f: &dyn Fn(&LinkModel) -> f64| link.map_or(0.0, f);
-        let mut modeled = 0.0;
-        let total = match op.known_total {
-            Some(t) => t,
-            None => {
-                let mut c = [op.count];
-                comm.all_reduce(&mut c, ReduceOp::Sum);
-                modeled += cost(&|l| l.all_reduce_s(1, bpe, p));
-                c[0]
-            }
-        };
-        let o = &mut *op;
-        comm.reduce_scatter(&o.flat, &mut o.shard_g, ReduceOp::Sum);
-        modeled += cost(&|l| l.reduce_scatter_s(padded, bpe, p));
-        op.normalise(total);
-        if op.clip > 0.0 {
-            let mut sq = [op.shard_sq_norm()];
-            comm.all_reduce(&mut sq, ReduceOp::Sum);
-            op.clip_by(sq[0]);
-            modeled += cost(&|l| l.all_reduce_s(1, bpe, p));
-        }
-        op.run_step();
-        let o = &mut *op;
-        comm.all_gather(&o.shard_out, &mut o.flat);
-        modeled += cost(&|l| l.all_gather_s(padded, bpe, p));
-        (op as Box<dyn std::any::Any + Send>, modeled)
-    })
-}
-
-/// Drive a future whose awaits never suspend (every real-runtime operation
+/// Drives a future whose awaits never suspend (every real-runtime operation
 /// blocks instead): one poll completes it.
-fn block_on<T>(fut: impl Future<Output = T>) -> T {
+pub(super) fn block_on<T>(fut: impl Future<Output = T>) -> T {
     let mut fut = pin!(fut);
     let mut cx = Context::from_waker(Waker::noop());
     loop {
         if let Poll::Ready(v) = fut.as_mut().poll(&mut cx) {
             return v;
         }
-        // Only reachable if a future from outside this module suspends.
+        // Only reachable if a future from outside this runtime suspends.
         std::thread::yield_now();
     }
 }
 
-/// Run `world` workers, one thread each, over an in-process group;
-/// `make(ctx)` builds worker r's future.
-pub fn run<T, F, Fut>(spec: RealSpec, world: usize, make: F) -> Result<Vec<T>>
+/// Runs every participant of `spec.topology` as threads of this process,
+/// over an in-process fabric; `make(ctx)` builds participant p's future.
+pub fn run<T, F, Fut>(spec: RealSpec, make: F) -> Result<Vec<T>>
 where
     T: Send,
     F: Fn(RealCtx) -> Fut + Sync,
     Fut: Future<Output = Result<T>>,
 {
-    let comms = LocalGroup::new(world, spec.wire).into_iter().map(|c| Box::new(c) as Box<dyn Communicator>).collect();
-    run_with(spec, comms, make)
+    spec.topology.validate()?;
+    let fabrics =
+        LocalFabric::job(spec.topology.participants()).into_iter().map(|f| Box::new(f) as Box<dyn Fabric>).collect();
+    run_with(spec, fabrics, make)
 }
 
-/// Run one worker thread per communicator in `comms` (all ranks of an
-/// in-process group, or this process's rank of an MPI job); results in the
-/// order of `comms`. Worker `comm.rank()` gets `spec.speeds[rank]`.
-pub fn run_with<T, F, Fut>(spec: RealSpec, comms: Vec<Box<dyn Communicator>>, make: F) -> Result<Vec<T>>
+/// Runs one participant thread per fabric in `fabrics` (all participants of
+/// an in-process job, or this process's participant of an MPI job); results
+/// in the order of `fabrics`.
+pub fn run_with<T, F, Fut>(spec: RealSpec, fabrics: Vec<Box<dyn Fabric>>, make: F) -> Result<Vec<T>>
 where
     T: Send,
     F: Fn(RealCtx) -> Fut + Sync,
     Fut: Future<Output = Result<T>>,
 {
-    let world = comms.first().map_or(0, |c| c.world());
-    if spec.speeds.len() != world {
-        bail!("real runtime: {} speed factors for {world} workers", spec.speeds.len());
+    let topo = spec.topology;
+    topo.validate()?;
+    if spec.speeds.len() != topo.workers {
+        bail!("real runtime: {} speed factors for {} workers", spec.speeds.len(), topo.workers);
     }
-    let t0 = Instant::now();
+    if let Some(f) = fabrics.iter().find(|f| f.participants() != topo.participants()) {
+        bail!("real runtime: the fabric has {} participants but the job has {}", f.participants(), topo.participants());
+    }
+    // A resumed run continues its clock from the latest saved one.
+    let resumed_s = spec.start.iter().map(|t| t.total_s).fold(0.0, f64::max);
+    let t0 = Instant::now().checked_sub(Duration::from_secs_f64(resumed_s)).unwrap_or_else(Instant::now);
     let results: Vec<Result<T>> = std::thread::scope(|s| {
-        let handles: Vec<_> = comms
+        let handles: Vec<_> = fabrics
             .into_iter()
-            .map(|comm| {
+            .map(|fabric| {
                 let (make, spec) = (&make, &spec);
+                let rank = fabric.rank();
                 s.spawn(move || {
-                    let rank = comm.rank();
-                    let comm = CommThread::spawn(comm, spec.link);
+                    let comm_events = Arc::new(Mutex::new(EventLog::new()));
+                    let (tx, rx) = mpsc::channel::<Job>();
+                    let (link, events) = (spec.link, comm_events.clone());
+                    let comm_thread = std::thread::Builder::new()
+                        .name(format!("comm-{rank}"))
+                        .spawn(move || serve(fabric, link, topo, t0, rx, events))
+                        .expect("spawn communication thread");
                     let ctx = RealCtx {
                         rank,
-                        world,
-                        comm,
-                        speed: spec.speeds[rank],
+                        topo,
+                        jobs: Some(tx),
+                        comm_thread: Some(comm_thread),
+                        comm_events,
+                        speed: spec.speeds.get(rank).copied().unwrap_or(1.0),
                         t0,
-                        times: WorkerTimes::default(),
+                        times: spec.start.get(rank).cloned().unwrap_or_default(),
                         events: EventLog::new(),
                         round: 0,
-                        bytes_per_elem: spec.wire.bytes_per_elem(),
-                        comm_free_at: 0.0,
+                        in_flight: 0,
+                        measured: (0, 0.0),
                     };
                     block_on(make(ctx))
                 })
@@ -219,8 +283,36 @@ where
             .collect();
         handles
             .into_iter()
-            .map(|h| h.join().unwrap_or_else(|_| Err(anyhow::anyhow!("a worker thread panicked"))))
+            .map(|h| h.join().unwrap_or_else(|p| Err(anyhow!("a participant thread panicked: {}", panic_text(&p)))))
             .collect()
     });
+    // The first real error explains the others (peers that panicked because it left).
+    if let Some(i) = results
+        .iter()
+        .position(|r| r.as_ref().is_err_and(|e| !e.to_string().starts_with("a participant thread panicked")))
+    {
+        return Err(results.into_iter().nth(i).expect("exists").err().expect("an error"));
+    }
     results.into_iter().collect()
+}
+
+/// The text of a panic payload.
+pub(super) fn panic_text(p: &Box<dyn Any + Send>) -> String {
+    p.downcast_ref::<String>().cloned().or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string())).unwrap_or_default()
+}
+
+/// The communication thread's loop: one task at a time, in order.
+fn serve(
+    mut fabric: Box<dyn Fabric>,
+    link: Option<LinkModel>,
+    topo: Topology,
+    t0: Instant,
+    rx: mpsc::Receiver<Job>,
+    events: Arc<Mutex<EventLog>>,
+) {
+    for job in rx {
+        let mut comm = RealComm::new(fabric.as_mut(), link, topo, t0, &events, job.round);
+        let out = (job.run)(&mut comm);
+        job.done.complete(Ok(out));
+    }
 }

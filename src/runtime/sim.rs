@@ -1,27 +1,33 @@
 //! The simulated cluster: real math, virtual time, one thread.
 //!
-//! Every worker is a future. The executor keeps a queue of wake-ups ordered
-//! by (virtual time, rank) and polls one worker at a time, so the order in
-//! which things happen depends only on the cost model: the same seed gives
-//! the same bits, every run.
+//! Every participant is two actors: its compute actor (the strategy's
+//! future) and its communication actor (a loop running the participant's
+//! started tasks one after another, the papers' communication stream). The
+//! executor keeps a queue of wake-ups ordered by (virtual time, lane,
+//! participant), communication lane first, and polls one actor at a time,
+//! so the order in which things happen depends only on the cost model: the
+//! same seed gives the same bits, every run.
 //!
-//! - [`Ctx::compute`] runs the math at once and resumes the worker at
+//! - [`Ctx::compute`] runs the math at once and resumes the actor at
 //!   `now + cost / speed`.
-//! - A collective completes at `max(join times) + link cost`; its math runs
-//!   when the last member joins (same element recipe as the local backend:
-//!   ranks summed in order 0..p, Mean by division, wire rounding), so sim and
-//!   real runs of a synchronous strategy give the same bits.
-//! - [`Ctx::is_done`] at time t is exact: a peer that joins before t has
-//!   already been polled, because events are processed in time order.
+//! - A collective (sim_comm.rs) completes at `max(join times) + link cost`;
+//!   its math runs when the last member joins, with the in-process
+//!   backend's element recipe (ranks summed in order, Mean by division,
+//!   wire rounding), so sim and real runs give the same bits.
+//! - [`Ctx::is_done`] at time t is exact: everything that happens before t
+//!   has happened, and at t the communication lane goes first.
 
-use super::{work_name, Collective, Ctx, Finished, Work, WorkerTimes};
-use crate::comm::{LinkModel, ReduceOp, WireDtype};
+use super::sim_comm::{Mail, SimComm};
+use super::{CommTask, Ctx, StartClocks, Topology, Work, WorkerTimes};
+use crate::comm::LinkModel;
 use crate::metrics::{EventLog, Span};
 use anyhow::{bail, Result};
+use std::any::Any;
 use std::cell::RefCell;
 use std::cmp::Reverse;
-use std::collections::{BTreeMap, BinaryHeap};
+use std::collections::{BinaryHeap, HashMap, VecDeque};
 use std::future::Future;
+use std::marker::PhantomData;
 use std::pin::Pin;
 use std::rc::Rc;
 use std::task::{Context, Poll, Waker};
@@ -31,20 +37,61 @@ use std::task::{Context, Poll, Waker};
 pub struct SimSpec {
     /// Virtual seconds of one micro-batch on a worker of speed 1.
     pub micro_batch_s: f64,
-    /// Speed factor per worker (1 nominal, 0.25 = four times slower).
+    /// Speed factor per worker (1 nominal, 0.25 = four times slower); the
+    /// server, if any, runs at 1.
     pub speeds: Vec<f64>,
     /// Link costs; `None` makes communication free.
     pub link: Option<LinkModel>,
-    /// What travels on the wire.
-    pub wire: WireDtype,
-    /// Multiplier from elements communicated to elements costed, so a small
-    /// model can be trained under the timing of a big one
+    /// Multiplier from elements communicated or updated to elements costed,
+    /// so a small model can be trained under the timing of a big one
     /// (timing-model parameters / real parameters).
     pub comm_scale: f64,
+    /// Workers, nodes, server.
+    pub topology: Topology,
+    /// Device memory bandwidth for memory-bound work ([`Work::Optimizer`],
+    /// [`Work::Elementwise`]); `None` makes that work free.
+    pub memory_bytes_per_s: Option<f64>,
+    /// Device FLOP/s for [`Work::Flops`]; `None` makes that work free.
+    pub flops_per_s: Option<f64>,
+    /// Where each participant's clock starts (empty: at zero).
+    pub start: StartClocks,
+}
+
+impl SimSpec {
+    /// A flat cluster of `workers` equal workers, `micro_batch_s` per
+    /// micro-batch, `link` (or free communication).
+    pub fn flat(workers: usize, micro_batch_s: f64, link: Option<LinkModel>) -> SimSpec {
+        SimSpec {
+            micro_batch_s,
+            speeds: vec![1.0; workers],
+            link,
+            comm_scale: 1.0,
+            topology: Topology::flat(workers),
+            memory_bytes_per_s: None,
+            flops_per_s: None,
+            start: Vec::new(),
+        }
+    }
+
+    /// Virtual seconds `work` takes on a participant of speed `speed`.
+    pub fn cost(&self, work: Work, speed: f64) -> f64 {
+        // Bytes an element costs: AdamW reads p, g, m, v and writes p, m, v;
+        // other elementwise work reads two and writes one.
+        let mem = |elems: usize, bytes: f64| {
+            self.memory_bytes_per_s.map_or(0.0, |bw| elems as f64 * self.comm_scale * bytes / bw)
+        };
+        let t = match work {
+            Work::MicroBatch => self.micro_batch_s,
+            Work::Optimizer { params } => mem(params, 28.0),
+            Work::Elementwise { elems, .. } => mem(elems, 12.0),
+            Work::Flops { flops, .. } => self.flops_per_s.map_or(0.0, |f| flops * self.comm_scale / f),
+        };
+        t / speed
+    }
 }
 
 #[derive(Clone, Copy, PartialEq)]
-struct Time(f64);
+pub(super) struct Time(pub f64);
 impl Eq for Time {}
 impl Ord for Time {
     fn cmp(&self, o: &Self) -> std::cmp::Ordering {
@@ -57,159 +104,186 @@ impl PartialOrd for Time {
     }
 }
 
-/// A collective in flight: who joined with what, and when it completes.
-struct SimOp {
-    joined: Vec<Option<(Collective, f64)>>,
-    count: usize,
-    done_at: Option<f64>,
-    results: Vec<Option<Finished>>,
-    waiters: Vec<usize>,
+/// Which actor of a participant a wake-up is for; the communication lane
+/// sorts first, so completions at time t are visible to compute at t.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub(super) enum Lane {
+    Comm = 0,
+    Compute = 1,
 }
 
-struct State {
-    now: f64,
-    wakes: BinaryHeap<Reverse<(Time, usize)>>,
-    /// Ops by sequence number; every worker starts collectives in the same order.
-    ops: BTreeMap<u64, SimOp>,
-    started: Vec<u64>,
-    spec: SimSpec,
-    times: Vec<WorkerTimes>,
-    events: Vec<EventLog>,
-    rounds: Vec<u64>,
+type TaskFuture = Pin<Box<dyn Future<Output = Box<dyn Any>>>>;
+type TaskFn = Box<dyn FnOnce(SimComm) -> TaskFuture>;
+
+/// A started task waiting for the communication actor.
+struct Queued {
+    id: u64,
+    round: u64,
+    run: TaskFn,
+}
+
+/// One participant's state.
+pub(super) struct Part {
+    pub speed: f64,
+    pub times: WorkerTimes,
+    pub events: EventLog,
+    pub round: u64,
+    /// Tasks started and not yet run, in order.
+    queue: VecDeque<Queued>,
+    /// The communication actor waits for a task.
+    comm_idle: bool,
+    next_id: u64,
+    /// Completed tasks' outputs, until waited for.
+    finished: HashMap<u64, Box<dyn Any>>,
+    /// The task the compute actor waits on.
+    waiting: Option<u64>,
+    in_flight: usize,
+    /// Messages delivered or on their way here.
+    pub mailbox: Vec<Mail>,
+    /// What the communication actor is blocked on (deadlock reports).
+    pub blocked: Option<String>,
+}
+
+/// The whole simulated cluster.
+pub(super) struct State {
+    pub now: f64,
+    wakes: BinaryHeap<Reverse<(Time, Lane, usize)>>,
+    pub parts: Vec<Part>,
+    pub spec: SimSpec,
+    /// Collectives per group (sim_comm.rs).
+    pub groups: HashMap<Vec<usize>, super::sim_comm::GroupOps>,
+    /// Reused buffers (first-touch page faults cost ~10x a copy).
+    pub pool: Vec<Vec<f32>>,
+    /// Messages sent so far, for a deterministic tie-break.
+    pub mail_seq: u64,
 }
 
 impl State {
-    fn wake(&mut self, at: f64, rank: usize) {
-        self.wakes.push(Reverse((Time(at), rank)));
+    pub fn wake(&mut self, at: f64, lane: Lane, p: usize) {
+        self.wakes.push(Reverse((Time(at), lane, p)));
+    }
+
+    /// A buffer of `n` zeros, from the pool when it has one.
+    pub fn take_buf(&mut self, n: usize) -> Vec<f32> {
+        let mut v = self.pool.pop().unwrap_or_default();
+        v.clear();
+        v.resize(n, 0.0);
+        v
+    }
+
+    /// Returns a buffer to the pool.
+    pub fn give_buf(&mut self, v: Vec<f32>) {
+        if self.pool.len() < 64 {
+            self.pool.push(v);
+        }
     }
 }
 
-/// A worker's view of the simulated cluster.
+/// A participant's view of the simulated cluster.
 pub struct SimCtx {
     rank: usize,
-    world: usize,
     state: Rc<RefCell<State>>,
 }
 
-/// Handle of a simulated collective.
-pub struct SimHandle(u64);
+/// Handle of a simulated task with output `T`.
+pub struct SimHandle<T> {
+    id: u64,
+    _out: PhantomData<T>,
+}
 
 impl Ctx for SimCtx {
-    type Handle = SimHandle;
+    type Handle<T: Send + 'static> = SimHandle<T>;
     fn rank(&self) -> usize {
         self.rank
     }
-    fn world(&self) -> usize {
-        self.world
+    fn topology(&self) -> Topology {
+        self.state.borrow().spec.topology
     }
     fn now(&self) -> f64 {
         self.state.borrow().now
     }
+    fn speed(&self) -> f64 {
+        self.state.borrow().parts[self.rank].speed
+    }
+    fn micro_batch_estimate_s(&self) -> Option<f64> {
+        let st = self.state.borrow();
+        Some(st.spec.cost(Work::MicroBatch, st.parts[self.rank].speed))
+    }
     async fn compute<R>(&mut self, work: Work, f: impl FnOnce() -> R) -> R {
         let r = f();
-        let (until, dt) = {
+        let until = {
             let mut st = self.state.borrow_mut();
-            let dt = match work {
-                Work::MicroBatch => st.spec.micro_batch_s / st.spec.speeds[self.rank],
-                Work::Optimizer { .. } => 0.0,
-            };
-            let t = &mut st.times[self.rank];
-            t.compute_s += dt;
-            t.micro_batches += u64::from(work == Work::MicroBatch);
-            let (now, round) = (st.now, st.rounds[self.rank]);
+            let dt = st.spec.cost(work, st.parts[self.rank].speed);
+            let now = st.now;
+            let part = &mut st.parts[self.rank];
+            part.times.compute_s += dt;
+            let mb = u32::from(work == Work::MicroBatch);
+            part.times.micro_batches += u64::from(mb);
             if dt > 0.0 {
-                let span = Span::compute(self.rank, work_name(work), now, now + dt)
-                    .with_micro_batches(u32::from(work == Work::MicroBatch))
-                    .with_round(round);
-                st.events[self.rank].push(span);
+                let span =
+                    Span::compute(self.rank, work.name(), now, now + dt).with_micro_batches(mb).with_round(part.round);
+                part.events.push(span);
             }
-            (now + dt, dt)
+            now + dt
         };
-        if dt > 0.0 {
-            SleepUntil { state: &self.state, rank: self.rank, until, registered: false }.await;
-        }
+        sleep_until(&self.state, self.rank, Lane::Compute, until).await;
         r
     }
-    fn start(&mut self, op: Collective) -> SimHandle {
-        let mut guard = self.state.borrow_mut();
-        // Through a plain &mut so fields can be borrowed separately.
-        let st = &mut *guard;
-        let seq = st.started[self.rank];
-        st.started[self.rank] += 1;
-        st.times[self.rank].collectives += 1;
-        let now = st.now;
-        let world = self.world;
-        let entry = st.ops.entry(seq).or_insert_with(|| SimOp {
-            joined: (0..world).map(|_| None).collect(),
-            count: 0,
-            done_at: None,
-            results: (0..world).map(|_| None).collect(),
-            waiters: Vec::new(),
-        });
-        entry.joined[self.rank] = Some((op, now));
-        entry.count += 1;
-        if entry.count == world {
-            let spec = st.spec.clone();
-            let op = st.ops.get_mut(&seq).expect("just inserted");
-            let last = op.joined.iter().flatten().map(|(_, t)| *t).fold(0.0, f64::max);
-            let bpe = spec.wire.bytes_per_elem();
-            let spans: Vec<Span> = op
-                .joined
-                .iter()
-                .enumerate()
-                .map(|(r, j)| {
-                    let (c, t) = j.as_ref().expect("all joined");
-                    Span::comm(r, c.name(), *t, *t).with_bytes(c.bytes_sent(r, world, bpe))
-                })
-                .collect();
-            let (results, cost) = execute(&mut op.joined, &spec);
-            let done = last + cost;
-            for mut span in spans {
-                span.end_s = done;
-                span.round = st.rounds[span.worker];
-                st.events[span.worker].push(span);
-            }
-            op.results = results.into_iter().map(Some).collect();
-            op.done_at = Some(done);
-            let waiters = std::mem::take(&mut op.waiters);
-            for w in waiters {
-                st.wake(done, w);
-            }
-        }
-        SimHandle(seq)
-    }
-    fn is_done(&self, h: &SimHandle) -> bool {
-        let st = self.state.borrow();
-        st.ops.get(&h.0).and_then(|o| o.done_at).is_some_and(|t| t <= st.now)
-    }
-    async fn wait(&mut self, h: SimHandle) -> Finished {
-        let t0 = self.now();
-        WaitOp { state: &self.state, rank: self.rank, seq: h.0, registered: false }.await;
+    fn start<T: CommTask>(&mut self, task: T) -> SimHandle<T::Output> {
         let mut st = self.state.borrow_mut();
         let now = st.now;
-        st.times[self.rank].idle_s += now - t0;
-        let op = st.ops.get_mut(&h.0).expect("op exists");
-        let out = op.results[self.rank].take().expect("each rank takes its result once");
-        if op.results.iter().all(Option::is_none) {
-            st.ops.remove(&h.0);
+        let part = &mut st.parts[self.rank];
+        let id = part.next_id;
+        part.next_id += 1;
+        part.times.collectives += 1;
+        part.in_flight += 1;
+        let run: TaskFn = Box::new(move |mut comm: SimComm| {
+            Box::pin(async move { Box::new(task.run(&mut comm).await) as Box<dyn Any> })
+        });
+        part.queue.push_back(Queued { id, round: part.round, run });
+        if part.comm_idle {
+            part.comm_idle = false;
+            st.wake(now, Lane::Comm, self.rank);
         }
-        out
+        SimHandle { id, _out: PhantomData }
+    }
+    fn is_done<T: Send + 'static>(&self, h: &SimHandle<T>) -> bool {
+        self.state.borrow().parts[self.rank].finished.contains_key(&h.id)
+    }
+    async fn wait<T: Send + 'static>(&mut self, h: SimHandle<T>) -> T {
+        let t0 = self.now();
+        let out = WaitTask { state: &self.state, rank: self.rank, id: h.id }.await;
+        let mut st = self.state.borrow_mut();
+        let now = st.now;
+        let part = &mut st.parts[self.rank];
+        part.times.idle_s += now - t0;
+        part.in_flight -= 1;
+        *out.downcast::<T>().expect("a task's output has the task's type")
+    }
+    fn in_flight(&self) -> usize {
+        self.state.borrow().parts[self.rank].in_flight
     }
     fn times(&self) -> WorkerTimes {
         let st = self.state.borrow();
-        WorkerTimes { total_s: st.now, ..st.times[self.rank].clone() }
+        WorkerTimes { total_s: st.now, ..st.parts[self.rank].times.clone() }
     }
     fn mark_round(&mut self, round: u64) {
-        self.state.borrow_mut().rounds[self.rank] = round;
+        self.state.borrow_mut().parts[self.rank].round = round;
     }
     fn take_events(&mut self) -> EventLog {
-        std::mem::take(&mut self.state.borrow_mut().events[self.rank])
+        std::mem::take(&mut self.state.borrow_mut().parts[self.rank].events)
     }
 }
 
-struct SleepUntil<'a> {
+/// Resumes `rank`'s actor on `lane` at `until`.
+pub(super) fn sleep_until(state: &Rc<RefCell<State>>, rank: usize, lane: Lane, until: f64) -> SleepUntil<'_> {
+    SleepUntil { state, rank, lane, until, registered: false }
+}
+
+pub(super) struct SleepUntil<'a> {
     state: &'a Rc<RefCell<State>>,
     rank: usize,
+    lane: Lane,
     until: f64,
     registered: bool,
 }
@@ -222,8 +296,8 @@ impl Future for SleepUntil<'_> {
             return Poll::Ready(());
         }
         if !self.registered {
-            let (u, r) = (self.until, self.rank);
-            st.wake(u, r);
+            let (u, l, r) = (self.until, self.lane, self.rank);
+            st.wake(u, l, r);
             drop(st);
             self.registered = true;
         }
@@ -231,243 +305,158 @@ impl Future for SleepUntil<'_> {
     }
 }
 
-struct WaitOp<'a> {
+struct WaitTask<'a> {
     state: &'a Rc<RefCell<State>>,
     rank: usize,
-    seq: u64,
-    registered: bool,
+    id: u64,
 }
 
-impl Future for WaitOp<'_> {
-    type Output = ();
-    fn poll(mut self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<()> {
-        let (rank, seq) = (self.rank, self.seq);
+impl Future for WaitTask<'_> {
+    type Output = Box<dyn Any>;
+    fn poll(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Box<dyn Any>> {
         let mut st = self.state.borrow_mut();
+        let part = &mut st.parts[self.rank];
+        match part.finished.remove(&self.id) {
+            Some(out) => {
+                part.waiting = None;
+                Poll::Ready(out)
+            }
+            None => {
+                part.waiting = Some(self.id);
+                Poll::Pending
+            }
+        }
+    }
+}
+
+/// The next queued task of `rank`, or pending (idle) until one is started.
+struct NextTask<'a> {
+    state: &'a Rc<RefCell<State>>,
+    rank: usize,
+}
+
+impl Future for NextTask<'_> {
+    type Output = Queued;
+    fn poll(self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<Queued> {
+        let mut st = self.state.borrow_mut();
+        let part = &mut st.parts[self.rank];
+        match part.queue.pop_front() {
+            Some(q) => Poll::Ready(q),
+            None => {
+                part.comm_idle = true;
+                Poll::Pending
+            }
+        }
+    }
+}
+
+/// The communication actor of `rank`: runs started tasks in order, for ever.
+async fn comm_actor(state: Rc<RefCell<State>>, rank: usize) {
+    loop {
+        let q = NextTask { state: &state, rank }.await;
+        let comm = SimComm::new(rank, q.round, state.clone());
+        let out = (q.run)(comm).await;
+        let mut st = state.borrow_mut();
         let now = st.now;
-        let op = st.ops.get_mut(&seq).expect("waiting on a started op");
-        match op.done_at {
-            Some(t) if t <= now => return Poll::Ready(()),
-            Some(t) if !self.registered => st.wake(t, rank),
-            None if !self.registered => op.waiters.push(rank),
-            _ => {}
-        }
-        drop(st);
-        self.registered = true;
-        Poll::Pending
-    }
-}
-
-/// The math and the link cost of a collective every member has joined.
-fn execute(joined: &mut [Option<(Collective, f64)>], spec: &SimSpec) -> (Vec<Finished>, f64) {
-    let p = joined.len();
-    let ops: Vec<Collective> = joined.iter_mut().map(|j| j.take().expect("all joined").0).collect();
-    let bpe = spec.wire.bytes_per_elem();
-    let scaled = |n: usize| (n as f64 * spec.comm_scale).round() as usize;
-    let link = |f: &dyn Fn(&LinkModel) -> f64| spec.link.as_ref().map_or(0.0, f);
-    let wire = spec.wire;
-    match &ops[0] {
-        Collective::Sharded(_) => {
-            let mut each: Vec<Box<super::ShardedOp>> = ops
-                .into_iter()
-                .map(|o| if let Collective::Sharded(b) = o { b } else { panic!("mismatched collectives") })
-                .collect();
-            let m = each[0].shard_g.len();
-            let padded = m * p;
-            let (known, clip) = (each[0].known_total, each[0].clip > 0.0);
-            let total = known.unwrap_or_else(|| {
-                let counts: Vec<[f32; 1]> = each.iter().map(|o| [o.count]).collect();
-                let mut acc = [0.0f32];
-                reduce(&mut acc, &counts.iter().map(|c| &c[..]).collect::<Vec<_>>(), 0, ReduceOp::Sum, wire);
-                acc[0]
-            });
-            let shards: Vec<Vec<f32>> = (0..p)
-                .map(|r| {
-                    let mut acc = vec![0.0f32; m];
-                    reduce(&mut acc, &each.iter().map(|o| &o.flat[..]).collect::<Vec<_>>(), r * m, ReduceOp::Sum, wire);
-                    acc
-                })
-                .collect();
-            for (o, g) in each.iter_mut().zip(shards) {
-                o.shard_g.copy_from_slice(&g);
-                o.normalise(total);
-            }
-            if clip {
-                let sq: Vec<[f32; 1]> = each.iter().map(|o| [o.shard_sq_norm()]).collect();
-                let mut acc = [0.0f32];
-                reduce(&mut acc, &sq.iter().map(|c| &c[..]).collect::<Vec<_>>(), 0, ReduceOp::Sum, wire);
-                each.iter_mut().for_each(|o| o.clip_by(acc[0]));
-            }
-            each.iter_mut().for_each(|o| o.run_step());
-            let gathered: Vec<f32> = each.iter().flat_map(|o| o.shard_out.iter().map(|&x| wire.round(x))).collect();
-            each.iter_mut().for_each(|o| o.flat.copy_from_slice(&gathered));
-            let scalar = |on: bool| if on { link(&|l| l.all_reduce_s(1, bpe, p)) } else { 0.0 };
-            let cost = scalar(known.is_none())
-                + link(&|l| l.reduce_scatter_s(scaled(padded), bpe, p))
-                + scalar(clip)
-                + link(&|l| l.all_gather_s(scaled(padded), bpe, p));
-            (
-                each.into_iter()
-                    .map(|o| Finished { output: Vec::new(), input: Vec::new(), sharded: Some(o) })
-                    .collect(),
-                cost,
-            )
-        }
-        Collective::AllReduce { buf, op } => {
-            let (n, op) = (buf.len(), *op);
-            let mut acc = vec![0.0f32; n];
-            let srcs: Vec<&[f32]> = ops
-                .iter()
-                .map(|o| {
-                    if let Collective::AllReduce { buf, .. } = o {
-                        &buf[..]
-                    } else {
-                        panic!("mismatched collectives")
-                    }
-                })
-                .collect();
-            reduce(&mut acc, &srcs, 0, op, wire);
-            let cost = link(&|l| l.all_reduce_s(scaled(n), bpe, p));
-            let res = ops.into_iter().map(|o| match o {
-                Collective::AllReduce { mut buf, .. } => {
-                    buf.copy_from_slice(&acc);
-                    Finished { output: buf, input: Vec::new(), sharded: None }
-                }
-                _ => unreachable!(),
-            });
-            (res.collect(), cost)
-        }
-        Collective::ReduceScatter { output, op, .. } => {
-            let (m, op) = (output.len(), *op);
-            let srcs: Vec<&[f32]> = ops
-                .iter()
-                .map(|o| {
-                    if let Collective::ReduceScatter { input, .. } = o {
-                        &input[..]
-                    } else {
-                        panic!("mismatched collectives")
-                    }
-                })
-                .collect();
-            let outs: Vec<Vec<f32>> = (0..p)
-                .map(|r| {
-                    let mut acc = vec![0.0f32; m];
-                    reduce(&mut acc, &srcs, r * m, op, wire);
-                    acc
-                })
-                .collect();
-            let cost = link(&|l| l.reduce_scatter_s(scaled(m * p), bpe, p));
-            let res = ops.into_iter().zip(outs).map(|(o, acc)| match o {
-                Collective::ReduceScatter { input, mut output, .. } => {
-                    output.copy_from_slice(&acc);
-                    Finished { output, input, sharded: None }
-                }
-                _ => unreachable!(),
-            });
-            (res.collect(), cost)
-        }
-        Collective::AllGather { input, .. } => {
-            let m = input.len();
-            let mut gathered = Vec::with_capacity(m * p);
-            for o in &ops {
-                let Collective::AllGather { input, .. } = o else { panic!("mismatched collectives") };
-                gathered.extend(input.iter().map(|&x| wire.round(x)));
-            }
-            let cost = link(&|l| l.all_gather_s(scaled(m * p), bpe, p));
-            let res = ops.into_iter().map(|o| match o {
-                Collective::AllGather { input, mut output } => {
-                    output.copy_from_slice(&gathered);
-                    Finished { output, input, sharded: None }
-                }
-                _ => unreachable!(),
-            });
-            (res.collect(), cost)
-        }
-        Collective::Broadcast { buf, root } => {
-            let (n, root) = (buf.len(), *root);
-            let Collective::Broadcast { buf: src, .. } = &ops[root] else { panic!("mismatched collectives") };
-            let data: Vec<f32> = src.iter().map(|&x| wire.round(x)).collect();
-            let cost = link(&|l| l.broadcast_s(scaled(n), bpe, p));
-            let res = ops.into_iter().map(|o| match o {
-                Collective::Broadcast { mut buf, .. } => {
-                    buf.copy_from_slice(&data);
-                    Finished { output: buf, input: Vec::new(), sharded: None }
-                }
-                _ => unreachable!(),
-            });
-            (res.collect(), cost)
+        let part = &mut st.parts[rank];
+        part.finished.insert(q.id, out);
+        if part.waiting == Some(q.id) {
+            st.wake(now, Lane::Compute, rank);
         }
     }
 }
 
-/// `acc[i] = finish(sum_q round(src_q[off + i]))`, ranks in order 0..p: the
-/// local backend's element recipe, so sim and real agree bit for bit.
-fn reduce(acc: &mut [f32], srcs: &[&[f32]], off: usize, op: ReduceOp, wire: WireDtype) {
-    for (q, s) in srcs.iter().enumerate() {
-        let s = &s[off..off + acc.len()];
-        if q == 0 {
-            acc.iter_mut().zip(s).for_each(|(a, &x)| *a = wire.round(x));
-        } else {
-            acc.iter_mut().zip(s).for_each(|(a, &x)| *a += wire.round(x));
-        }
-    }
-    let p = srcs.len() as f32;
-    for a in acc.iter_mut() {
-        if op == ReduceOp::Mean {
-            *a /= p;
-        }
-        *a = wire.round(*a);
-    }
-}
+type Actor<'a, T> = Pin<Box<dyn Future<Output = Result<T>> + 'a>>;
 
-/// Run `world` workers to completion under `spec`. `make(ctx)` builds
-/// worker r's future from its context.
-pub fn run<'a, T, F, Fut>(spec: SimSpec, world: usize, mut make: F) -> Result<Vec<T>>
+/// Runs every participant of `spec.topology` to completion. `make(ctx)`
+/// builds participant p's future from its context; results in participant order.
+pub fn run<'a, T, F, Fut>(spec: SimSpec, mut make: F) -> Result<Vec<T>>
 where
     F: FnMut(SimCtx) -> Fut,
     Fut: Future<Output = Result<T>> + 'a,
 {
-    if spec.speeds.len() != world {
-        bail!("sim: {} speed factors for {world} workers", spec.speeds.len());
+    let topo = spec.topology;
+    topo.validate()?;
+    let n = topo.participants();
+    if spec.speeds.len() != topo.workers {
+        bail!("sim: {} speed factors for {} workers", spec.speeds.len(), topo.workers);
     }
+    if !spec.start.is_empty() && spec.start.len() != n {
+        bail!("sim: {} start clocks for {n} participants", spec.start.len());
+    }
+    let parts = (0..n)
+        .map(|p| Part {
+            speed: spec.speeds.get(p).copied().unwrap_or(1.0),
+            times: spec.start.get(p).cloned().unwrap_or_default(),
+            events: EventLog::new(),
+            round: 0,
+            queue: VecDeque::new(),
+            comm_idle: true,
+            next_id: 0,
+            finished: HashMap::new(),
+            waiting: None,
+            in_flight: 0,
+            mailbox: Vec::new(),
+            blocked: None,
+        })
+        .collect();
     let state = Rc::new(RefCell::new(State {
         now: 0.0,
         wakes: BinaryHeap::new(),
-        ops: BTreeMap::new(),
-        started: vec![0; world],
+        parts,
         spec,
-        times: vec![WorkerTimes::default(); world],
-        events: (0..world).map(|_| EventLog::new()).collect(),
-        rounds: vec![0; world],
+        groups: HashMap::new(),
+        pool: Vec::new(),
+        mail_seq: 0,
     }));
-    type Worker<'a, T> = Pin<Box<dyn Future<Output = Result<T>> + 'a>>;
-    let mut futs: Vec<Option<Worker<'a, T>>> = (0..world)
-        .map(|rank| {
-            Some(Box::pin(make(SimCtx { rank, world, state: state.clone() }))
-                as Pin<Box<dyn Future<Output = Result<T>>>>)
-        })
-        .collect();
-    let mut out: Vec<Option<T>> = (0..world).map(|_| None).collect();
-    for r in 0..world {
-        state.borrow_mut().wake(0.0, r);
+    let mut compute: Vec<Option<Actor<'a, T>>> =
+        (0..n).map(|rank| Some(Box::pin(make(SimCtx { rank, state: state.clone() })) as Actor<'a, T>)).collect();
+    let mut comm: Vec<Pin<Box<dyn Future<Output = ()>>>> =
+        (0..n).map(|rank| Box::pin(comm_actor(state.clone(), rank)) as Pin<Box<dyn Future<Output = ()>>>).collect();
+    let mut out: Vec<Option<T>> = (0..n).map(|_| None).collect();
+    {
+        let mut st = state.borrow_mut();
+        for p in 0..n {
+            // A resumed participant continues from the clock it saved.
+            let at = st.parts[p].times.total_s;
+            st.wake(at, Lane::Compute, p);
+        }
     }
     let mut cx = Context::from_waker(Waker::noop());
     loop {
         let next = state.borrow_mut().wakes.pop();
-        let Some(Reverse((Time(t), r))) = next else { break };
+        let Some(Reverse((Time(t), lane, p))) = next else { break };
         {
             let mut st = state.borrow_mut();
             assert!(t >= st.now, "virtual time went backwards ({} -> {t})", st.now);
             st.now = t;
         }
-        let Some(fut) = futs[r].as_mut() else { continue };
-        if let Poll::Ready(res) = fut.as_mut().poll(&mut cx) {
-            out[r] = Some(res?);
-            futs[r] = None;
+        match lane {
+            Lane::Comm => {
+                let _ = comm[p].as_mut().poll(&mut cx);
+            }
+            Lane::Compute => {
+                let Some(fut) = compute[p].as_mut() else { continue };
+                if let Poll::Ready(res) = fut.as_mut().poll(&mut cx) {
+                    out[p] = Some(res?);
+                    compute[p] = None;
+                }
+            }
         }
     }
-    let stuck: Vec<usize> = (0..world).filter(|&r| out[r].is_none()).collect();
+    let stuck: Vec<String> = (0..n)
+        .filter(|&p| out[p].is_none())
+        .map(|p| {
+            let st = state.borrow();
+            let on = st.parts[p].blocked.clone().unwrap_or_else(|| "a task that never completes".into());
+            format!("participant {p} waits on {on}")
+        })
+        .collect();
     if !stuck.is_empty() {
-        bail!("simulation deadlock: workers {stuck:?} wait on collectives their peers never started (strategies must start the same collectives in the same order)");
+        bail!(
+            "simulation deadlock: {} (every member of a group must start the same collectives in the same order)",
+            stuck.join("; ")
+        );
     }
     Ok(out.into_iter().map(|o| o.expect("checked")).collect())
 }

@@ -11,28 +11,38 @@
 //! ```
 //! With SGD, theta(t+1) = theta(t) - lr * (sum of gradients at theta(t) and
 //! at theta~(t)) / (their count): no stale gradient (Sec. 3, "Theoretical
-//! discussion").
+//! discussion"). The look-ahead uses lr(t): it estimates theta(t+1), the
+//! result of step t.
 
+use super::journal::{Journal, StrategyState};
 use super::sharded::{accumulate_while, Sharded, Update};
-use super::worker::{Outcome, Plan, Worker};
+use super::worker::{replica_piece, Outcome, Plan, Worker};
 use crate::runtime::{Ctx, Work};
 use anyhow::Result;
 
-/// Run ACCO on one worker; returns its losses, steps and memory.
-pub async fn run<C: Ctx>(ctx: &mut C, w: &mut Worker, plan: &Plan) -> Result<Outcome> {
+/// Run ACCO on one worker.
+pub async fn run<C: Ctx>(ctx: &mut C, w: &mut Worker, plan: &Plan, j: &mut Journal) -> Result<Outcome> {
     let mut shard = Sharded::new(&w.model.params, ctx.rank(), ctx.world(), plan)?;
-    let mut losses = Vec::with_capacity(plan.steps as usize);
-    // g~(0): one micro-batch on theta(0).
-    w.model.zero_grads();
-    ctx.compute(Work::MicroBatch, || w.micro_batch(1.0)).await;
-    let (mut tilde, mut tilde_n) = (w.model.grads.clone(), 1usize);
-    for t in 0..plan.steps {
+    let rank = ctx.rank();
+    let (mut tilde, mut tilde_n) = match j.take_resumed() {
+        Some(s) => {
+            shard.restore(&s)?;
+            (s.tensor("tilde")?.to_vec(), s.count("tilde_n")? as usize)
+        }
+        None => {
+            // g~(0): one micro-batch on theta(0).
+            w.model.zero_grads();
+            ctx.compute(Work::MicroBatch, || w.micro_batch(1.0)).await;
+            (w.model.grads.clone(), 1)
+        }
+    };
+    for t in j.first_round()..plan.end {
         ctx.mark_round(t);
         let lr = plan.schedule.lr(t);
         // Stage 1 (eq. 1): estimate theta~(t+1) from g~(t) while computing g(t) on theta(t).
         let mut r1 = shard.start(ctx, &tilde, tilde_n as f32, None, Update::LookAhead, lr);
         w.model.zero_grads();
-        let (loss1, n1) = accumulate_while(ctx, w, &mut shard, &mut r1, plan.fixed_micro_batches).await;
+        let (loss1, n1) = accumulate_while(ctx, w, &shard, &r1, plan.fixed_micro_batches).await;
         shard.finish(ctx, &mut r1).await;
         w.model.params.copy_from_slice(shard.gathered()); // theta~(t+1)
                                                           // Stage 2 (eq. 2): commit theta(t+1) from g(t) + g~(t) while computing g~(t+1) on theta~(t+1).
@@ -41,12 +51,24 @@ pub async fn run<C: Ctx>(ctx: &mut C, w: &mut Worker, plan: &Plan) -> Result<Out
         }
         let mut r2 = shard.start(ctx, &tilde, (n1 + tilde_n) as f32, None, Update::Commit, lr);
         w.model.zero_grads();
-        let (loss2, n2) = accumulate_while(ctx, w, &mut shard, &mut r2, plan.fixed_micro_batches).await;
+        let (loss2, n2) = accumulate_while(ctx, w, &shard, &r2, plan.fixed_micro_batches).await;
         shard.finish(ctx, &mut r2).await;
         w.model.params.copy_from_slice(shard.gathered()); // theta(t+1)
-        losses.push(((loss1 + loss2) / (n1 + n2) as f64) as f32);
+        j.step(ctx, t + 1, ((loss1 + loss2) / (n1 + n2) as f64) as f32, (n1 + tilde_n) as u64);
         tilde.copy_from_slice(&w.model.grads);
         tilde_n = n2;
+        j.round_end(ctx, Some(w), t + 1, plan.end, || {
+            let mut s = StrategyState { model: replica_piece(rank, &w.model.params), ..StrategyState::default() };
+            shard.save(&mut s);
+            s.tensors.push(("tilde".into(), tilde.clone()));
+            s.scalars = serde_json::json!({ "tilde_n": tilde_n });
+            s
+        })
+        .await?;
     }
-    Ok(Outcome { losses, optimizer_steps: shard.steps_taken(), memory: shard.memory(1) })
+    Ok(Outcome {
+        optimizer_steps: shard.steps_taken(),
+        memory: shard.memory(1),
+        model: replica_piece(rank, &w.model.params),
+    })
 }

@@ -6,36 +6,65 @@
 //! ```text
 //! theta~(1) = theta(0),  g~_i(0) = grad F(theta(0), xi),  N_i(0) = 1
 //! for t in 0..T (both sides in parallel):
-//!     g~_i(t+1) = sum_k grad F(theta~(t+1), xi_{i,k})   | theta(t+1)  = Opt(theta(t), sum_i g~_i(t) / sum_i N_i(t))
-//!                                                       | theta~(t+2) = Opt(theta(t+1), same gradients)   (look-ahead)
+//!     g~_i(t+1) = sum_k grad F(theta~(t+1), xi_{i,k})   | theta(t+1)  = Opt(theta(t), sum_i g~_i(t) / sum_i N_i(t))       at lr(t)
+//!                                                       | theta~(t+2) = Opt(theta(t+1), same gradients)                   at lr(t+1), look-ahead
 //! ```
+//! The prediction stands in for step t+1, so it takes that step's learning
+//! rate. Whether it should also update the moments is left open by the
+//! paper: it is a look-ahead step from theta(t+1), moments updated as that
+//! step would, nothing committed (see sharded.rs).
 
+use super::journal::{Journal, StrategyState};
 use super::sharded::{accumulate_while, Sharded, Update};
-use super::worker::{Outcome, Plan, Worker};
+use super::worker::{replica_piece, Outcome, Plan, Worker};
 use crate::runtime::{Ctx, Work};
 use anyhow::Result;
 
-/// Run ACCO-wp on one worker; returns its losses, steps and memory.
-/// At the end the replica holds the committed theta(T), not the prediction.
-pub async fn run<C: Ctx>(ctx: &mut C, w: &mut Worker, plan: &Plan) -> Result<Outcome> {
+/// Run ACCO-wp on one worker. At the end the replica holds the committed
+/// theta(T), not the prediction.
+pub async fn run<C: Ctx>(ctx: &mut C, w: &mut Worker, plan: &Plan, j: &mut Journal) -> Result<Outcome> {
     let mut shard = Sharded::new(&w.model.params, ctx.rank(), ctx.world(), plan)?;
-    let mut losses = Vec::with_capacity(plan.steps as usize);
-    w.model.zero_grads();
-    ctx.compute(Work::MicroBatch, || w.micro_batch(1.0)).await;
-    let (mut pending, mut pending_n) = (w.model.grads.clone(), 1usize);
-    for t in 0..plan.steps {
+    let (mut pending, mut pending_n) = match j.take_resumed() {
+        Some(s) => {
+            shard.restore(&s)?;
+            // The replica holds the prediction theta~(t+1), not the run's model.
+            w.model.params.copy_from_slice(s.tensor("predicted")?);
+            (s.tensor("pending")?.to_vec(), s.count("pending_n")? as usize)
+        }
+        None => {
+            w.model.zero_grads();
+            ctx.compute(Work::MicroBatch, || w.micro_batch(1.0)).await;
+            (w.model.grads.clone(), 1)
+        }
+    };
+    for t in j.first_round()..plan.end {
         ctx.mark_round(t);
-        let mut round =
-            shard.start(ctx, &pending, pending_n as f32, None, Update::CommitThenPredict, plan.schedule.lr(t));
+        let update = Update::CommitThenPredict { predict_lr: plan.schedule.lr(t + 1) };
+        let mut round = shard.start(ctx, &pending, pending_n as f32, None, update, plan.schedule.lr(t));
         w.model.zero_grads();
-        let (loss, n) = accumulate_while(ctx, w, &mut shard, &mut round, plan.fixed_micro_batches).await;
+        let (loss, n) = accumulate_while(ctx, w, &shard, &round, plan.fixed_micro_batches).await;
         shard.finish(ctx, &mut round).await;
-        losses.push((loss / n as f64) as f32);
+        j.step(ctx, t + 1, (loss / n as f64) as f32, pending_n as u64);
         w.model.params.copy_from_slice(shard.gathered());
         pending.copy_from_slice(&w.model.grads);
         pending_n = n;
+        j.round_end(ctx, Some(w), t + 1, plan.end, || {
+            // Every worker holds one shard of the committed theta(t+1).
+            let mut s = StrategyState { model: Some(shard.committed_piece()), ..StrategyState::default() };
+            shard.save(&mut s);
+            s.tensors.push(("pending".into(), pending.clone()));
+            s.tensors.push(("predicted".into(), w.model.params.clone()));
+            s.scalars = serde_json::json!({ "pending_n": pending_n });
+            s
+        })
+        .await?;
     }
     let committed = shard.gather_committed(ctx).await;
     w.model.params.copy_from_slice(committed);
-    Ok(Outcome { losses, optimizer_steps: shard.steps_taken(), memory: shard.memory(1) })
+    let rank = ctx.rank();
+    Ok(Outcome {
+        optimizer_steps: shard.steps_taken(),
+        memory: shard.memory(1),
+        model: replica_piece(rank, &w.model.params),
+    })
 }

@@ -8,32 +8,42 @@
 //!     theta = Opt(theta, clip(g))                      identical on every worker
 //! ```
 
-use super::worker::{accumulate, MemoryBytes, Outcome, Plan, Worker};
-use crate::comm::ReduceOp;
+use super::journal::{Journal, StrategyState};
+use super::worker::{accumulate, replica_piece, MemoryBytes, Outcome, Plan, Worker};
 use crate::optim::clip_global_norm;
-use crate::runtime::{Collective, Ctx, Work};
-use anyhow::Result;
+use crate::runtime::{AllReduce, Ctx, Group, Work};
+use anyhow::{Context, Result};
 
-/// Run DDP on one worker; returns its losses, steps and memory.
-pub async fn run<C: Ctx>(ctx: &mut C, w: &mut Worker, plan: &Plan) -> Result<Outcome> {
+/// Run DDP on one worker.
+pub async fn run<C: Ctx>(ctx: &mut C, w: &mut Worker, plan: &Plan, j: &mut Journal) -> Result<Outcome> {
     let n = w.model.num_params();
     let mut opt = plan.optimizer.try_build(n)?;
-    let mut losses = Vec::with_capacity(plan.steps as usize);
-    for step in 0..plan.steps {
+    if let Some(s) = j.take_resumed() {
+        opt.load_state(s.optimizer_steps, &s.tensors).context("checkpointed optimizer state does not fit")?;
+    }
+    let rank = ctx.rank();
+    for step in j.first_round()..plan.end {
         ctx.mark_round(step);
-        losses.push(accumulate(ctx, w, plan.grad_accum).await);
+        let loss = accumulate(ctx, w, plan.grad_accum).await;
         let grads = std::mem::take(&mut w.model.grads);
-        let h = ctx.start(Collective::AllReduce { buf: grads, op: ReduceOp::Mean });
-        w.model.grads = ctx.wait(h).await.output;
+        w.model.grads = ctx.run(AllReduce::mean(Group::World, grads, plan.wire)).await;
         if plan.grad_clip > 0.0 {
             clip_global_norm(&mut w.model.grads, plan.grad_clip);
         }
         let lr = plan.schedule.lr(step);
         let m = &mut w.model;
         ctx.compute(Work::Optimizer { params: n }, || opt.step(&mut m.params, &m.grads, lr, &plan.decay)).await;
+        j.step(ctx, step + 1, loss, plan.grad_accum as u64);
+        j.round_end(ctx, Some(w), step + 1, plan.end, || StrategyState {
+            tensors: opt.state_tensors().into_iter().map(|(k, v)| (k, v.to_vec())).collect(),
+            model: replica_piece(rank, &w.model.params),
+            optimizer_steps: opt.steps_taken(),
+            ..StrategyState::default()
+        })
+        .await?;
     }
     let f = std::mem::size_of::<f32>();
     // The all-reduce runs in place on the gradients: no extra buffer.
     let memory = MemoryBytes { params: f * n, grads: f * n, comm_buffers: 0, optimizer: f * opt.state_len() };
-    Ok(Outcome { losses, optimizer_steps: opt.steps_taken(), memory })
+    Ok(Outcome { optimizer_steps: opt.steps_taken(), memory, model: replica_piece(rank, &w.model.params) })
 }

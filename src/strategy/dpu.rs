@@ -11,45 +11,74 @@
 //! The first `warmup_steps` rounds are not delayed (zero1 steps), the
 //! recipe Ren et al. recommend; 0 disables the warmup.
 
+use super::journal::{Journal, StrategyState};
+use super::method::DpuSettings;
 use super::sharded::{accumulate_while, Sharded, Update};
-use super::worker::{accumulate, Outcome, Plan, Worker};
+use super::worker::{accumulate, replica_piece, Outcome, Plan, Worker};
 use crate::runtime::{Ctx, Work};
 use anyhow::Result;
 
-/// Run DPU on one worker; returns its losses, steps and memory.
-pub async fn run<C: Ctx>(ctx: &mut C, w: &mut Worker, plan: &Plan, warmup_steps: u64) -> Result<Outcome> {
+/// Run DPU on one worker.
+pub async fn run<C: Ctx>(
+    ctx: &mut C,
+    w: &mut Worker,
+    plan: &Plan,
+    settings: &DpuSettings,
+    j: &mut Journal,
+) -> Result<Outcome> {
     let mut shard = Sharded::new(&w.model.params, ctx.rank(), ctx.world(), plan)?;
-    let world = ctx.world() as f32;
-    let mut losses = Vec::with_capacity(plan.steps as usize);
+    let (rank, world) = (ctx.rank(), ctx.world() as f32);
     // g(t-1) and N(t-1): the gradients the next update will use.
     let mut stale: Option<(Vec<f32>, usize)> = None;
-    for t in 0..plan.steps {
+    if let Some(s) = j.take_resumed() {
+        shard.restore(&s)?;
+        if s.count("stale_n")? > 0 {
+            stale = Some((s.tensor("stale")?.to_vec(), s.count("stale_n")? as usize));
+        }
+    }
+    for t in j.first_round()..plan.end {
         ctx.mark_round(t);
         let lr = plan.schedule.lr(t);
-        if t < warmup_steps {
-            losses.push(accumulate(ctx, w, plan.grad_accum).await);
+        if t < settings.warmup_steps {
+            let loss = accumulate(ctx, w, plan.grad_accum).await;
             let mut round = shard.start(ctx, &w.model.grads, 1.0, Some(world), Update::Commit, lr);
             shard.finish(ctx, &mut round).await;
             w.model.params.copy_from_slice(shard.gathered());
-            continue;
+            j.step(ctx, t + 1, loss, plan.grad_accum as u64);
+        } else {
+            let (mut prev, prev_n) = match stale.take() {
+                Some(s) => s,
+                None => {
+                    // g(-1): one micro-batch on the current parameters.
+                    w.model.zero_grads();
+                    ctx.compute(Work::MicroBatch, || w.micro_batch(1.0)).await;
+                    (w.model.grads.clone(), 1)
+                }
+            };
+            let mut round = shard.start(ctx, &prev, prev_n as f32, None, Update::Commit, lr);
+            w.model.zero_grads();
+            let (loss, n) = accumulate_while(ctx, w, &shard, &round, plan.fixed_micro_batches).await;
+            shard.finish(ctx, &mut round).await;
+            w.model.params.copy_from_slice(shard.gathered());
+            j.step(ctx, t + 1, (loss / n as f64) as f32, prev_n as u64);
+            prev.copy_from_slice(&w.model.grads);
+            stale = Some((prev, n));
         }
-        let (mut prev, prev_n) = match stale.take() {
-            Some(s) => s,
-            None => {
-                // g(-1): one micro-batch on the current parameters.
-                w.model.zero_grads();
-                ctx.compute(Work::MicroBatch, || w.micro_batch(1.0)).await;
-                (w.model.grads.clone(), 1)
+        j.round_end(ctx, Some(w), t + 1, plan.end, || {
+            let mut s = StrategyState { model: replica_piece(rank, &w.model.params), ..StrategyState::default() };
+            shard.save(&mut s);
+            let stale_n = stale.as_ref().map_or(0, |(_, n)| *n);
+            if let Some((g, _)) = &stale {
+                s.tensors.push(("stale".into(), g.clone()));
             }
-        };
-        let mut round = shard.start(ctx, &prev, prev_n as f32, None, Update::Commit, lr);
-        w.model.zero_grads();
-        let (loss, n) = accumulate_while(ctx, w, &mut shard, &mut round, plan.fixed_micro_batches).await;
-        shard.finish(ctx, &mut round).await;
-        losses.push((loss / n as f64) as f32);
-        w.model.params.copy_from_slice(shard.gathered());
-        prev.copy_from_slice(&w.model.grads);
-        stale = Some((prev, n));
+            s.scalars = serde_json::json!({ "stale_n": stale_n });
+            s
+        })
+        .await?;
     }
-    Ok(Outcome { losses, optimizer_steps: shard.steps_taken(), memory: shard.memory(1) })
+    Ok(Outcome {
+        optimizer_steps: shard.steps_taken(),
+        memory: shard.memory(1),
+        model: replica_piece(rank, &w.model.params),
+    })
 }

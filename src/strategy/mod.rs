@@ -1,71 +1,50 @@
-//! Strategies: what each worker computes, communicates, and when. One file
-//! per method, each reading like its paper's pseudo-code, written once
+//! Strategies: what each participant computes, communicates, and when. One
+//! file per method, each reading like its paper's pseudo-code, written once
 //! against [`crate::runtime::Ctx`] and run by either runtime.
 
 pub mod acco;
 pub mod acco_wp;
 pub mod ddp;
 pub mod dpu;
+pub mod journal;
+pub mod method;
 pub mod sharded;
 mod worker;
 pub mod zero1;
 
-pub use worker::{accumulate, table1_bytes, MemoryBytes, Outcome, Plan, Worker, WorkerReport};
+pub use journal::{Checkpointing, Journal, Observer, PartSink, SavedPart, StepPoint, StrategyState};
+pub use method::{DpuSettings, Method};
+pub use worker::{
+    accumulate, assemble_model, replica_piece, table1_bytes, MemoryBytes, ModelPiece, Outcome, Plan, Worker,
+    WorkerReport, WorkerState,
+};
 
 use crate::runtime::{real, sim, Ctx};
 use anyhow::{bail, Result};
-use std::str::FromStr;
-use std::sync::Mutex;
-
-/// A data-parallel method.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Method {
-    /// Average gradients every step.
-    Ddp,
-    /// DDP with the optimizer state sharded (ZeRO-1).
-    Zero1,
-    /// Delayed parameter update, with `warmup_steps` of non-delayed steps first.
-    Dpu { warmup_steps: u64 },
-    /// ACCO with weight prediction.
-    AccoWp,
-    /// ACCO, the two-stage algorithm.
-    Acco,
-}
-
-impl Method {
-    /// Names accepted on the command line.
-    pub const NAMES: [&'static str; 5] = ["ddp", "zero1", "dpu", "acco-wp", "acco"];
-}
-
-impl FromStr for Method {
-    type Err = anyhow::Error;
-    fn from_str(s: &str) -> Result<Self> {
-        Ok(match s {
-            "ddp" => Self::Ddp,
-            "zero1" => Self::Zero1,
-            "dpu" => Self::Dpu { warmup_steps: 0 },
-            "acco-wp" => Self::AccoWp,
-            "acco" => Self::Acco,
-            other => bail!("unknown method `{other}`: choose one of {}, e.g. --method zero1", Self::NAMES.join(", ")),
-        })
-    }
-}
+use std::sync::{Arc, Mutex};
 
 /// Run `method` on one worker to the end of the plan.
-pub async fn run_worker<C: Ctx>(method: Method, ctx: &mut C, w: &mut Worker, plan: &Plan) -> Result<WorkerReport> {
+pub async fn run_worker<C: Ctx>(
+    method: &Method,
+    ctx: &mut C,
+    w: &mut Worker,
+    plan: &Plan,
+    mut j: Journal,
+) -> Result<WorkerReport> {
     let out = match method {
-        Method::Ddp => ddp::run(ctx, w, plan).await?,
-        Method::Zero1 => zero1::run(ctx, w, plan).await?,
-        Method::Dpu { warmup_steps } => dpu::run(ctx, w, plan, warmup_steps).await?,
-        Method::AccoWp => acco_wp::run(ctx, w, plan).await?,
-        Method::Acco => acco::run(ctx, w, plan).await?,
+        Method::Ddp => ddp::run(ctx, w, plan, &mut j).await?,
+        Method::Zero1 => zero1::run(ctx, w, plan, &mut j).await?,
+        Method::Dpu(s) => dpu::run(ctx, w, plan, s, &mut j).await?,
+        Method::AccoWp => acco_wp::run(ctx, w, plan, &mut j).await?,
+        Method::Acco => acco::run(ctx, w, plan, &mut j).await?,
     };
     Ok(WorkerReport {
         rank: ctx.rank(),
-        losses: out.losses,
+        points: j.into_points(),
         optimizer_steps: out.optimizer_steps,
         times: ctx.times(),
         params: w.model.params.clone(),
+        model: out.model,
         events: ctx.take_events(),
         memory: out.memory,
     })
@@ -80,8 +59,34 @@ pub enum Runtime {
     Sim(sim::SimSpec),
 }
 
+/// What a run adds around its strategies: who watches, how it
+/// checkpoints, and where each participant resumes from.
+#[derive(Clone, Default)]
+pub struct Hooks {
+    /// Sees every participant's rounds (progress, metrics).
+    pub observer: Option<Arc<dyn Observer>>,
+    /// When and where participants save their parts.
+    pub checkpoints: Checkpointing,
+    /// Per participant: the part it resumes from (empty: a fresh run).
+    pub resumed: Vec<Option<SavedPart>>,
+}
+
+impl Hooks {
+    /// Participant `p`'s journal.
+    fn journal(&self, p: usize) -> Journal {
+        let resumed = self.resumed.get(p).cloned().flatten();
+        Journal::new(p, self.observer.clone(), self.checkpoints.clone(), resumed)
+    }
+}
+
 /// Run `method` on `workers` (one per rank, in rank order) under `runtime`.
-pub fn run_cluster(method: Method, runtime: &Runtime, workers: Vec<Worker>, plan: &Plan) -> Result<Vec<WorkerReport>> {
+pub fn run_cluster(
+    method: &Method,
+    runtime: &Runtime,
+    workers: Vec<Worker>,
+    plan: &Plan,
+    hooks: &Hooks,
+) -> Result<Vec<WorkerReport>> {
     let world = workers.len();
     if world == 0 {
         bail!("need at least one worker (--workers 1 or more)");
@@ -89,30 +94,35 @@ pub fn run_cluster(method: Method, runtime: &Runtime, workers: Vec<Worker>, plan
     let slots: Vec<Mutex<Option<Worker>>> = workers.into_iter().map(|w| Mutex::new(Some(w))).collect();
     let take = |rank: usize| slots[rank].lock().expect("worker slot").take().expect("each worker runs once");
     match runtime {
-        Runtime::Sim(spec) => sim::run(spec.clone(), world, |mut ctx| {
-            let mut w = take(ctx.rank());
-            async move { run_worker(method, &mut ctx, &mut w, plan).await }
+        Runtime::Sim(spec) => sim::run(spec.clone(), |mut ctx| {
+            let (mut w, j) = (take(ctx.rank()), hooks.journal(ctx.rank()));
+            async move { run_worker(method, &mut ctx, &mut w, plan, j).await }
         }),
-        Runtime::Real(spec) => real::run(spec.clone(), world, |mut ctx| {
-            let mut w = take(ctx.rank());
-            async move { run_worker(method, &mut ctx, &mut w, plan).await }
+        Runtime::Real(spec) => real::run(spec.clone(), |mut ctx| {
+            let (mut w, j) = (take(ctx.rank()), hooks.journal(ctx.rank()));
+            async move { run_worker(method, &mut ctx, &mut w, plan, j).await }
         }),
     }
 }
 
-/// Run `method` for this process's rank only, over `comm` (one rank of a
-/// multi-process group, e.g. MPI), on the real runtime.
+/// Run `method` for this process's participant only, over `fabric` (one
+/// rank of a multi-process job, e.g. MPI), on the real runtime.
 pub fn run_rank(
-    method: Method,
+    method: &Method,
     spec: &real::RealSpec,
-    comm: Box<dyn crate::comm::Communicator>,
+    fabric: Box<dyn crate::comm::Fabric>,
     worker: Worker,
     plan: &Plan,
+    hooks: &Hooks,
 ) -> Result<WorkerReport> {
     let slot = Mutex::new(Some(worker));
-    let mut reports = real::run_with(spec.clone(), vec![comm], |mut ctx| {
-        let mut w = slot.lock().expect("worker slot").take().expect("one worker per process");
-        async move { run_worker(method, &mut ctx, &mut w, plan).await }
+    let mut reports = real::run_with(spec.clone(), vec![fabric], |mut ctx| {
+        let w = slot.lock().expect("worker slot").take().expect("one worker per process");
+        let j = hooks.journal(ctx.rank());
+        async move {
+            let mut w = w;
+            run_worker(method, &mut ctx, &mut w, plan, j).await
+        }
     })?;
     Ok(reports.remove(0))
 }
@@ -121,3 +131,5 @@ pub fn run_rank(
 mod tests;
 #[cfg(test)]
 mod tests_delayed;
+#[cfg(test)]
+mod tests_resume;

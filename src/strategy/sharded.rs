@@ -2,7 +2,7 @@
 //! (ACCO paper, Algorithm 1, "Communication CUDA stream"):
 //!
 //! ```text
-//! sum_i N_i            <- all-reduce(N_i)                 (when counts vary)
+//! sum_i N_i            <- all-reduce(N_i)                 (when counts vary; f32, exact)
 //! Shard_i(sum_i g_i)   <- reduce-scatter(g_i)
 //! Shard_i(theta')      <- ShardedOpt(Shard_i(theta), Shard_i(sum g / sum N))
 //! theta'               <- all-gather(Shard_i(theta'))
@@ -10,71 +10,134 @@
 //!
 //! The flat parameter vector is padded to a multiple of N and worker i owns
 //! shard i and the optimizer state of that shard only. The whole round,
-//! optimizer step included, runs on the communication side (one
-//! [`Collective::Sharded`] op: the real runtime's communication thread, or
-//! the simulator at the reduce-scatter's completion), as on the paper's
-//! communication stream: the worker only starts it, keeps computing, and
-//! checks between micro-batches whether it is done.
+//! optimizer step included, is one [`CommTask`] ([`ShardedRound`]) that runs
+//! on the communication side, as on the paper's communication stream: the
+//! worker only starts it, keeps computing, and checks between micro-batches
+//! whether it is done. Written once; the simulator and the real runtime
+//! each run this same code.
 
-use super::worker::Plan;
-use crate::comm::padded_len;
+use super::journal::StrategyState;
+use super::worker::{MemoryBytes, ModelPiece, Plan};
+use crate::comm::{padded_len, ReduceOp, WireDtype};
 use crate::optim::{DecaySegments, Optimizer};
-use crate::runtime::{Collective, Ctx, ShardStep, ShardedOp, Work};
-use anyhow::Result;
-use std::any::Any;
+use crate::runtime::{CommSide, CommTask, Ctx, Group, Work};
+use anyhow::{Context, Result};
 
 /// What the round does with the reduced gradient shard.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Update {
     /// theta <- Opt(theta, g): commits optimizer state.
     Commit,
     /// Gather Opt(theta, g) without committing anything (ACCO stage 1).
     LookAhead,
     /// Commit theta <- Opt(theta, g), then gather the prediction
-    /// Opt(theta, g) taken from the new theta without committing (ACCO-wp).
-    CommitThenPredict,
+    /// Opt(theta, g) at learning rate `predict_lr` from the new theta,
+    /// without committing (ACCO-wp).
+    CommitThenPredict {
+        /// The learning rate of the step being predicted.
+        predict_lr: f32,
+    },
 }
 
-/// A round in flight.
-pub struct Round<H> {
-    handle: Option<H>,
-}
-
-/// The shard's optimizer and parameters, run by the communication side.
+/// The shard's optimizer and parameters, stepped by the communication side.
 struct ShardState {
     opt: Box<dyn Optimizer>,
     /// Own shard of the committed parameters theta(t).
     theta: Vec<f32>,
     decay: DecaySegments,
-    update: Update,
-    lr: f32,
 }
 
-impl ShardStep for ShardState {
-    fn step(&mut self, g: &[f32], out: &mut [f32]) {
-        let (opt, theta, decay, lr) = (&mut self.opt, &mut self.theta, &self.decay, self.lr);
-        match self.update {
+impl ShardState {
+    fn step(&mut self, update: Update, lr: f32, g: &[f32], out: &mut [f32]) {
+        let (opt, theta, decay) = (&mut self.opt, &mut self.theta, &self.decay);
+        match update {
             Update::Commit => {
                 opt.step(theta, g, lr, decay);
                 out.copy_from_slice(theta);
             }
+            // The look-ahead is one more optimizer step from theta with these
+            // gradients, moments updated as such a step would (eq. 1 and eq.
+            // WP read literally: theta~ = Opt(theta, g)), then discarded. The
+            // papers leave open whether the prediction should reuse the
+            // committed moments instead; docs/decisions.md records the choice.
             Update::LookAhead => opt.look_ahead(theta, g, lr, decay, out),
-            Update::CommitThenPredict => {
+            Update::CommitThenPredict { predict_lr } => {
                 opt.step(theta, g, lr, decay);
-                opt.look_ahead(theta, g, lr, decay, out);
+                opt.look_ahead(theta, g, predict_lr, decay, out);
             }
         }
     }
-    fn as_any(&mut self) -> &mut dyn Any {
+}
+
+/// One sharded round: the buffers it owns while in flight, handed back.
+pub struct ShardedRound {
+    /// Padded gradients going out; the gathered parameters coming back.
+    flat: Vec<f32>,
+    /// This rank's gradient shard (scratch).
+    shard_g: Vec<f32>,
+    /// This rank's parameter shard to gather (scratch).
+    shard_out: Vec<f32>,
+    /// Micro-batches summed into `flat` by this rank.
+    count: f32,
+    /// The sum of counts when known in advance (no count all-reduce).
+    known_total: Option<f32>,
+    /// Global-norm clip (0: off).
+    clip: f32,
+    update: Update,
+    lr: f32,
+    wire: WireDtype,
+    state: ShardState,
+}
+
+impl CommTask for ShardedRound {
+    type Output = ShardedRound;
+    async fn run<C: CommSide>(mut self, c: &mut C) -> ShardedRound {
+        let total = match self.known_total {
+            Some(t) => t,
+            None => {
+                let mut n = [self.count];
+                c.all_reduce(&Group::World, &mut n, ReduceOp::Sum, WireDtype::F32).await;
+                n[0]
+            }
+        };
+        c.reduce_scatter(&Group::World, &self.flat, &mut self.shard_g, ReduceOp::Sum, self.wire).await;
+        // Division, like the Mean collective, so zero1 == ddp bitwise.
+        self.shard_g.iter_mut().for_each(|g| *g /= total);
+        if self.clip > 0.0 {
+            // Global norm: squared shard norms summed in f64, sent exactly.
+            let mut sq = [self.shard_g.iter().map(|&g| (g as f64) * (g as f64)).sum::<f64>() as f32];
+            c.all_reduce(&Group::World, &mut sq, ReduceOp::Sum, WireDtype::F32).await;
+            clip_by(&mut self.shard_g, sq[0], self.clip);
+        }
+        let (update, lr) = (self.update, self.lr);
+        let params = self.shard_g.len();
+        let (state, g, out) = (&mut self.state, &self.shard_g, &mut self.shard_out);
+        c.work(Work::Optimizer { params }, || state.step(update, lr, g, out)).await;
+        c.all_gather(&Group::World, &self.shard_out, &mut self.flat, self.wire).await;
         self
     }
+}
+
+/// Scales `g` to global norm `clip` when `sq_total.sqrt()` exceeds it (PyTorch's rule).
+fn clip_by(g: &mut [f32], sq_total: f32, clip: f32) {
+    let norm = sq_total.sqrt();
+    if norm.is_finite() && norm > clip {
+        let k = clip / (norm + 1e-6);
+        g.iter_mut().for_each(|x| *x *= k);
+    }
+}
+
+/// A round in flight (or not started).
+pub struct Round<H> {
+    handle: Option<H>,
 }
 
 /// One worker's shard of the parameters and of the optimizer state.
 pub struct Sharded {
     n: usize,
+    lo: usize,
     /// The round's buffers and shard state, here between rounds.
-    op: Option<Box<ShardedOp>>,
+    op: Option<ShardedRound>,
 }
 
 impl Sharded {
@@ -85,33 +148,29 @@ impl Sharded {
         let m = padded / world;
         let lo = rank * m;
         let theta = (lo..lo + m).map(|i| if i < n { params[i] } else { 0.0 }).collect();
-        let state = ShardState {
-            opt: plan.optimizer.try_build(m)?,
-            theta,
-            decay: plan.decay.restrict(lo, lo + m),
-            update: Update::Commit,
-            lr: 0.0,
-        };
-        let op = ShardedOp {
+        let state = ShardState { opt: plan.optimizer.try_build(m)?, theta, decay: plan.decay.restrict(lo, lo + m) };
+        let op = ShardedRound {
             flat: vec![0.0; padded],
             shard_g: vec![0.0; m],
             shard_out: vec![0.0; m],
             count: 0.0,
             known_total: None,
             clip: plan.grad_clip,
-            step: Box::new(state),
+            update: Update::Commit,
+            lr: 0.0,
+            wire: plan.wire,
+            state,
         };
-        Ok(Self { n, op: Some(Box::new(op)) })
+        Ok(Self { n, lo, op: Some(op) })
     }
 
-    fn state(&mut self) -> &mut ShardState {
-        let op = self.op.as_mut().expect("no round in flight");
-        op.step.as_any().downcast_mut::<ShardState>().expect("Sharded's own step")
+    fn op(&self) -> &ShardedRound {
+        self.op.as_ref().expect("no round in flight")
     }
 
     /// Optimizer steps committed so far.
-    pub fn steps_taken(&mut self) -> u64 {
-        self.state().opt.steps_taken()
+    pub fn steps_taken(&self) -> u64 {
+        self.op().state.opt.steps_taken()
     }
 
     /// Start a round on `grads` (length n). `count` is this worker's number
@@ -125,48 +184,80 @@ impl Sharded {
         known_total: Option<f32>,
         update: Update,
         lr: f32,
-    ) -> Round<C::Handle> {
-        let s = self.state();
-        (s.update, s.lr) = (update, lr);
+    ) -> Round<C::Handle<ShardedRound>> {
         let mut op = self.op.take().expect("one round at a time");
         op.flat[..self.n].copy_from_slice(grads);
         op.flat[self.n..].fill(0.0);
-        (op.count, op.known_total) = (count, known_total);
-        Round { handle: Some(ctx.start(Collective::Sharded(op))) }
+        (op.count, op.known_total, op.update, op.lr) = (count, known_total, update, lr);
+        Round { handle: Some(ctx.start(op)) }
     }
 
     /// Whether the round has completed (never waits).
-    pub fn is_done<C: Ctx>(&self, ctx: &C, r: &Round<C::Handle>) -> bool {
+    pub fn is_done<C: Ctx>(&self, ctx: &C, r: &Round<C::Handle<ShardedRound>>) -> bool {
         r.handle.as_ref().is_none_or(|h| ctx.is_done(h))
     }
 
     /// Wait for the round to complete.
-    pub async fn finish<C: Ctx>(&mut self, ctx: &mut C, r: &mut Round<C::Handle>) {
+    pub async fn finish<C: Ctx>(&mut self, ctx: &mut C, r: &mut Round<C::Handle<ShardedRound>>) {
         if let Some(h) = r.handle.take() {
-            self.op = Some(ctx.wait(h).await.sharded.expect("a sharded round hands its op back"));
+            self.op = Some(ctx.wait(h).await);
         }
     }
 
     /// The gathered parameters of the last completed round (length n).
     pub fn gathered(&self) -> &[f32] {
-        &self.op.as_ref().expect("no round in flight").flat[..self.n]
+        &self.op().flat[..self.n]
+    }
+
+    /// The committed parameters of this shard, as a piece of the run's model.
+    pub fn committed_piece(&self) -> ModelPiece {
+        let theta = &self.op().state.theta;
+        let hi = (self.lo + theta.len()).min(self.n).max(self.lo);
+        ModelPiece { offset: self.lo, values: theta[..hi - self.lo].to_vec() }
+    }
+
+    /// The shard's optimizer state and committed parameters, for a checkpoint.
+    pub fn save(&self, into: &mut StrategyState) {
+        let s = &self.op().state;
+        for (name, t) in s.opt.state_tensors() {
+            into.tensors.push((format!("shard.{name}"), t.to_vec()));
+        }
+        into.tensors.push(("shard.theta".into(), s.theta.clone()));
+        into.optimizer_steps = s.opt.steps_taken();
+    }
+
+    /// Restores what [`Sharded::save`] wrote.
+    pub fn restore(&mut self, from: &StrategyState) -> Result<()> {
+        let s = &mut self.op.as_mut().expect("no round in flight").state;
+        let mut opt = Vec::new();
+        for (name, t) in &from.tensors {
+            if let Some(n) = name.strip_prefix("shard.") {
+                if n == "theta" {
+                    anyhow::ensure!(
+                        t.len() == s.theta.len(),
+                        "checkpointed shard has {} parameters, this worker's has {}",
+                        t.len(),
+                        s.theta.len()
+                    );
+                    s.theta.copy_from_slice(t);
+                } else {
+                    opt.push((n.to_string(), t.clone()));
+                }
+            }
+        }
+        s.opt.load_state(from.optimizer_steps, &opt).context("checkpointed shard optimizer state does not fit")
     }
 
     /// Model-state bytes of a worker using this shard, with `held` extra
     /// full-size gradient buffers kept between rounds (ACCO's g~, DPU's g(t-1)).
-    pub fn memory(&mut self, held: usize) -> super::worker::MemoryBytes {
+    pub fn memory(&self, held: usize) -> MemoryBytes {
         let f = std::mem::size_of::<f32>();
-        let n = self.n;
-        let (flat, sg, so) = {
-            let op = self.op.as_ref().expect("no round in flight");
-            (op.flat.len(), op.shard_g.len(), op.shard_out.len())
-        };
-        let s = self.state();
-        super::worker::MemoryBytes {
-            params: f * n,
-            grads: f * n,
-            comm_buffers: f * (flat + sg + so + held * n),
-            optimizer: f * (s.opt.state_len() + s.theta.len()),
+        let op = self.op();
+        MemoryBytes {
+            params: f * self.n,
+            grads: f * self.n,
+            comm_buffers: f * (op.flat.len() + op.shard_g.len() + op.shard_out.len() + held * self.n),
+            optimizer: f * (op.state.opt.state_len() + op.state.theta.len()),
         }
     }
 }
@@ -179,8 +270,8 @@ impl Sharded {
 pub async fn accumulate_while<C: Ctx>(
     ctx: &mut C,
     w: &mut super::Worker,
-    shard: &mut Sharded,
-    round: &mut Round<C::Handle>,
+    shard: &Sharded,
+    round: &Round<C::Handle<ShardedRound>>,
     fixed: Option<usize>,
 ) -> (f64, usize) {
     let (mut loss, mut count) = (0.0f64, 0usize);
@@ -201,14 +292,50 @@ impl Sharded {
     /// All-gather the committed parameters (e.g. at the end of ACCO-wp,
     /// whose replicas hold a prediction).
     pub async fn gather_committed<C: Ctx>(&mut self, ctx: &mut C) -> &[f32] {
-        let theta = self.state().theta.clone();
         let mut op = self.op.take().expect("no round in flight");
         let (mut input, output) = (std::mem::take(&mut op.shard_out), std::mem::take(&mut op.flat));
-        input.copy_from_slice(&theta);
-        let h = ctx.start(Collective::AllGather { input, output });
-        let done = ctx.wait(h).await;
-        (op.shard_out, op.flat) = (done.input, done.output);
+        input.copy_from_slice(&op.state.theta);
+        let (input, output) =
+            ctx.run(crate::runtime::AllGather { group: Group::World, input, output, wire: op.wire }).await;
+        (op.shard_out, op.flat) = (input, output);
         self.op = Some(op);
-        &self.op.as_ref().expect("just restored").flat[..self.n]
+        self.gathered()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::comm::bf16::round_bf16;
+    use crate::optim::{LrSchedule, OptimizerConfig, SgdConfig};
+    use crate::runtime::sim::{self, SimSpec};
+
+    #[test]
+    fn counts_travel_exactly_even_with_a_bf16_wire() {
+        // Two workers with counts 257 and 258 and gradient sums of 256 each
+        // (bf16-exact). SGD at lr 1 from 0: the committed shard (f32, before
+        // the bf16 all-gather) is -512 / 515; had the counts travelled in
+        // bf16 (257 -> 256) it would be -512 / 514.
+        let plan = Plan {
+            wire: WireDtype::Bf16,
+            ..Plan::new(1, LrSchedule::constant(1.0), OptimizerConfig::Sgd(SgdConfig::default()), DecaySegments::none())
+        };
+        let out = sim::run(SimSpec::flat(2, 1.0, None), |mut ctx| {
+            let plan = plan.clone();
+            async move {
+                let mut shard = Sharded::new(&[0.0; 4], ctx.rank(), 2, &plan)?;
+                let count = 257.0 + ctx.rank() as f32;
+                let mut r = shard.start(&mut ctx, &[256.0; 4], count, None, Update::Commit, 1.0);
+                shard.finish(&mut ctx, &mut r).await;
+                Ok((shard.committed_piece().values, shard.gathered().to_vec()))
+            }
+        })
+        .unwrap();
+        let exact = -(512.0f32 / 515.0);
+        for (committed, gathered) in out {
+            assert!(committed.iter().all(|&x| x == exact) && exact != -(512.0f32 / 514.0), "{committed:?}");
+            // What travels back is the bf16 rounding of that.
+            assert_eq!(gathered, vec![round_bf16(exact); 4]);
+        }
     }
 }

@@ -1,7 +1,7 @@
 //! Equivalence tests that tie the strategies and runtimes together.
 
 use super::*;
-use crate::comm::{LinkModel, Tier, WireDtype};
+use crate::comm::{LinkModel, Tier};
 use crate::data::sampler::shard_range;
 use crate::model::{Gpt, GptConfig};
 use crate::optim::{AdamWConfig, DecaySegments, LrSchedule, OptimizerConfig};
@@ -25,7 +25,7 @@ pub(super) fn plan(steps: u64, accum: usize, clip: f32) -> Plan {
         optimizer: OptimizerConfig::AdamW(AdamWConfig::default()),
         decay: DecaySegments::new(layout.decay_ranges()),
         grad_clip: clip,
-        fixed_micro_batches: None,
+        ..Plan::new(steps, LrSchedule::constant(0.0), OptimizerConfig::default(), DecaySegments::none())
     }
 }
 
@@ -49,17 +49,11 @@ pub(super) fn workers(world: usize, batch: usize) -> Vec<Worker> {
 }
 
 pub(super) fn sim(world: usize) -> Runtime {
-    Runtime::Sim(SimSpec {
-        micro_batch_s: 1.0,
-        speeds: vec![1.0; world],
-        link: None,
-        wire: WireDtype::F32,
-        comm_scale: 1.0,
-    })
+    Runtime::Sim(SimSpec::flat(world, 1.0, None))
 }
 
 fn real(world: usize) -> Runtime {
-    Runtime::Real(RealSpec { speeds: vec![1.0; world], link: None, wire: WireDtype::F32 })
+    Runtime::Real(RealSpec::flat(world))
 }
 
 pub(super) fn bits(v: &[f32]) -> Vec<u32> {
@@ -69,21 +63,25 @@ pub(super) fn bits(v: &[f32]) -> Vec<u32> {
 #[test]
 fn replicas_stay_identical_under_ddp_and_zero1() {
     for method in [Method::Ddp, Method::Zero1] {
-        let reports = run_cluster(method, &sim(3), workers(3, 2), &plan(4, 2, 1.0)).unwrap();
+        let reports = run_cluster(&method, &sim(3), workers(3, 2), &plan(4, 2, 1.0), &Hooks::default()).unwrap();
         for r in &reports[1..] {
             assert_eq!(bits(&r.params), bits(&reports[0].params), "{method:?}: replicas diverged");
         }
-        assert_eq!(reports[0].losses.len(), 4);
+        assert_eq!(reports[0].points.iter().map(|p| p.loss).collect::<Vec<_>>().len(), 4);
     }
 }
 
 #[test]
 fn sim_and_real_runtimes_give_the_same_bits() {
     for method in [Method::Ddp, Method::Zero1] {
-        let a = run_cluster(method, &sim(2), workers(2, 2), &plan(3, 2, 0.0)).unwrap();
-        let b = run_cluster(method, &real(2), workers(2, 2), &plan(3, 2, 0.0)).unwrap();
+        let a = run_cluster(&method, &sim(2), workers(2, 2), &plan(3, 2, 0.0), &Hooks::default()).unwrap();
+        let b = run_cluster(&method, &real(2), workers(2, 2), &plan(3, 2, 0.0), &Hooks::default()).unwrap();
         assert_eq!(bits(&a[0].params), bits(&b[0].params), "{method:?}");
-        assert_eq!(a[1].losses, b[1].losses, "{method:?}");
+        assert_eq!(
+            a[1].points.iter().map(|p| p.loss).collect::<Vec<_>>(),
+            b[1].points.iter().map(|p| p.loss).collect::<Vec<_>>(),
+            "{method:?}"
+        );
     }
 }
 
@@ -91,8 +89,8 @@ fn sim_and_real_runtimes_give_the_same_bits() {
 fn zero1_equals_ddp_bit_for_bit_without_clipping() {
     // 3 workers: the flat vector needs padding to a multiple of 3.
     assert_ne!(crate::model::ParamLayout::new(&tiny()).len % 3, 0);
-    let d = run_cluster(Method::Ddp, &sim(3), workers(3, 2), &plan(5, 1, 0.0)).unwrap();
-    let z = run_cluster(Method::Zero1, &sim(3), workers(3, 2), &plan(5, 1, 0.0)).unwrap();
+    let d = run_cluster(&Method::Ddp, &sim(3), workers(3, 2), &plan(5, 1, 0.0), &Hooks::default()).unwrap();
+    let z = run_cluster(&Method::Zero1, &sim(3), workers(3, 2), &plan(5, 1, 0.0), &Hooks::default()).unwrap();
     assert_eq!(bits(&d[0].params), bits(&z[0].params));
 }
 
@@ -100,8 +98,8 @@ fn zero1_equals_ddp_bit_for_bit_without_clipping() {
 fn zero1_equals_ddp_with_clipping_to_rounding() {
     // The global norm is summed in another order (per shard, then across
     // workers), so equality holds to float rounding only.
-    let d = run_cluster(Method::Ddp, &sim(2), workers(2, 2), &plan(5, 1, 0.05)).unwrap();
-    let z = run_cluster(Method::Zero1, &sim(2), workers(2, 2), &plan(5, 1, 0.05)).unwrap();
+    let d = run_cluster(&Method::Ddp, &sim(2), workers(2, 2), &plan(5, 1, 0.05), &Hooks::default()).unwrap();
+    let z = run_cluster(&Method::Zero1, &sim(2), workers(2, 2), &plan(5, 1, 0.05), &Hooks::default()).unwrap();
     let worst = d[0].params.iter().zip(&z[0].params).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
     assert!(worst < 1e-5, "max |ddp - zero1| = {worst}");
 }
@@ -113,7 +111,7 @@ fn n_workers_equal_one_worker_with_n_times_the_batch() {
     // concatenated batches: run each worker's sampler and compare gradients.
     let world = 2;
     let p = plan(3, 1, 0.0);
-    let multi = run_cluster(Method::Ddp, &sim(world), workers(world, 2), &p).unwrap();
+    let multi = run_cluster(&Method::Ddp, &sim(world), workers(world, 2), &p, &Hooks::default()).unwrap();
     // One worker whose micro-batch is the two workers' micro-batches stacked.
     let toks = tokens();
     let mut samplers: Vec<_> = (0..world)
@@ -140,7 +138,7 @@ fn n_workers_equal_one_worker_with_n_times_the_batch() {
 
 #[test]
 fn sim_is_bit_reproducible() {
-    let run = || run_cluster(Method::Zero1, &sim(4), workers(4, 1), &plan(3, 2, 1.0)).unwrap();
+    let run = || run_cluster(&Method::Zero1, &sim(4), workers(4, 1), &plan(3, 2, 1.0), &Hooks::default()).unwrap();
     let (a, b) = (run(), run());
     assert_eq!(bits(&a[3].params), bits(&b[3].params));
     assert_eq!(a[2].times.total_s, b[2].times.total_s);
@@ -152,14 +150,8 @@ fn sim_virtual_time_follows_the_cost_model_by_hand() {
     // floats over 1 GB/s with 1 ms latency: 2(p-1) alpha + 2(p-1)/p * 4n / bw.
     let n = crate::model::ParamLayout::new(&tiny()).len as f64;
     let tier = Tier { latency_s: 1e-3, bandwidth_bytes_per_s: 1e9 };
-    let spec = SimSpec {
-        micro_batch_s: 1.0,
-        speeds: vec![1.0, 0.5],
-        link: Some(LinkModel::flat(tier)),
-        wire: WireDtype::F32,
-        comm_scale: 1.0,
-    };
-    let r = run_cluster(Method::Ddp, &Runtime::Sim(spec), workers(2, 1), &plan(3, 2, 0.0)).unwrap();
+    let spec = SimSpec { speeds: vec![1.0, 0.5], link: Some(LinkModel::flat(tier)), ..SimSpec::flat(2, 1.0, None) };
+    let r = run_cluster(&Method::Ddp, &Runtime::Sim(spec), workers(2, 1), &plan(3, 2, 0.0), &Hooks::default()).unwrap();
     let comm = 2.0 * 1e-3 + 4.0 * n / 1e9;
     // Worker 1 runs at half speed: 4 s of compute per step; worker 0 waits 2 s.
     let want = 3.0 * (4.0 + comm);
@@ -178,16 +170,16 @@ fn memory_by_category_follows_table_1() {
     // bytes per parameter of its shard: Table 1's K = 12 over N.
     let n = crate::model::ParamLayout::new(&tiny()).len;
     let padded = crate::comm::padded_len(n, 4);
-    let d = run_cluster(Method::Ddp, &sim(4), workers(4, 1), &plan(1, 1, 0.0)).unwrap();
+    let d = run_cluster(&Method::Ddp, &sim(4), workers(4, 1), &plan(1, 1, 0.0), &Hooks::default()).unwrap();
     assert_eq!(d[0].memory.optimizer, 8 * n);
     assert_eq!(d[0].memory.comm_buffers, 0);
-    let z = run_cluster(Method::Zero1, &sim(4), workers(4, 1), &plan(1, 1, 0.0)).unwrap();
+    let z = run_cluster(&Method::Zero1, &sim(4), workers(4, 1), &plan(1, 1, 0.0), &Hooks::default()).unwrap();
     assert_eq!(z[0].memory.optimizer, 12 * padded / 4);
-    let a = run_cluster(Method::Acco, &sim(4), workers(4, 1), &plan(1, 1, 0.0)).unwrap();
+    let a = run_cluster(&Method::Acco, &sim(4), workers(4, 1), &plan(1, 1, 0.0), &Hooks::default()).unwrap();
     assert!(a[0].memory.comm_buffers > z[0].memory.comm_buffers, "ACCO keeps g~ between rounds");
     assert_eq!(a[0].memory.optimizer, z[0].memory.optimizer);
     // The formula itself, by hand: 7.5B params, 64 workers, K = 12.
-    let gb = |m| table1_bytes(m, 7.5e9, 64.0, 12.0) / 1e9;
+    let gb = |m| table1_bytes(&m, 7.5e9, 64.0, 12.0) / 1e9;
     assert!((gb(Method::Ddp) - 120.0).abs() < 1e-9);
     assert!((gb(Method::Zero1) - 31.40625).abs() < 1e-9);
     assert!((gb(Method::Acco) - 46.40625).abs() < 1e-9);
@@ -201,21 +193,19 @@ fn fixed_micro_batches_make_overlapping_methods_timing_independent() {
     let steps = 3;
     let fixed = Plan { fixed_micro_batches: Some(2), ..plan(steps, 1, 0.0) };
     let slow = Runtime::Sim(SimSpec {
-        micro_batch_s: 1.0,
         speeds: vec![1.0; 2],
         link: Some(LinkModel::flat(Tier { latency_s: 50.0, bandwidth_bytes_per_s: 1e9 })),
-        wire: WireDtype::F32,
-        comm_scale: 1.0,
+        ..SimSpec::flat(2, 1.0, None)
     });
     for (method, per_round, extra) in
-        [(Method::Acco, 4, 1), (Method::Dpu { warmup_steps: 0 }, 2, 1), (Method::AccoWp, 2, 1)]
+        [(Method::Acco, 4, 1), (Method::Dpu(DpuSettings { warmup_steps: 0 }), 2, 1), (Method::AccoWp, 2, 1)]
     {
-        let a = run_cluster(method, &slow, workers(2, 2), &fixed).unwrap();
-        let b = run_cluster(method, &real(2), workers(2, 2), &fixed).unwrap();
+        let a = run_cluster(&method, &slow, workers(2, 2), &fixed, &Hooks::default()).unwrap();
+        let b = run_cluster(&method, &real(2), workers(2, 2), &fixed, &Hooks::default()).unwrap();
         assert_eq!(a[0].times.micro_batches, steps * per_round + extra, "{method:?}");
         assert_eq!(bits(&a[0].params), bits(&b[0].params), "{method:?}: real != sim");
         // Without the cap the 100 s link round would be filled with micro-batches.
-        let free = run_cluster(method, &slow, workers(2, 2), &plan(steps, 1, 0.0)).unwrap();
+        let free = run_cluster(&method, &slow, workers(2, 2), &plan(steps, 1, 0.0), &Hooks::default()).unwrap();
         assert!(free[0].times.micro_batches > a[0].times.micro_batches, "{method:?}");
     }
 }

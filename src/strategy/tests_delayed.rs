@@ -3,7 +3,7 @@
 
 use super::tests::{bits, sim, tiny, tokens, workers};
 use super::*;
-use crate::comm::{LinkModel, Tier, WireDtype};
+use crate::comm::{LinkModel, Tier};
 use crate::data::sampler::shard_range;
 use crate::model::Gpt;
 use crate::optim::{DecaySegments, LrSchedule, Optimizer, OptimizerConfig, SgdConfig};
@@ -12,15 +12,7 @@ use crate::runtime::sim::SimSpec;
 const LR: f32 = 0.05;
 
 fn sgd_plan(steps: u64) -> Plan {
-    Plan {
-        steps,
-        grad_accum: 1,
-        schedule: LrSchedule::constant(LR),
-        optimizer: OptimizerConfig::Sgd(SgdConfig::default()),
-        decay: DecaySegments::none(),
-        grad_clip: 0.0,
-        fixed_micro_batches: None,
-    }
+    Plan::new(steps, LrSchedule::constant(LR), OptimizerConfig::Sgd(SgdConfig::default()), DecaySegments::none())
 }
 
 /// A single worker replaying the same micro-batches as rank 0 of a 1-worker run.
@@ -59,7 +51,7 @@ impl Replay {
 }
 
 fn one_worker(method: Method, steps: u64) -> WorkerReport {
-    run_cluster(method, &sim(1), workers(1, 2), &sgd_plan(steps)).unwrap().remove(0)
+    run_cluster(&method, &sim(1), workers(1, 2), &sgd_plan(steps), &Hooks::default()).unwrap().remove(0)
 }
 
 #[test]
@@ -87,7 +79,7 @@ fn acco_with_sgd_satisfies_the_update_equation() {
 #[test]
 fn dpu_uses_exactly_one_step_stale_gradients() {
     // theta(t+1) = theta(t) - lr * g(theta(t-1)), g(-1) = g(theta(0)).
-    let got = one_worker(Method::Dpu { warmup_steps: 0 }, 4);
+    let got = one_worker(Method::Dpu(DpuSettings { warmup_steps: 0 }), 4);
     let mut r = Replay::new();
     let mut theta = r.w.model.params.clone();
     let mut stale = r.grad_at(&theta.clone());
@@ -98,8 +90,15 @@ fn dpu_uses_exactly_one_step_stale_gradients() {
     }
     assert_eq!(bits(&got.params), bits(&theta));
     // With warmup covering every step, DPU is zero1 (no delay at all).
-    let warm = run_cluster(Method::Dpu { warmup_steps: 4 }, &sim(2), workers(2, 2), &sgd_plan(4)).unwrap();
-    let z = run_cluster(Method::Zero1, &sim(2), workers(2, 2), &sgd_plan(4)).unwrap();
+    let warm = run_cluster(
+        &Method::Dpu(DpuSettings { warmup_steps: 4 }),
+        &sim(2),
+        workers(2, 2),
+        &sgd_plan(4),
+        &Hooks::default(),
+    )
+    .unwrap();
+    let z = run_cluster(&Method::Zero1, &sim(2), workers(2, 2), &sgd_plan(4), &Hooks::default()).unwrap();
     assert_eq!(bits(&warm[0].params), bits(&z[0].params));
 }
 
@@ -126,8 +125,8 @@ fn acco_wp_prediction_is_a_second_optimizer_step() {
 fn acco_look_ahead_commits_no_optimizer_state() {
     // AdamW: T rounds of ACCO run 2T optimizer computations but commit T.
     let plan = super::tests::plan(3, 1, 1.0);
-    for method in [Method::Acco, Method::AccoWp, Method::Zero1, Method::Dpu { warmup_steps: 1 }] {
-        let r = run_cluster(method, &sim(3), workers(3, 1), &plan).unwrap();
+    for method in [Method::Acco, Method::AccoWp, Method::Zero1, Method::Dpu(DpuSettings { warmup_steps: 1 })] {
+        let r = run_cluster(&method, &sim(3), workers(3, 1), &plan, &Hooks::default()).unwrap();
         assert!(
             r.iter().all(|w| w.optimizer_steps == 3),
             "{method:?}: {:?}",
@@ -146,14 +145,16 @@ fn acco_accumulates_while_communicating_and_slow_workers_compute_less() {
     // fewer than the fast ones, with no one idle for long.
     let n = crate::model::ParamLayout::new(&tiny()).len as f64;
     let tier = Tier { latency_s: 0.0, bandwidth_bytes_per_s: 4.0 * n / 3.0 };
-    let spec = SimSpec {
-        micro_batch_s: 1.0,
-        speeds: vec![1.0, 1.0, 0.25],
-        link: Some(LinkModel::flat(tier)),
-        wire: WireDtype::F32,
-        comm_scale: 1.0,
-    };
-    let r = run_cluster(Method::Acco, &Runtime::Sim(spec), workers(3, 1), &super::tests::plan(4, 1, 1.0)).unwrap();
+    let spec =
+        SimSpec { speeds: vec![1.0, 1.0, 0.25], link: Some(LinkModel::flat(tier)), ..SimSpec::flat(3, 1.0, None) };
+    let r = run_cluster(
+        &Method::Acco,
+        &Runtime::Sim(spec),
+        workers(3, 1),
+        &super::tests::plan(4, 1, 1.0),
+        &Hooks::default(),
+    )
+    .unwrap();
     let mb: Vec<u64> = r.iter().map(|w| w.times.micro_batches).collect();
     assert!(mb[0] > 2 * 4 + 1, "fast workers accumulate several micro-batches per stage: {mb:?}");
     assert!(mb[2] < mb[0], "the slow worker computes fewer: {mb:?}");
@@ -167,15 +168,16 @@ fn acco_hides_communication_that_zero1_exposes() {
     // Same link for both: one gradient reduce-scatter ~ one micro-batch.
     let n = crate::model::ParamLayout::new(&tiny()).len as f64;
     let tier = Tier { latency_s: 0.0, bandwidth_bytes_per_s: 4.0 * n };
-    let spec = |w| SimSpec {
-        micro_batch_s: 1.0,
-        speeds: vec![1.0; w],
-        link: Some(LinkModel::flat(tier)),
-        wire: WireDtype::F32,
-        comm_scale: 1.0,
-    };
+    let spec = |w| SimSpec { speeds: vec![1.0; w], link: Some(LinkModel::flat(tier)), ..SimSpec::flat(w, 1.0, None) };
     let summary = |method| {
-        let r = run_cluster(method, &Runtime::Sim(spec(2)), workers(2, 1), &super::tests::plan(4, 2, 0.0)).unwrap();
+        let r = run_cluster(
+            &method,
+            &Runtime::Sim(spec(2)),
+            workers(2, 1),
+            &super::tests::plan(4, 2, 0.0),
+            &Hooks::default(),
+        )
+        .unwrap();
         let spans: Vec<_> = r.into_iter().flat_map(|w| w.events.into_spans()).collect();
         crate::metrics::summarize(&spans, 2, 0).unwrap()
     };
@@ -192,13 +194,38 @@ fn with_free_communication_each_stage_computes_exactly_one_micro_batch() {
     // nothing it is done by the end of the first micro-batch: N_i = 1 per
     // stage, as in the paper (the worker never waits on itself).
     let plan = super::tests::plan(3, 1, 1.0);
-    for (method, want) in [(Method::Acco, 1 + 2 * 3), (Method::AccoWp, 1 + 3), (Method::Dpu { warmup_steps: 0 }, 1 + 3)]
+    for (method, want) in
+        [(Method::Acco, 1 + 2 * 3), (Method::AccoWp, 1 + 3), (Method::Dpu(DpuSettings { warmup_steps: 0 }), 1 + 3)]
     {
-        let r = run_cluster(method, &sim(4), workers(4, 1), &plan).unwrap();
+        let r = run_cluster(&method, &sim(4), workers(4, 1), &plan, &Hooks::default()).unwrap();
         assert!(
             r.iter().all(|w| w.times.micro_batches == want),
             "{method:?}: {:?}",
             r.iter().map(|w| w.times.micro_batches).collect::<Vec<_>>()
         );
     }
+}
+
+#[test]
+fn acco_wp_predicts_with_the_learning_rate_of_the_step_it_predicts() {
+    // Warmup schedule lr(t) = LR (t+1)/4: the prediction theta~(t+2) stands
+    // for step t+1, so it is theta(t+1) - lr(t+1) g~(t), not lr(t).
+    // Replayed by hand; a run that predicted with lr(t) would differ.
+    let schedule = LrSchedule { max_lr: LR, warmup_steps: 4, total_steps: 8, min_lr: LR };
+    let lr = |t: u64| schedule.lr(t);
+    assert_ne!(lr(0), lr(1), "the test needs a learning rate that changes");
+    let p = Plan { schedule: schedule.clone(), ..sgd_plan(3) };
+    let got = run_cluster(&Method::AccoWp, &sim(1), workers(1, 2), &p, &Hooks::default()).unwrap().remove(0);
+    let mut r = Replay::new();
+    let mut theta = r.w.model.params.clone();
+    let mut predicted = theta.clone();
+    let mut pending = r.grad_at(&theta.clone());
+    for t in 0..3 {
+        let next = r.grad_at(&predicted.clone());
+        r.opt.step(&mut theta, &pending, lr(t), &DecaySegments::none());
+        predicted = theta.clone();
+        r.opt.step(&mut predicted, &pending, lr(t + 1), &DecaySegments::none());
+        pending = next;
+    }
+    assert_eq!(bits(&got.params), bits(&theta));
 }

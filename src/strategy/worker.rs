@@ -1,7 +1,8 @@
 //! What every strategy's worker owns: a model replica, its data shard and
 //! sampler, and the plan shared by all workers.
 
-use crate::data::sampler::WindowSampler;
+use crate::comm::WireDtype;
+use crate::data::sampler::{SamplerState, WindowSampler};
 use crate::model::Gpt;
 use crate::optim::{DecaySegments, LrSchedule, OptimizerConfig};
 use crate::runtime::{Ctx, Work, WorkerTimes};
@@ -48,13 +49,37 @@ impl Worker {
         self.sampler.fill_batch(&self.tokens, &mut self.inputs, &mut self.targets);
         self.model.forward_backward(&self.inputs, &self.targets, self.batch, self.seq, loss_scale)
     }
+
+    /// Where this worker's data stream and dropout are (for a checkpoint).
+    pub fn state(&self) -> WorkerState {
+        WorkerState { sampler: self.sampler.state(), dropout_rng: self.model.dropout_rng.clone() }
+    }
+
+    /// Continues the data stream and dropout from `s`.
+    pub fn restore(&mut self, s: WorkerState) -> Result<()> {
+        self.sampler.restore(s.sampler)?;
+        self.model.dropout_rng = s.dropout_rng;
+        Ok(())
+    }
+}
+
+/// A worker's data position and dropout RNG, as checkpointed.
+#[derive(Clone, Debug, PartialEq, serde::Serialize, serde::Deserialize)]
+pub struct WorkerState {
+    /// The sampler mid-stream.
+    pub sampler: SamplerState,
+    /// Dropout's RNG.
+    pub dropout_rng: rand_pcg::Pcg64,
 }
 
 /// Everything about the optimisation that all workers share.
 #[derive(Clone, Debug)]
 pub struct Plan {
-    /// Optimizer steps (rounds).
+    /// Optimizer steps (rounds) of the whole run; the schedule spans them.
     pub steps: u64,
+    /// The round this run stops at (`steps`, or earlier to emulate a
+    /// preempted job: `--stop-at`).
+    pub end: u64,
     /// Micro-batches per step for synchronous methods.
     pub grad_accum: usize,
     /// Learning rate per step.
@@ -70,32 +95,88 @@ pub struct Plan {
     /// not depend on timing (reproducible, comparable across backends);
     /// `None` accumulates for as long as the round is in flight (the papers').
     pub fixed_micro_batches: Option<usize>,
+    /// How gradients and parameters travel (scalars always travel in f32).
+    pub wire: WireDtype,
+}
+
+impl Plan {
+    /// A plan of `steps` rounds with the given optimizer and schedule, one
+    /// micro-batch per step, no clipping, f32 on the wire.
+    pub fn new(steps: u64, schedule: LrSchedule, optimizer: OptimizerConfig, decay: DecaySegments) -> Plan {
+        Plan {
+            steps,
+            end: steps,
+            grad_accum: 1,
+            schedule,
+            optimizer,
+            decay,
+            grad_clip: 0.0,
+            fixed_micro_batches: None,
+            wire: WireDtype::F32,
+        }
+    }
+}
+
+/// A piece of the run's model: `values` at `offset` of the flat parameter
+/// vector. The participants' pieces together cover it (one whole piece for
+/// replica methods, one shard each for ACCO-wp's committed parameters).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ModelPiece {
+    /// Where the piece starts.
+    pub offset: usize,
+    /// Its values.
+    pub values: Vec<f32>,
+}
+
+/// The whole replica as the run's model, from participant 0 only (replica
+/// methods: every worker holds the same parameters).
+pub fn replica_piece(rank: usize, params: &[f32]) -> Option<ModelPiece> {
+    (rank == 0).then(|| ModelPiece { offset: 0, values: params.to_vec() })
+}
+
+/// Assembles the run's model of `n` parameters from the participants' pieces.
+pub fn assemble_model(n: usize, pieces: impl IntoIterator<Item = ModelPiece>) -> anyhow::Result<Vec<f32>> {
+    let mut model = vec![0.0f32; n];
+    let mut covered = vec![false; n];
+    for p in pieces {
+        let hi = (p.offset + p.values.len()).min(n);
+        if p.offset < hi {
+            model[p.offset..hi].copy_from_slice(&p.values[..hi - p.offset]);
+            covered[p.offset..hi].iter_mut().for_each(|c| *c = true);
+        }
+    }
+    match covered.iter().position(|c| !c) {
+        Some(i) => anyhow::bail!("the participants' model pieces leave parameter {i} of {n} uncovered"),
+        None => Ok(model),
+    }
 }
 
 /// What a strategy returns from one worker's run.
 #[derive(Clone, Debug, Default)]
 pub struct Outcome {
-    /// Mean training loss of this worker's micro-batches, per step.
-    pub losses: Vec<f32>,
     /// Optimizer steps committed.
     pub optimizer_steps: u64,
     /// Bytes of model states held.
     pub memory: MemoryBytes,
+    /// This participant's piece of the run's model, if it holds one.
+    pub model: Option<ModelPiece>,
 }
 
 /// What a worker reports at the end.
 #[derive(Clone, Debug)]
 pub struct WorkerReport {
-    /// Rank.
+    /// Participant number.
     pub rank: usize,
-    /// Mean training loss of this worker's micro-batches, per step.
-    pub losses: Vec<f32>,
+    /// This participant's rounds: loss, micro-batches applied, when each ended.
+    pub points: Vec<super::journal::StepPoint>,
     /// Optimizer steps committed (by this worker's shard, or its replica).
     pub optimizer_steps: u64,
     /// Time accounting from the runtime.
     pub times: WorkerTimes,
-    /// Final parameters (flat).
+    /// Final replica parameters (flat; empty for a participant without one).
     pub params: Vec<f32>,
+    /// This participant's piece of the run's model.
+    pub model: Option<ModelPiece>,
     /// Compute and communication spans (for the trace and the summary).
     pub events: crate::metrics::EventLog,
     /// Bytes of model states this worker held, by category.
@@ -140,11 +221,11 @@ pub async fn accumulate<C: Ctx>(ctx: &mut C, w: &mut Worker, k: usize) -> f32 {
 /// bf16 parameters, gradients and communication buffer (2 bytes each) and
 /// an optimizer costing `k` bytes per parameter (12 for mixed-precision
 /// AdamW: fp32 master copy, m and v), `psi` parameters, `n` workers.
-pub fn table1_bytes(method: super::Method, psi: f64, n: f64, k: f64) -> f64 {
+pub fn table1_bytes(method: &super::Method, psi: f64, n: f64, k: f64) -> f64 {
     use super::Method::*;
     psi * match method {
         Ddp => 2.0 + 2.0 + k,
         Zero1 => 2.0 + 2.0 + k / n,
-        Dpu { .. } | AccoWp | Acco => 2.0 + 2.0 + 2.0 + k / n,
+        Dpu(_) | AccoWp | Acco => 2.0 + 2.0 + 2.0 + k / n,
     }
 }

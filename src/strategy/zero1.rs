@@ -12,22 +12,36 @@
 //! Without clipping this gives DDP's parameters bit for bit (same reduction
 //! recipe, and an optimizer step on a shard equals that part of a full step).
 
+use super::journal::{Journal, StrategyState};
 use super::sharded::{Sharded, Update};
-use super::worker::{accumulate, Outcome, Plan, Worker};
+use super::worker::{accumulate, replica_piece, Outcome, Plan, Worker};
 use crate::runtime::Ctx;
 use anyhow::Result;
 
-/// Run ZeRO-1 on one worker; returns its losses, steps and memory.
-pub async fn run<C: Ctx>(ctx: &mut C, w: &mut Worker, plan: &Plan) -> Result<Outcome> {
+/// Run ZeRO-1 on one worker.
+pub async fn run<C: Ctx>(ctx: &mut C, w: &mut Worker, plan: &Plan, j: &mut Journal) -> Result<Outcome> {
     let mut shard = Sharded::new(&w.model.params, ctx.rank(), ctx.world(), plan)?;
-    let world = ctx.world() as f32;
-    let mut losses = Vec::with_capacity(plan.steps as usize);
-    for step in 0..plan.steps {
+    if let Some(s) = j.take_resumed() {
+        shard.restore(&s)?;
+    }
+    let (rank, world) = (ctx.rank(), ctx.world() as f32);
+    for step in j.first_round()..plan.end {
         ctx.mark_round(step);
-        losses.push(accumulate(ctx, w, plan.grad_accum).await);
+        let loss = accumulate(ctx, w, plan.grad_accum).await;
         let mut round = shard.start(ctx, &w.model.grads, 1.0, Some(world), Update::Commit, plan.schedule.lr(step));
         shard.finish(ctx, &mut round).await;
         w.model.params.copy_from_slice(shard.gathered());
+        j.step(ctx, step + 1, loss, plan.grad_accum as u64);
+        j.round_end(ctx, Some(w), step + 1, plan.end, || {
+            let mut s = StrategyState { model: replica_piece(rank, &w.model.params), ..StrategyState::default() };
+            shard.save(&mut s);
+            s
+        })
+        .await?;
     }
-    Ok(Outcome { losses, optimizer_steps: shard.steps_taken(), memory: shard.memory(0) })
+    Ok(Outcome {
+        optimizer_steps: shard.steps_taken(),
+        memory: shard.memory(0),
+        model: replica_piece(rank, &w.model.params),
+    })
 }

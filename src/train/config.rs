@@ -163,8 +163,6 @@ pub struct ParallelSection {
     pub speeds: Option<Vec<f64>>,
     /// What travels on the wire: `f32` or `bf16`.
     pub wire: Option<crate::comm::WireDtype>,
-    /// DPU only: steps of non-delayed updates before the delay starts.
-    pub dpu_warmup_steps: u64,
     /// `sim` without a cluster profile: virtual seconds per micro-batch.
     pub micro_batch_s: f64,
     /// Write a Chrome/Perfetto trace here (one compute and one comm track per worker).
@@ -186,7 +184,6 @@ impl Default for ParallelSection {
             link: None,
             speeds: None,
             wire: None,
-            dpu_warmup_steps: 0,
             micro_batch_s: 0.1,
             trace: None,
             fixed_micro_batches: None,
@@ -204,6 +201,10 @@ pub struct RunConfig {
     pub schedule: ScheduleSection,
     pub optimizer: OptimizerConfig,
     pub parallel: ParallelSection,
+    /// Per-method settings: `[methods.NAME]` sections (every key is
+    /// documented in configs/README.md; see `strategy::method`).
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub methods: std::collections::BTreeMap<String, toml::Table>,
 }
 
 impl RunConfig {
@@ -265,6 +266,7 @@ impl RunConfig {
         anyhow::ensure!((0.0..=1.0).contains(&self.schedule.min_lr_ratio), "schedule.min_lr_ratio must be in [0, 1]");
         self.schedule().validate()?;
         self.optimizer.validate()?;
+        crate::strategy::Method::check_sections(&self.methods)?;
         Ok(model)
     }
 }

@@ -1,8 +1,10 @@
-//! Single-worker training: configuration, the loop, metrics.
+//! Training: configuration, the single-worker loop, data-parallel runs, metrics.
 
 pub mod config;
 pub mod metrics;
 pub mod parallel;
+pub mod parallel_ckpt;
+pub mod parallel_log;
 #[cfg(feature = "mpi")]
 pub mod parallel_mpi;
 pub mod run;

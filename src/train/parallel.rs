@@ -1,40 +1,33 @@
 //! `lowcomm train --method M --workers N`: data-parallel training with a
-//! strategy, on the real or the simulated runtime; writes metrics.jsonl,
-//! events.jsonl (spans + summary), an optional Chrome trace, and a final
-//! checkpoint of the model (the sharded optimizer state is not saved).
+//! strategy, on the real or the simulated runtime. Writes as it goes
+//! (metrics.jsonl, checkpoints with every participant's part every
+//! `--checkpoint-every` rounds and at the end) and at the end
+//! (events.jsonl with spans and summary, plots, an optional Chrome trace).
+//! `--resume RUN` continues from the last checkpoint (parallel_ckpt.rs).
 
 use super::config::{ParallelSection, RunConfig};
+use super::metrics::MetricsLog;
+use super::parallel_ckpt::{CheckpointWriter, Resumed, RunIdentity};
+pub use super::parallel_log::RoundRecord;
+use super::parallel_log::{RoundLog, RoundLogSpec};
+use super::run::RunOptions;
 use super::trainer::{decay_segments, evaluate, open_data};
-use crate::checkpoint::{self, TrainState};
 use crate::comm::{LinkModel, Tier, WireDtype};
-use crate::data::sampler::{shard_range, WindowSampler};
+use crate::data::sampler::shard_range;
 use crate::metrics::{self, EventLog, Summary};
 use crate::model::{Gpt, GptConfig};
-use crate::runtime::{real::RealSpec, sim::SimSpec};
-use crate::strategy::{run_cluster, table1_bytes, Method, Plan, Runtime, Worker, WorkerReport};
+use crate::runtime::{real::RealSpec, sim::SimSpec, Topology};
+use crate::strategy::{
+    assemble_model, run_cluster, table1_bytes, Checkpointing, Hooks, Method, Plan, Runtime, Worker, WorkerReport,
+};
 use anyhow::{bail, Context, Result};
-use serde::Serialize;
 use std::path::PathBuf;
 use std::sync::Arc;
-
-/// One round of a parallel run, as logged.
-#[derive(Clone, Debug, Serialize)]
-pub struct RoundRecord {
-    /// Rounds completed, this one included.
-    pub step: u64,
-    /// Tokens processed by all workers so far.
-    pub tokens: u64,
-    /// Mean training loss over the workers.
-    pub loss: f32,
-    /// Learning rate used.
-    pub lr: f32,
-    /// Seconds (virtual under `sim`) at which the round's last work ended.
-    pub wall_s: f64,
-}
 
 /// What a parallel run ends with.
 pub struct ParallelSummary {
     pub method: Method,
+    /// The run's rounds (all of them, also those before a resume).
     pub rounds: Vec<RoundRecord>,
     pub world: usize,
     pub final_loss: f32,
@@ -44,13 +37,10 @@ pub struct ParallelSummary {
     pub checkpoint: PathBuf,
 }
 
-/// The method, parsed with the DPU warmup applied.
-pub fn method(p: &ParallelSection) -> Result<Method> {
-    let m: Method = p.method.as_deref().unwrap_or("ddp").parse()?;
-    Ok(match m {
-        Method::Dpu { .. } => Method::Dpu { warmup_steps: p.dpu_warmup_steps },
-        other => other,
-    })
+/// The method named in `cfg`, with its `[methods.NAME]` settings.
+pub fn method(cfg: &RunConfig) -> Result<Method> {
+    let name = cfg.parallel.method.as_deref().unwrap_or("ddp");
+    Method::from_config(name, cfg.methods.get(name))
 }
 
 /// Workers and runtime from the `[parallel]` section; errors name the field.
@@ -96,23 +86,22 @@ pub fn runtime(
     if let Some(s) = speeds.iter().find(|s| !(**s > 0.0 && s.is_finite())) {
         bail!("--speeds: every speed factor must be > 0 (1 = nominal, 0.25 = four times slower), got {s}");
     }
-    let wire = p.wire.unwrap_or(WireDtype::F32);
     let rt = match p.runtime.as_str() {
         "real" => {
             if profile.is_some() {
                 bail!("--cluster describes a simulated cluster: use it with --runtime sim (the real runtime takes --link)");
             }
-            Runtime::Real(RealSpec { speeds, link, wire })
+            Runtime::Real(RealSpec { speeds, link, topology: Topology::flat(world), start: Vec::new() })
         }
         "sim" => match profile {
             Some(c) => {
-                let mut spec = c.sim_spec(model, params, tokens_per_micro_batch, speeds, p.wire)?;
+                let mut spec = c.sim_spec(model, params, tokens_per_micro_batch, speeds)?;
                 if link.is_some() {
                     spec.link = link;
                 }
                 Runtime::Sim(spec)
             }
-            None => Runtime::Sim(SimSpec { micro_batch_s: p.micro_batch_s, speeds, link, wire, comm_scale: 1.0 }),
+            None => Runtime::Sim(SimSpec { speeds, link, ..SimSpec::flat(world, p.micro_batch_s, None) }),
         },
         other => bail!("unknown runtime `{other}`: use --runtime real or --runtime sim"),
     };
@@ -128,46 +117,165 @@ pub struct Setup {
     pub data: crate::data::Dataset,
     /// The training tokens, shared by every worker of this process.
     pub tokens: Arc<Vec<u32>>,
-    /// The initial model (identical on every worker).
+    /// The initial model (identical on every worker): fresh, or the
+    /// checkpoint's when resuming.
     pub init: Gpt,
     pub world: usize,
     pub runtime: Runtime,
     pub plan: Plan,
     /// Tokens per sequence.
     pub seq: usize,
+    /// The checkpoint resumed from, if any.
+    pub resumed: Option<Resumed>,
+    /// No progress output.
+    pub quiet: bool,
+    /// Shown before the progress bar.
+    pub label: String,
 }
 
-/// Validates `cfg`, opens the data and builds the initial model and plan.
-pub fn setup(cfg: RunConfig) -> Result<Setup> {
+/// Validates `cfg`, opens the data and builds the initial model and plan
+/// (from the checkpoint at `opts.resume`, if given).
+pub fn setup(cfg: RunConfig, opts: &RunOptions) -> Result<Setup> {
     let model_cfg = cfg.validate()?;
-    let method = method(&cfg.parallel)?;
+    let method = method(&cfg)?;
+    let t = &cfg.train;
+    if method.accumulates_while_communicating() && t.grad_accum > 1 {
+        bail!(
+            "--grad-accum {} does not apply to {}: it accumulates as many micro-batches as fit while a round communicates; fix the count per stage with --fixed-micro-batches K instead",
+            t.grad_accum,
+            method.name()
+        );
+    }
     let (mut data, _) = open_data(&cfg, &model_cfg)?;
     let tokens = Arc::new(std::mem::take(&mut data.train));
-    let t = &cfg.train;
     let seq = cfg.seq_len(&model_cfg);
-    let init = Gpt::new(model_cfg.clone(), t.seed)?;
-    let (world, runtime) = runtime(&cfg.parallel, &model_cfg, init.num_params(), t.batch_size * seq)?;
+    let mut init = Gpt::new(model_cfg.clone(), t.seed)?;
+    let (world, mut runtime) = runtime(&cfg.parallel, &model_cfg, init.num_params(), t.batch_size * seq)?;
+    let wire = match (&cfg.parallel.wire, &cfg.parallel.cluster) {
+        (Some(w), _) => *w,
+        (None, Some(c)) => crate::runtime::cluster::ClusterProfile::from_file(c)?.wire.unwrap_or(WireDtype::F32),
+        (None, None) => WireDtype::F32,
+    };
+    let end = opts.stop_at.unwrap_or(t.steps).min(t.steps);
     let plan = Plan {
         steps: t.steps,
+        end,
         grad_accum: t.grad_accum,
         schedule: cfg.schedule(),
         optimizer: cfg.optimizer.clone(),
         decay: decay_segments(&init.layout, &cfg),
         grad_clip: t.grad_clip,
         fixed_micro_batches: cfg.parallel.fixed_micro_batches,
+        wire,
     };
-    Ok(Setup { cfg, model_cfg, method, data, tokens, init, world, runtime, plan, seq })
+    let resumed = match &opts.resume {
+        Some(path) => {
+            let r = Resumed::open(path, method.name(), topology(&runtime), &model_cfg)?;
+            init.params.copy_from_slice(&r.params);
+            let clocks =
+                (0..topology(&runtime).participants()).map(|p| Ok(r.part(p)?.clock)).collect::<Result<Vec<_>>>()?;
+            match &mut runtime {
+                Runtime::Sim(s) => s.start = clocks,
+                Runtime::Real(s) => s.start = clocks,
+            }
+            Some(r)
+        }
+        None => None,
+    };
+    let label = method.to_string();
+    Ok(Setup {
+        cfg,
+        model_cfg,
+        method,
+        data,
+        tokens,
+        init,
+        world,
+        runtime,
+        plan,
+        seq,
+        resumed,
+        quiet: opts.quiet,
+        label,
+    })
+}
+
+/// The job's shape under `runtime`.
+pub fn topology(runtime: &Runtime) -> Topology {
+    match runtime {
+        Runtime::Sim(s) => s.topology,
+        Runtime::Real(s) => s.topology,
+    }
 }
 
 impl Setup {
-    /// Worker `rank`: a replica of the initial model and its shard of the data.
+    /// Worker `rank`: a replica of the initial model and its shard of the
+    /// data, continuing its stream when resuming.
     pub fn worker(&self, rank: usize) -> Result<Worker> {
         let t = &self.cfg.train;
         let shard = shard_range(self.tokens.len(), rank, self.world);
         let model = Gpt::from_params(self.model_cfg.clone(), self.init.params.clone(), t.seed)?;
-        Worker::new(model, self.tokens.clone(), shard, t.batch_size, self.seq, t.seed, rank).with_context(|| {
-            format!("worker {rank} of {}: its data shard is too small; use fewer workers or more text", self.world)
+        let mut w = Worker::new(model, self.tokens.clone(), shard, t.batch_size, self.seq, t.seed, rank).with_context(
+            || format!("worker {rank} of {}: its data shard is too small; use fewer workers or more text", self.world),
+        )?;
+        if let Some(r) = &self.resumed {
+            if let Some(s) = r.part(rank)?.worker {
+                w.restore(s)
+                    .with_context(|| format!("worker {rank}: the checkpoint's sampler does not fit this corpus"))?;
+            }
+        }
+        Ok(w)
+    }
+
+    /// Tokens per micro-batch.
+    pub fn tokens_per_micro_batch(&self) -> u64 {
+        (self.cfg.train.batch_size * self.seq) as u64
+    }
+
+    /// What every checkpoint of this run shares.
+    pub fn identity(&self) -> Result<RunIdentity> {
+        Ok(RunIdentity {
+            run_dir: self.cfg.train.out_dir.clone(),
+            cfg: self.cfg.clone(),
+            model: self.model_cfg.clone(),
+            method: self.method.name().into(),
+            topology: topology(&self.runtime),
+            tokenizer_json: self.data.tokenizer.to_json()?,
+            tokens_per_micro_batch: self.tokens_per_micro_batch(),
         })
+    }
+
+    /// The metrics log (when `write`) and progress (when not quiet) over
+    /// `workers`' rounds, continuing a resumed run's log.
+    pub fn round_log(&self, write: bool, workers: usize) -> Result<RoundLog> {
+        let first = self.resumed.as_ref().map_or(0, |r| r.round);
+        let log = if write {
+            Some(MetricsLog::open(&self.cfg.train.out_dir, self.resumed.as_ref().map(|r| r.round))?)
+        } else {
+            None
+        };
+        Ok(RoundLog::new(
+            log,
+            RoundLogSpec {
+                workers,
+                first,
+                tokens: self.resumed.as_ref().map_or(0, |r| r.tokens_seen),
+                total: self.plan.steps,
+                tokens_per_micro_batch: self.tokens_per_micro_batch(),
+                schedule: self.plan.schedule.clone(),
+                virtual_time: matches!(self.runtime, Runtime::Sim(_)),
+                quiet: self.quiet || (write && workers > 1 && matches!(self.cfg.parallel.backend.as_str(), "mpi")),
+                label: self.label.clone(),
+            },
+        ))
+    }
+
+    /// Each participant's part to resume from (empty for a fresh run).
+    pub fn resumed_parts(&self) -> Result<Vec<Option<crate::strategy::SavedPart>>> {
+        match &self.resumed {
+            None => Ok(Vec::new()),
+            Some(r) => (0..topology(&self.runtime).participants()).map(|p| r.part(p).map(Some)).collect(),
+        }
     }
 
     /// The line announcing the run.
@@ -177,11 +285,17 @@ impl Setup {
             Runtime::Sim(_) => "sim",
         };
         let t = &self.cfg.train;
+        let from = match &self.resumed {
+            Some(r) => format!(" (resuming round {} from {})", r.round, r.dir.display()),
+            None => String::new(),
+        };
         format!(
-            "training {} params with {:?} on {} workers ({rt} runtime, {backend} backend) for {} steps -> {}",
+            "training {} params with {} on {} workers ({rt} runtime, {backend} backend) for rounds {}..{} of {}{from} -> {}",
             self.init.num_params(),
             self.method,
             self.world,
+            self.resumed.as_ref().map_or(0, |r| r.round),
+            self.plan.end,
             t.steps,
             t.out_dir.display()
         )
@@ -189,65 +303,63 @@ impl Setup {
 }
 
 /// Train with `cfg.parallel.method`, all workers in this process.
-pub fn run_parallel(cfg: RunConfig, quiet: bool) -> Result<ParallelSummary> {
+pub fn run_parallel(cfg: RunConfig, opts: &RunOptions) -> Result<ParallelSummary> {
     if cfg.parallel.backend != "local" {
         bail!("backend `{}` runs one worker per process: launch it with mpirun (see docs/mpi.md); in-process runs use --backend local", cfg.parallel.backend);
     }
-    let s = setup(cfg)?;
+    let s = setup(cfg, opts)?;
     let workers = (0..s.world).map(|r| s.worker(r)).collect::<Result<Vec<_>>>()?;
-    if !quiet {
+    if !s.quiet {
         eprintln!("{}", s.banner("local"));
     }
-    let reports = run_cluster(s.method, &s.runtime, workers, &s.plan)?;
-    finish(s, reports, quiet)
+    let log = Arc::new(s.round_log(true, s.world)?);
+    let writer = Arc::new(CheckpointWriter::new(s.identity()?, s.init.num_params()));
+    let hooks = Hooks {
+        observer: Some(log.clone()),
+        checkpoints: Checkpointing { every: s.cfg.train.checkpoint_every, sink: Some(writer.clone()) },
+        resumed: s.resumed_parts()?,
+    };
+    let reports = run_cluster(&s.method, &s.runtime, workers, &s.plan, &hooks)?;
+    drop(hooks);
+    let log = Arc::into_inner(log).expect("the run is over: one owner left");
+    let checkpoint = writer
+        .written()
+        .last()
+        .map(|(_, d)| d.clone())
+        .context("the run ended without writing its final checkpoint")?;
+    finish(s, reports, log, checkpoint)
 }
 
-/// Everything after the workers ran: metrics, events, plots, trace and the
-/// final checkpoint, from all workers' reports (in rank order).
-pub fn finish(s: Setup, reports: Vec<WorkerReport>, quiet: bool) -> Result<ParallelSummary> {
-    let Setup { cfg, model_cfg, method, data, tokens, init, world, plan, seq, .. } = s;
-    let n = init.num_params();
+/// Everything after the workers ran: the evaluation, events, plots and
+/// trace, from all participants' reports (in participant order).
+pub fn finish(s: Setup, reports: Vec<WorkerReport>, log: RoundLog, checkpoint: PathBuf) -> Result<ParallelSummary> {
+    let this_run = log.finish()?;
+    let Setup { cfg, model_cfg, method, data, init, world, plan, seq, quiet, .. } = s;
     let t = &cfg.train;
     let say = |s: String| {
         if !quiet {
             eprintln!("{s}");
         }
     };
-    // Metrics: per round, the mean loss over workers and when the round ended.
-    let tokens_per_mb = (t.batch_size * seq) as u64;
+    let participants = reports.len();
     let spans: Vec<_> = reports.iter().flat_map(|r| r.events.spans().to_vec()).collect();
-    let mut log = super::metrics::MetricsLog::open(&t.out_dir, None)?;
-    let mut tokens_so_far = 0u64;
-    let mut last_loss = f32::NAN;
-    let mut rounds = Vec::with_capacity(t.steps as usize);
-    for step in 0..t.steps {
-        let loss = (reports.iter().map(|r| r.losses[step as usize] as f64).sum::<f64>() / world as f64) as f32;
-        let in_round = spans.iter().filter(|s| s.round == step);
-        let (mut end, mut mbs) = (0.0f64, 0u64);
-        for s in in_round {
-            end = end.max(s.end_s);
-            mbs += s.micro_batches as u64;
-        }
-        tokens_so_far += mbs * tokens_per_mb;
-        last_loss = loss;
-        let rec = RoundRecord { step: step + 1, tokens: tokens_so_far, loss, lr: plan.schedule.lr(step), wall_s: end };
-        log.write("train", &rec)?;
-        rounds.push(rec);
-    }
-    let mut model = Gpt::from_params(model_cfg.clone(), reports[0].params.clone(), t.seed)?;
+    let applied: u64 = reports.iter().flat_map(|r| &r.points).map(|p| p.micro_batches).sum();
+    let summary = metrics::summarize(&spans, participants, applied * (t.batch_size * seq) as u64)?;
+    let params = assemble_model(init.num_params(), reports.iter().filter_map(|r| r.model.clone()))?;
+    let mut model = Gpt::from_params(model_cfg.clone(), params, t.seed)?;
     let val_loss = evaluate(&mut model, &data.val, seq, t.batch_size, t.eval_windows);
-    let total_tokens: u64 = reports.iter().map(|r| r.times.micro_batches).sum::<u64>() * tokens_per_mb;
-    let summary = metrics::summarize(&spans, world, total_tokens)?;
-    log.write(
-        "eval",
-        &super::metrics::EvalRecord {
-            step: t.steps,
-            tokens: tokens_so_far,
-            val_loss,
-            val_ppl: val_loss.exp(),
-            wall_s: summary.end_s,
-        },
-    )?;
+    // The whole run's rounds, a resumed run's earlier ones included.
+    let rounds = read_rounds(&t.out_dir).unwrap_or(this_run);
+    let last = rounds.last();
+    let mut mlog = MetricsLog::open(&t.out_dir, Some(plan.end))?;
+    let eval = super::metrics::EvalRecord {
+        step: plan.end,
+        tokens: last.map_or(0, |r| r.tokens),
+        val_loss,
+        val_ppl: val_loss.exp(),
+        wall_s: last.map_or(0.0, |r| r.wall_s),
+    };
+    mlog.write("eval", &eval)?;
     metrics::write_jsonl(
         &t.out_dir.join("events.jsonl"),
         &EventLog::merge(reports.iter().map(|r| r.events.clone()).collect()).into_spans(),
@@ -263,45 +375,49 @@ pub fn finish(s: Setup, reports: Vec<WorkerReport>, quiet: bool) -> Result<Paral
         ("loss_vs_time.svg", "training loss vs time", "seconds", |r: &RoundRecord| r.wall_s),
     ] {
         let series = [metrics::plot::Series {
-            name: format!("{method:?}"),
+            name: method.to_string(),
             points: rounds.iter().map(|r| (x(r), r.loss as f64)).collect(),
         }];
         metrics::plot::line_plot(&t.out_dir.join(file), title, x_label, "loss", &series)?;
     }
     if let Some(path) = &cfg.parallel.trace {
-        metrics::write_trace(path, &spans, world)?;
+        metrics::write_trace(path, &spans, participants)?;
         say(format!("trace written to {} (open in https://ui.perfetto.dev or chrome://tracing)", path.display()));
     }
     crate::util::atomic_write(&t.out_dir.join("config.toml"), cfg.to_toml().as_bytes())?;
-    let state = TrainState {
-        format_version: checkpoint::FORMAT_VERSION,
-        step: t.steps,
-        tokens_seen: tokens_so_far,
-        model: model_cfg.clone(),
-        run_config: cfg.to_toml(),
-        optimizer_kind: format!("none ({method:?} shards its optimizer state; not saved)"),
-        optimizer_steps: reports[0].optimizer_steps,
-        sampler: WindowSampler::new(0..tokens.len(), seq, t.seed, 0)?.state(),
-        dropout_rng: model.dropout_rng.clone(),
-        wall_s: summary.end_s,
-        files: Default::default(),
-    };
-    let checkpoint =
-        checkpoint::save(&t.out_dir, state, &reports[0].params, &[], &data.tokenizer.to_json()?, t.keep_checkpoints)?;
     if !quiet {
-        eprint!("{}", report_table(method, &summary, &reports, n));
+        eprint!("{}", report_table(&method, &summary, &reports, init.num_params()));
     }
     say(format!("done: val loss {val_loss:.4}  val ppl {:.2}  checkpoint {}", val_loss.exp(), checkpoint.display()));
-    Ok(ParallelSummary { method, rounds, world, final_loss: last_loss, val_loss, summary, reports, checkpoint })
+    let final_loss = rounds.last().map_or(f32::NAN, |r| r.loss);
+    Ok(ParallelSummary { method, rounds, world, final_loss, val_loss, summary, reports, checkpoint })
 }
 
-/// Human-readable per-worker table: compute, comm, idle, micro-batches per
-/// round, bytes, memory by category next to Table 1's formula.
-pub fn report_table(method: Method, s: &Summary, reports: &[WorkerReport], params: usize) -> String {
+/// The run-level rounds in `RUN/metrics.jsonl` (`None` if it does not read).
+fn read_rounds(run_dir: &std::path::Path) -> Option<Vec<RoundRecord>> {
+    let text = std::fs::read_to_string(run_dir.join("metrics.jsonl")).ok()?;
+    text.lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| v["kind"] == "train")
+        .map(|v| {
+            Some(RoundRecord {
+                step: v["step"].as_u64()?,
+                tokens: v["tokens"].as_u64()?,
+                loss: v["loss"].as_f64()? as f32,
+                lr: v["lr"].as_f64()? as f32,
+                wall_s: v["wall_s"].as_f64()?,
+            })
+        })
+        .collect()
+}
+
+/// Human-readable per-participant table: compute, comm, idle, micro-batches
+/// per round, bytes, memory by category next to Table 1's formula.
+pub fn report_table(method: &Method, s: &Summary, reports: &[WorkerReport], params: usize) -> String {
     let mut out = String::new();
     let pct = |x: Option<f64>| x.map_or("-".into(), |v| format!("{:.0}%", 100.0 * v));
     out += &format!(
-        "time {:.2} s  tokens/s {:.0}  overlap {}  idle {}  sent {:.1} MB\n",
+        "time {:.2} s  tokens/s {:.0} (tokens applied)  overlap {}  idle {}  sent {:.1} MB\n",
         s.wall_s,
         s.tokens_per_s.unwrap_or(0.0),
         pct(s.overlap_ratio),

@@ -5,10 +5,14 @@
 //! the shard of its rank. Rank 0's initial parameters are broadcast (they
 //! are already equal by seed; the broadcast makes it so even across machines
 //! that would differ). The worker runs on the real runtime with this
-//! process's MPI communicator on its communication thread. At the end every
-//! rank sends rank 0 its report (losses, times, spans, memory, a hash of its
-//! parameters); rank 0 checks the replicas agree and writes metrics,
-//! events, plots, trace and checkpoint exactly as an in-process run does.
+//! process's MPI fabric on its communication thread. Checkpoints: each rank
+//! writes its own part into the checkpoint's temp directory (a filesystem
+//! all ranks share), then rank 0 hashes every part into the manifest,
+//! writes the model and commits. At the end every rank sends rank 0 its
+//! report (rounds, times, spans, memory, its model piece, a hash of its
+//! parameters); rank 0 checks the replicas agree and writes events, plots
+//! and trace exactly as an in-process run does; rank 0 alone writes the
+//! metrics as rounds end.
 //!
 //! A rank that fails (an error or a panic) prints why and aborts the whole
 //! job; a rank that dies silently is caught by the launcher or, failing
@@ -16,23 +20,32 @@
 
 use super::config::RunConfig;
 use super::parallel::{finish, setup, ParallelSummary};
-use crate::comm::mpi::MpiProcess;
+use super::parallel_ckpt::{read_part, write_part, PartsSummary, RunIdentity};
+use super::run::RunOptions;
+use crate::checkpoint::Staging;
+use crate::comm::mpi::{MpiComm, MpiProcess};
 use crate::comm::{Communicator, WireDtype};
 use crate::metrics::{EventLog, Span};
-use crate::runtime::WorkerTimes;
-use crate::strategy::{run_rank, MemoryBytes, Runtime, WorkerReport};
-use anyhow::{bail, Context, Result};
+use crate::runtime::{Topology, WorkerTimes};
+use crate::strategy::{
+    assemble_model, run_rank, Checkpointing, Hooks, MemoryBytes, ModelPiece, PartSink, Runtime, SavedPart, StepPoint,
+    WorkerReport,
+};
+use anyhow::{bail, ensure, Context, Result};
 use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
 
 /// What a rank sends rank 0 at the end (its parameters only as a hash).
 #[derive(Serialize, Deserialize)]
 struct ReportWire {
     rank: usize,
-    losses: Vec<f32>,
+    points: Vec<StepPoint>,
     optimizer_steps: u64,
     times: WorkerTimes,
     spans: Vec<Span>,
     memory: MemoryBytes,
+    model: Option<(usize, Vec<f32>)>,
     params_sha256: String,
 }
 
@@ -67,8 +80,8 @@ pub fn init() -> Result<MpiProcess> {
 
 /// Runs this process's rank of one training; rank 0 returns the run's
 /// summary, the others `None`. Any failure ends every rank of the job.
-pub fn run_parallel_mpi(mpi: &MpiProcess, cfg: RunConfig, quiet: bool) -> Result<Option<ParallelSummary>> {
-    match run_rank_inner(mpi, cfg, quiet) {
+pub fn run_parallel_mpi(mpi: &MpiProcess, cfg: RunConfig, opts: &RunOptions) -> Result<Option<ParallelSummary>> {
+    match run_rank_inner(mpi, cfg, opts) {
         Ok(s) => Ok(s),
         Err(e) => mpi.abort(&format!("{e:#}")),
     }
@@ -100,7 +113,62 @@ fn inject_fault(rank: usize) -> Result<()> {
     Ok(())
 }
 
-fn run_rank_inner(mpi: &MpiProcess, mut cfg: RunConfig, quiet: bool) -> Result<Option<ParallelSummary>> {
+/// The MPI [`PartSink`]: every rank writes its part into the checkpoint's
+/// temp directory; rank 0 then reads them all back (their model pieces),
+/// hashes them into the manifest and commits.
+struct MpiSink {
+    id: RunIdentity,
+    n_params: usize,
+    rank: usize,
+    size: usize,
+    /// Rank 0's process id: names the shared temp directory.
+    job: u32,
+    /// Coordination only, on its own communicator (the communication thread
+    /// is idle while a checkpoint is written: no task is in flight).
+    comm: Mutex<MpiComm>,
+    /// Rank 0: the run's metrics, fed every participant's rounds from the parts.
+    metrics: Option<Arc<super::parallel_log::RoundLog>>,
+    written: Mutex<Vec<PathBuf>>,
+}
+
+impl MpiSink {
+    /// Every rank says whether its part is written (an all-gather of one
+    /// byte each): a barrier that also carries failure.
+    fn all_ok(&self, ok: bool) -> Vec<u8> {
+        let mut all = vec![0u8; self.size];
+        self.comm.lock().unwrap_or_else(|e| e.into_inner()).all_gather_bytes(&[u8::from(ok)], &mut all);
+        all
+    }
+}
+
+impl PartSink for MpiSink {
+    fn submit(&self, part: SavedPart) -> Result<()> {
+        let round = part.round;
+        let staging = Staging::begin_shared(&self.id.run_dir, round, &format!("mpi-{}", self.job))?;
+        let mine = write_part(staging.path(), &part);
+        let all = self.all_ok(mine.is_ok());
+        mine?;
+        if let Some(bad) = all.iter().position(|&b| b == 0) {
+            bail!("rank {bad} could not write its part of the checkpoint at round {round}");
+        }
+        if self.rank != 0 {
+            return Ok(());
+        }
+        let names: Vec<String> = (0..self.size).map(super::parallel_ckpt::part_file).collect();
+        let parts = names.iter().map(|n| read_part(&staging.path().join(n))).collect::<Result<Vec<_>>>()?;
+        if let Some(log) = &self.metrics {
+            for p in &parts {
+                p.points.iter().for_each(|pt| crate::strategy::Observer::point(log.as_ref(), p.participant, pt));
+            }
+        }
+        let model = assemble_model(self.n_params, parts.iter().filter_map(|p| p.state.model.clone()))?;
+        let dir = self.id.finalize(staging, round, &model, &PartsSummary::of(&parts), names)?;
+        self.written.lock().unwrap_or_else(|e| e.into_inner()).push(dir);
+        Ok(())
+    }
+}
+
+fn run_rank_inner(mpi: &MpiProcess, mut cfg: RunConfig, opts: &RunOptions) -> Result<Option<ParallelSummary>> {
     let (rank, size) = (mpi.rank(), mpi.size());
     let p = &mut cfg.parallel;
     if p.runtime != "real" || p.cluster.is_some() {
@@ -110,21 +178,32 @@ fn run_rank_inner(mpi: &MpiProcess, mut cfg: RunConfig, quiet: bool) -> Result<O
         Some(w) if w != size => bail!("--workers {w} but mpirun started {size} ranks: drop --workers (the MPI job's size decides) or run mpirun -np {w}"),
         _ => p.workers = Some(size),
     }
-    let s = setup(cfg)?;
-    let Runtime::Real(spec) = &s.runtime else { unreachable!("runtime checked above") };
+    let quiet = opts.quiet || rank != 0;
+    let mut s = setup(cfg, &RunOptions { quiet, ..opts.clone() })?;
+    let per_node = mpi.ranks_per_node()?;
+    let Runtime::Real(spec) = &mut s.runtime else { unreachable!("runtime checked above") };
+    spec.topology = Topology { workers: size, per_node, server: false };
+    let spec = spec.clone();
+    if let Some(r) = &s.resumed {
+        ensure!(
+            r.shape.per_node == per_node,
+            "checkpoint {} was trained with {} ranks per node, this job has {per_node}",
+            r.dir.display(),
+            r.shape.per_node
+        );
+    }
     let mut worker = s.worker(rank)?;
     // Identical starting point on every rank, bit for bit.
-    mpi.comm(WireDtype::F32).broadcast(&mut worker.model.params, 0);
-    let per_node = mpi.ranks_per_node()?;
-    let wire = spec.wire;
-    let two_tier = mpi.is_two_tier(per_node);
-    let comm: Box<dyn Communicator> =
-        if two_tier { Box::new(mpi.two_tier(per_node, wire)) } else { Box::new(mpi.comm(wire)) };
+    mpi.comm().broadcast(&mut worker.model.params, 0, WireDtype::F32);
+    // Rank 0's process id names the checkpoints' shared temp directories.
+    let mut pid = vec![0u8; 4 * size];
+    mpi.comm().all_gather_bytes(&std::process::id().to_le_bytes(), &mut pid);
+    let job = u32::from_le_bytes(pid[..4].try_into().expect("4 bytes"));
     if rank == 0 && !quiet {
-        let topo = if two_tier {
-            format!("{} nodes x {per_node} ranks, hierarchical all-reduce", size / per_node)
+        let topo = if per_node < size {
+            format!("{} nodes x {per_node} ranks", size / per_node)
         } else {
-            format!("{size} ranks, flat")
+            format!("{size} ranks, one node")
         };
         eprintln!(
             "{} [{topo}; {} compute threads per rank; MPI threading {:?}]",
@@ -133,16 +212,41 @@ fn run_rank_inner(mpi: &MpiProcess, mut cfg: RunConfig, quiet: bool) -> Result<O
             mpi.threading
         );
     }
+    // Rank 0 shows its own rounds as they end, and logs everyone's from the
+    // parts of each checkpoint (the other ranks' rounds travel in them).
+    let (show, metrics) = if rank == 0 {
+        (Some(Arc::new(s.round_log(false, 1)?)), Some(Arc::new(s.round_log(true, size)?)))
+    } else {
+        (None, None)
+    };
+    let sink = Arc::new(MpiSink {
+        id: s.identity()?,
+        n_params: s.init.num_params(),
+        rank,
+        size,
+        job,
+        comm: Mutex::new(mpi.comm()),
+        metrics: metrics.clone(),
+        written: Mutex::new(Vec::new()),
+    });
+    let mut resumed = s.resumed_parts()?;
+    let hooks = Hooks {
+        observer: show.clone().map(|l| l as Arc<dyn crate::strategy::Observer>),
+        checkpoints: Checkpointing { every: s.cfg.train.checkpoint_every, sink: Some(sink.clone()) },
+        resumed: std::mem::take(&mut resumed),
+    };
     // Align the ranks' clocks (each span is timed from its process's start).
     mpi.barrier();
-    let report = run_rank(s.method, spec, comm, worker, &s.plan)?;
+    let report = run_rank(&s.method, &spec, Box::new(mpi.fabric()), worker, &s.plan, &hooks)?;
+    drop(hooks);
     let wire = ReportWire {
         rank,
-        losses: report.losses.clone(),
+        points: report.points.clone(),
         optimizer_steps: report.optimizer_steps,
         times: report.times.clone(),
         spans: report.events.spans().to_vec(),
         memory: report.memory,
+        model: report.model.clone().map(|m| (m.offset, m.values)),
         params_sha256: params_sha256(&report.params),
     };
     let Some(all) = mpi.gather_bytes(&serde_json::to_vec(&wire)?) else { return Ok(None) };
@@ -159,15 +263,28 @@ fn run_rank_inner(mpi: &MpiProcess, mut cfg: RunConfig, quiet: bool) -> Result<O
             );
         }
         let params = if w.rank == 0 { report.params.clone() } else { Vec::new() };
+        let model = w.model.map(|(offset, values)| ModelPiece { offset, values });
         reports.push(WorkerReport {
             rank: w.rank,
-            losses: w.losses,
+            points: w.points,
             optimizer_steps: w.optimizer_steps,
             times: w.times,
             params,
+            model,
             events: EventLog::from_spans(w.spans),
             memory: w.memory,
         });
     }
-    finish(s, reports, quiet).map(Some)
+    drop(show.map(|l| Arc::into_inner(l).map(|l| l.finish())));
+    let sink = Arc::into_inner(sink).expect("the run is over: one owner left");
+    drop(metrics);
+    let log = Arc::into_inner(sink.metrics.expect("rank 0 logs")).expect("the run is over: one owner left");
+    let checkpoint = sink
+        .written
+        .into_inner()
+        .unwrap_or_else(|e| e.into_inner())
+        .last()
+        .cloned()
+        .context("the run ended without writing its final checkpoint")?;
+    finish(s, reports, log, checkpoint).map(Some)
 }

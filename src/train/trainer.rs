@@ -184,6 +184,7 @@ impl Trainer {
             dropout_rng: self.model.dropout_rng.clone(),
             wall_s: self.wall_s(),
             files: Default::default(),
+            parallel: None,
         };
         let opt = self.optimizer.state_tensors();
         checkpoint::save(

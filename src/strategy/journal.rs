@@ -1,0 +1,190 @@
+//! What a participant records as it goes: its own curve (one point per
+//! round, so workers need not run in lockstep), progress for whoever
+//! watches, and its part of each checkpoint.
+//!
+//! A strategy calls [`Journal::step`] when a round's update is applied and
+//! [`Journal::round_end`] at the round boundary; the latter saves this
+//! participant's part when a checkpoint is due (every `checkpoint_every`
+//! rounds and at the run's last round). A checkpoint is written only with
+//! no communication in flight, so resuming from it continues exactly where
+//! the saved run was: in the simulator bit for bit, clocks included.
+
+use super::worker::{ModelPiece, Worker, WorkerState};
+use crate::runtime::{Ctx, WorkerTimes};
+use anyhow::{ensure, Result};
+use serde::{Deserialize, Serialize};
+use std::sync::Arc;
+
+/// One round of one participant.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct StepPoint {
+    /// Rounds this participant has completed, this one included.
+    pub step: u64,
+    /// Mean training loss of the micro-batches computed in the round.
+    pub loss: f32,
+    /// Micro-batches whose gradients this round's update applied.
+    pub micro_batches: u64,
+    /// When the round ended (virtual seconds in sim).
+    pub end_s: f64,
+}
+
+/// Watches participants' rounds as they end (a progress bar, a metrics log).
+pub trait Observer: Send + Sync {
+    /// Participant `p` ended a round.
+    fn point(&self, p: usize, point: &StepPoint);
+}
+
+/// What a strategy keeps between rounds, for a checkpoint.
+#[derive(Clone, Debug, Default)]
+pub struct StrategyState {
+    /// Named tensors (optimizer moments, held gradients, shards).
+    pub tensors: Vec<(String, Vec<f32>)>,
+    /// Numbers (counts, flags), as JSON.
+    pub scalars: serde_json::Value,
+    /// This participant's piece of the run's model.
+    pub model: Option<ModelPiece>,
+    /// Optimizer steps committed.
+    pub optimizer_steps: u64,
+}
+
+impl StrategyState {
+    /// The tensor saved as `name`.
+    pub fn tensor(&self, name: &str) -> Result<&[f32]> {
+        self.tensors.iter().find(|(n, _)| n == name).map(|(_, t)| &t[..]).ok_or_else(|| {
+            anyhow::anyhow!("the checkpoint part lacks tensor `{name}` (saved by another method or version?)")
+        })
+    }
+
+    /// The whole number saved as `key`.
+    pub fn count(&self, key: &str) -> Result<u64> {
+        self.scalars[key].as_u64().ok_or_else(|| {
+            anyhow::anyhow!("the checkpoint part lacks the number `{key}` (saved by another method or version?)")
+        })
+    }
+}
+
+/// One participant's part of a checkpoint.
+#[derive(Clone, Debug, Default)]
+pub struct SavedPart {
+    /// Participant number.
+    pub participant: usize,
+    /// Rounds completed.
+    pub round: u64,
+    /// Its clock and accounting when saved.
+    pub clock: WorkerTimes,
+    /// Its data position and dropout RNG (workers only).
+    pub worker: Option<WorkerState>,
+    /// Micro-batches whose gradients were applied, over the whole run.
+    pub applied: u64,
+    /// Its rounds since the previous checkpoint (so a process that does not
+    /// see them live, MPI's rank 0, can log them).
+    pub points: Vec<StepPoint>,
+    /// The strategy's own state.
+    pub state: StrategyState,
+}
+
+/// Where participants' parts go: writes a checkpoint once every part of a
+/// round is in.
+pub trait PartSink: Send + Sync {
+    /// Takes this participant's part of round `part.round`.
+    fn submit(&self, part: SavedPart) -> Result<()>;
+}
+
+/// How and when a run checkpoints.
+#[derive(Clone, Default)]
+pub struct Checkpointing {
+    /// Save every this many rounds (0: only at the end).
+    pub every: u64,
+    /// Where parts go; `None`: no checkpoints (tests, benchmarks).
+    pub sink: Option<Arc<dyn PartSink>>,
+}
+
+/// One participant's record of its run.
+pub struct Journal {
+    participant: usize,
+    points: Vec<StepPoint>,
+    /// Index in `points` of the first round after the last checkpoint.
+    since_save: usize,
+    applied: u64,
+    observer: Option<Arc<dyn Observer>>,
+    checkpoints: Checkpointing,
+    resumed: Option<SavedPart>,
+}
+
+impl Journal {
+    /// A journal for participant `p`, continuing from `resumed` if given.
+    pub fn new(
+        p: usize,
+        observer: Option<Arc<dyn Observer>>,
+        checkpoints: Checkpointing,
+        resumed: Option<SavedPart>,
+    ) -> Journal {
+        let applied = resumed.as_ref().map_or(0, |r| r.applied);
+        Journal { participant: p, points: Vec::new(), since_save: 0, applied, observer, checkpoints, resumed }
+    }
+
+    /// A journal that only records (no observer, no checkpoints).
+    pub fn plain(p: usize) -> Journal {
+        Journal::new(p, None, Checkpointing::default(), None)
+    }
+
+    /// The first round to run: 0, or the rounds a resumed checkpoint completed.
+    pub fn first_round(&self) -> u64 {
+        self.resumed.as_ref().map_or(0, |r| r.round)
+    }
+
+    /// The strategy's saved state, taken once by the strategy at its start
+    /// (`None` for a fresh run).
+    pub fn take_resumed(&mut self) -> Option<StrategyState> {
+        self.resumed.as_mut().map(|r| std::mem::take(&mut r.state))
+    }
+
+    /// Records round `step` (1-based: rounds completed) with its mean
+    /// `loss` and the micro-batches its update applied.
+    pub fn step<C: Ctx>(&mut self, ctx: &C, step: u64, loss: f32, applied: u64) {
+        self.applied += applied;
+        let point = StepPoint { step, loss, micro_batches: applied, end_s: ctx.now() };
+        if let Some(o) = &self.observer {
+            o.point(self.participant, &point);
+        }
+        self.points.push(point);
+    }
+
+    /// The end of round `done` (rounds completed) of a run that stops at
+    /// `end`: saves this participant's part when a checkpoint is due.
+    /// `state` builds the strategy's state only then.
+    pub async fn round_end<C: Ctx>(
+        &mut self,
+        ctx: &C,
+        w: Option<&Worker>,
+        done: u64,
+        end: u64,
+        state: impl FnOnce() -> StrategyState,
+    ) -> Result<()> {
+        let every = self.checkpoints.every;
+        let due = done == end || (every > 0 && done % every == 0);
+        let Some(sink) = self.checkpoints.sink.clone().filter(|_| due) else { return Ok(()) };
+        ensure!(
+            ctx.in_flight() == 0,
+            "participant {}: a checkpoint at round {done} with {} communication task(s) in flight (a strategy must save at a quiet boundary)",
+            self.participant,
+            ctx.in_flight()
+        );
+        let points = self.points[self.since_save..].to_vec();
+        self.since_save = self.points.len();
+        sink.submit(SavedPart {
+            participant: self.participant,
+            round: done,
+            clock: ctx.times(),
+            worker: w.map(Worker::state),
+            applied: self.applied,
+            points,
+            state: state(),
+        })
+    }
+
+    /// The points recorded by this run (a resumed run's start after the checkpoint).
+    pub fn into_points(self) -> Vec<StepPoint> {
+        self.points
+    }
+}

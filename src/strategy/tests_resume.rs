@@ -1,0 +1,174 @@
+//! Checkpoint and resume of every method, through the engine's parts:
+//! 2N rounds == N rounds + save + resume + N rounds, to the last bit (and,
+//! in the simulator, to the last virtual second).
+
+use super::tests::{bits, plan, tiny, workers};
+use super::*;
+use crate::comm::{LinkModel, Tier};
+use crate::runtime::real::RealSpec;
+use crate::runtime::sim::SimSpec;
+use std::sync::Mutex;
+
+/// Keeps every part in memory.
+#[derive(Default)]
+struct MemorySink {
+    parts: Mutex<Vec<SavedPart>>,
+}
+
+impl PartSink for MemorySink {
+    fn submit(&self, part: SavedPart) -> anyhow::Result<()> {
+        self.parts.lock().unwrap().push(part);
+        Ok(())
+    }
+}
+
+impl MemorySink {
+    /// The parts of `round`, in participant order.
+    fn round(&self, round: u64) -> Vec<SavedPart> {
+        let mut v: Vec<SavedPart> = self.parts.lock().unwrap().iter().filter(|p| p.round == round).cloned().collect();
+        v.sort_by_key(|p| p.participant);
+        v
+    }
+}
+
+fn every_method() -> Vec<Method> {
+    vec![Method::Ddp, Method::Zero1, Method::Dpu(DpuSettings { warmup_steps: 2 }), Method::AccoWp, Method::Acco]
+}
+
+/// Runs `method` to round `end` of `steps`, checkpointing every `every`.
+fn run_to(
+    method: &Method,
+    rt: &Runtime,
+    steps: u64,
+    end: u64,
+    every: u64,
+    resumed: Vec<Option<SavedPart>>,
+    start_params: Option<&[f32]>,
+) -> (Vec<WorkerReport>, MemorySink) {
+    let sink = std::sync::Arc::new(MemorySink::default());
+    let hooks = Hooks {
+        observer: None,
+        checkpoints: Checkpointing { every, sink: Some(sink.clone()) },
+        resumed: resumed.clone(),
+    };
+    let mut ws = workers(2, 2);
+    for (w, part) in ws.iter_mut().zip(&resumed) {
+        w.model.params.copy_from_slice(start_params.expect("a resumed run starts from the checkpoint's model"));
+        w.restore(part.as_ref().unwrap().worker.clone().unwrap()).unwrap();
+    }
+    let p = Plan { end, ..plan(steps, 1, 1.0) };
+    let reports = run_cluster(method, rt, ws, &p, &hooks).unwrap();
+    drop(hooks);
+    (reports, std::sync::Arc::into_inner(sink).unwrap())
+}
+
+/// The runtime with each participant's clock restored from `parts`.
+fn restarted(rt: &Runtime, parts: &[SavedPart]) -> Runtime {
+    let clocks = parts.iter().map(|p| p.clock.clone()).collect();
+    match rt {
+        Runtime::Sim(s) => Runtime::Sim(SimSpec { start: clocks, ..s.clone() }),
+        Runtime::Real(s) => Runtime::Real(RealSpec { start: clocks, ..s.clone() }),
+    }
+}
+
+fn check_resume(method: &Method, rt: &Runtime) {
+    let (whole, whole_sink) = run_to(method, rt, 6, 6, 3, vec![], None);
+    let (_, first) = run_to(method, rt, 6, 3, 0, vec![], None);
+    let parts = first.round(3);
+    assert_eq!(parts.len(), 2, "{method}: a part per worker at the stop");
+    let n = crate::model::ParamLayout::new(&tiny()).len;
+    let model = assemble_model(n, parts.iter().filter_map(|p| p.state.model.clone())).unwrap();
+    let mid = whole_sink.round(3);
+    for (a, b) in mid.iter().zip(&parts) {
+        assert_eq!(
+            a.state.tensors, b.state.tensors,
+            "{method}: the stopped run saved what the whole run saved at round 3"
+        );
+    }
+    let (resumed, _) =
+        run_to(method, &restarted(rt, &parts), 6, 6, 0, parts.into_iter().map(Some).collect(), Some(&model));
+    for (a, b) in whole.iter().zip(&resumed) {
+        assert_eq!(bits(&a.params), bits(&b.params), "{method}: resumed parameters differ");
+        assert_eq!(a.optimizer_steps, b.optimizer_steps, "{method}");
+        let tail: Vec<f32> = a.points[3..].iter().map(|p| p.loss).collect();
+        assert_eq!(tail, b.points.iter().map(|p| p.loss).collect::<Vec<_>>(), "{method}: losses after the resume");
+        if matches!(rt, Runtime::Sim(_)) {
+            assert_eq!(a.times, b.times, "{method}: the simulator's clocks and accounting continue exactly");
+        }
+    }
+}
+
+#[test]
+fn every_method_resumes_bit_identically_in_sim() {
+    // A link slow enough that the overlapping methods accumulate several
+    // micro-batches per round, so the resumed interleaving must match too.
+    let n = crate::model::ParamLayout::new(&tiny()).len as f64;
+    let link = LinkModel::flat(Tier { latency_s: 0.0, bandwidth_bytes_per_s: 4.0 * n / 2.5 });
+    let rt = Runtime::Sim(SimSpec { link: Some(link), speeds: vec![1.0, 0.5], ..SimSpec::flat(2, 1.0, None) });
+    for m in every_method() {
+        check_resume(&m, &rt);
+    }
+}
+
+#[test]
+fn timing_independent_methods_resume_bit_identically_on_the_real_runtime() {
+    let rt = Runtime::Real(RealSpec::flat(2));
+    for m in [Method::Ddp, Method::Zero1] {
+        check_resume(&m, &rt);
+    }
+    // ACCO with a fixed number of micro-batches per stage no longer depends on timing.
+    let fixed = Plan { fixed_micro_batches: Some(1), end: 6, ..plan(6, 1, 1.0) };
+    let whole = run_cluster(&Method::Acco, &rt, workers(2, 2), &fixed, &Hooks::default()).unwrap();
+    let sink = std::sync::Arc::new(MemorySink::default());
+    let hooks = Hooks { checkpoints: Checkpointing { every: 0, sink: Some(sink.clone()) }, ..Hooks::default() };
+    run_cluster(&Method::Acco, &rt, workers(2, 2), &Plan { end: 3, ..fixed.clone() }, &hooks).unwrap();
+    let parts = sink.round(3);
+    let model = assemble_model(whole[0].params.len(), parts.iter().filter_map(|p| p.state.model.clone())).unwrap();
+    let mut ws = workers(2, 2);
+    for (w, p) in ws.iter_mut().zip(&parts) {
+        w.model.params.copy_from_slice(&model);
+        w.restore(p.worker.clone().unwrap()).unwrap();
+    }
+    let hooks = Hooks { resumed: parts.iter().cloned().map(Some).collect(), ..Hooks::default() };
+    let resumed = run_cluster(&Method::Acco, &restarted(&rt, &parts), ws, &fixed, &hooks).unwrap();
+    assert_eq!(bits(&whole[0].params), bits(&resumed[0].params));
+}
+
+#[test]
+fn checkpoint_refuses_to_save_with_communication_in_flight() {
+    // A strategy that saves while a task is in flight gets a clear error.
+    let sink = std::sync::Arc::new(MemorySink::default());
+    let spec = SimSpec::flat(1, 1.0, None);
+    let err = crate::runtime::sim::run(spec, |mut ctx| {
+        let sink = sink.clone();
+        async move {
+            let mut j = Journal::new(0, None, Checkpointing { every: 1, sink: Some(sink) }, None);
+            let h = ctx.start(crate::runtime::AllReduce::sum(
+                crate::runtime::Group::World,
+                vec![1.0],
+                crate::comm::WireDtype::F32,
+            ));
+            let r = j.round_end(&ctx, None, 1, 1, StrategyState::default).await;
+            ctx.wait(h).await;
+            r
+        }
+    })
+    .unwrap_err()
+    .to_string();
+    assert!(err.contains("communication task(s) in flight"), "{err}");
+}
+
+#[test]
+fn tokens_count_only_micro_batches_whose_gradients_were_applied() {
+    // One micro-batch per stage (free communication): ACCO computes
+    // 1 + 2 per round but its last g~ is never applied; DPU computes
+    // 1 + 1 per round and its last gradients are never applied.
+    let p = plan(3, 1, 0.0);
+    for (m, computed, applied) in
+        [(Method::Acco, 7, 6), (Method::Dpu(DpuSettings::default()), 4, 3), (Method::Zero1, 3, 3)]
+    {
+        let r = run_cluster(&m, &super::tests::sim(2), workers(2, 1), &p, &Hooks::default()).unwrap();
+        assert_eq!(r[0].times.micro_batches, computed, "{m}");
+        assert_eq!(r[0].points.iter().map(|p| p.micro_batches).sum::<u64>(), applied, "{m}");
+    }
+}
