@@ -167,8 +167,10 @@ impl MpiProcess {
     /// collectives on one machine), else the ranks MPI finds sharing memory
     /// with this one. Every node must have the same number of ranks, and
     /// ranks must be numbered node by node (mpirun's default block mapping).
-    pub fn ranks_per_node(&self) -> Result<usize> {
-        let size = self.size();
+    /// Only the first `workers` ranks (the job's workers; a server rank
+    /// after them sits on a node of its own) need to divide into nodes; a
+    /// node larger than that is one node of `workers`.
+    pub fn ranks_per_node(&self, workers: usize) -> Result<usize> {
         let per_node = match std::env::var("LOWCOMM_RANKS_PER_NODE") {
             Ok(v) => v
                 .parse::<usize>()
@@ -176,12 +178,15 @@ impl MpiProcess {
                 .filter(|k| *k >= 1)
                 .with_context(|| format!("LOWCOMM_RANKS_PER_NODE={v}: give a whole number >= 1"))?,
             Err(_) => self.local_ranks(),
-        };
+        }
+        .min(workers.max(1));
         // Every rank must agree, or the sub-groups would not line up.
-        let mut all = vec![0u64; size];
+        let mut all = vec![0u64; self.size()];
         self.world.all_gather_into(&(per_node as u64), &mut all[..]);
-        if all.iter().any(|&k| k != per_node as u64) || size % per_node != 0 {
-            bail!("ranks per node differ across nodes ({all:?}) or do not divide {size} ranks: two-tier collectives need the same number of ranks on every node (set LOWCOMM_RANKS_PER_NODE to override)");
+        // Workers must agree; a server after them may sit elsewhere.
+        all.truncate(workers.min(all.len()));
+        if all.iter().any(|&k| k != per_node as u64) || workers % per_node != 0 {
+            bail!("ranks per node differ across nodes ({all:?}) or do not divide {workers} workers: groups by node need the same number of workers on every node (set LOWCOMM_RANKS_PER_NODE to override)");
         }
         Ok(per_node)
     }

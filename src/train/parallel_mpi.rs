@@ -180,7 +180,7 @@ fn run_rank_inner(mpi: &MpiProcess, mut cfg: RunConfig, opts: &RunOptions) -> Re
     }
     let quiet = opts.quiet || rank != 0;
     let mut s = setup(cfg, &RunOptions { quiet, ..opts.clone() })?;
-    let per_node = mpi.ranks_per_node()?;
+    let per_node = mpi.ranks_per_node(size)?;
     let Runtime::Real(spec) = &mut s.runtime else { unreachable!("runtime checked above") };
     spec.topology = Topology { workers: size, per_node, server: false };
     let spec = spec.clone();
