@@ -226,9 +226,10 @@ fn vocab_mismatch_names_the_fix() {
             &err,
             &[
                 "vocabulary mismatch",
-                &format!("lowcomm data prepare --vocab-size {vocab}"),
+                &format!("`lowcomm data prepare --input {} --vocab-size {vocab} --out ", fixture().display()),
                 "512",
                 &corpus().display().to_string(),
+                &format!("--data {}-{vocab}", corpus().display().to_string().trim_end_matches("-512")),
             ],
         );
     }

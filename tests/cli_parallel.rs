@@ -47,6 +47,8 @@ fn parallel_runs_write_metrics_events_trace_and_checkpoint() {
             "--steps",
             "3",
             "--quiet",
+            // The second runtime replaces the first one's run (and its metrics).
+            "--force",
         ];
         args.extend(extra.iter());
         let t = trace.display().to_string();

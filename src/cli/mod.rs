@@ -141,6 +141,10 @@ pub struct TrainArgs {
     /// No progress output.
     #[arg(long)]
     pub quiet: bool,
+    /// Start over in an --out directory that already holds a run, replacing
+    /// its metrics, checkpoints and config (without it, that is refused).
+    #[arg(long)]
+    pub force: bool,
     /// Data-parallel method: ddp, zero1, dpu, acco-wp, acco.
     #[arg(long)]
     pub method: Option<String>,
@@ -188,12 +192,13 @@ pub struct EvalArgs {
     /// Prepared corpus [default: the one the checkpoint was trained on].
     #[arg(long)]
     pub data: Option<PathBuf>,
-    /// Validation windows to evaluate.
-    #[arg(long, default_value_t = 256)]
-    pub windows: usize,
-    /// Windows per forward pass.
-    #[arg(long, default_value_t = 16)]
-    pub batch_size: usize,
+    /// Validation windows to evaluate [default: the run's train.eval_windows,
+    /// so the result is the one training printed for this checkpoint].
+    #[arg(long)]
+    pub windows: Option<usize>,
+    /// Windows per forward pass [default: the run's train.batch_size].
+    #[arg(long)]
+    pub batch_size: Option<usize>,
 }
 
 #[derive(Args, Debug)]
@@ -223,9 +228,13 @@ pub struct ExportArgs {
     /// Checkpoint or run directory.
     #[arg(long)]
     pub ckpt: PathBuf,
-    /// Write a Hugging Face GPT-2 directory here.
+    /// Write a Hugging Face GPT-2 directory here (refused if it is not
+    /// empty, unless --force).
     #[arg(long)]
     pub hf: PathBuf,
+    /// Replace a non-empty --hf directory.
+    #[arg(long)]
+    pub force: bool,
     /// Also write lowcomm's logits for a few validation tokens to this
     /// safetensors file, for scripts/check_hf_export.py.
     #[arg(long)]

@@ -6,6 +6,7 @@ pub mod parallel;
 #[cfg(feature = "mpi")]
 pub mod parallel_mpi;
 pub mod run;
+pub mod rundir;
 pub mod trainer;
 
 pub use config::RunConfig;
