@@ -1,8 +1,9 @@
 //! Run directories a user can trust, through the real binary: `--resume RUN`
 //! continues in RUN from any directory (moved or copied too), `--out` never
-//! replaces a run without `--force`, `export` never overwrites, broken
-//! checkpoints are described as they are, `eval` agrees with training, and
-//! every command an error suggests works when pasted.
+//! replaces a run without `--force`, `export` never overwrites, negative
+//! numbers get range errors, broken checkpoints are described as they are,
+//! `eval` agrees with training, and every command an error suggests works
+//! when pasted.
 
 mod common;
 
@@ -199,6 +200,24 @@ fn export_refuses_a_non_empty_directory_and_replaces_it_whole_with_force() {
         fs::read_dir(&proj).unwrap().map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect();
     left.sort();
     assert_eq!(left, ["data", "fresh", "hf", "runs", "tiny.toml"]);
+}
+
+#[test]
+fn negative_numbers_are_parsed_and_get_the_range_error() {
+    let tmp = tempdir();
+    for (args, needles) in [
+        (&["train", "--lr", "-0.001"][..], &["--lr", "must be > 0"][..]),
+        (&["train", "--steps", "-3"], &["--steps", "must be at least 1"]),
+        (&["generate", "--ckpt", "x", "--temperature", "-1"], &["--temperature", "must be >= 0", "0: greedy"]),
+        (&["generate", "--ckpt", "x", "--temperature=-1"], &["--temperature", "must be >= 0"]),
+        (&["generate", "--ckpt", "x", "--top-k", "-5"], &["--top-k", "must be >= 0"]),
+    ] {
+        let o = lowcomm(tmp.path(), args);
+        let (_, err) = text(&o);
+        assert!(!o.status.success(), "{args:?} was accepted");
+        assert_mentions(&err, needles);
+        assert!(!err.contains("unexpected argument"), "{args:?}: {err}");
+    }
 }
 
 #[test]
