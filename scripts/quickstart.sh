@@ -6,6 +6,10 @@
 #
 #   bash scripts/quickstart.sh            # STEPS=600 by default (~30 s of training on 2 cores)
 #   STEPS=2000 bash scripts/quickstart.sh
+#
+# Run again, it resumes runs/nano instead of replacing it: nothing to train
+# if it reached STEPS, the rest if it was interrupted, more with a larger
+# STEPS. For a fresh run: rm -r runs/nano.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 STEPS=${STEPS:-600}
@@ -25,7 +29,15 @@ LC=./target/release/lowcomm
 if [ ! -f data/gutenberg-2048/meta.json ]; then
   $LC data prepare --preset nano
 fi
-$LC train --preset nano --steps "$STEPS" --eval-every 200 --out runs/nano
-$LC eval --ckpt runs/nano
+RUN=runs/nano
+if [ -d "$RUN/checkpoints" ]; then
+  echo "$RUN exists: resuming it (rm -r $RUN for a fresh run)" >&2
+  $LC train --resume "$RUN" --steps "$STEPS"
+else
+  # No checkpoint yet: a first run, or one stopped before its first
+  # checkpoint (nothing to resume); --force says what it replaces.
+  $LC train --preset nano --steps "$STEPS" --eval-every 200 --checkpoint-every 200 --out "$RUN" --force
+fi
+$LC eval --ckpt "$RUN"
 echo "--- sample ---"
-$LC generate --ckpt runs/nano --prompt "It was a dark night, and" --tokens 80 --seed 1
+$LC generate --ckpt "$RUN" --prompt "It was a dark night, and" --tokens 80 --seed 1

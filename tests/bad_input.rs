@@ -104,9 +104,17 @@ fn latest_pointing_nowhere_is_refused() {
     let tmp = tempdir();
     let run_dir = tmp.path().join("run");
     copy_dir(base_run(), &run_dir);
-    fs::write(checkpoint::checkpoints_dir(&run_dir).join("latest"), "step-999999").unwrap();
+    let ckdir = checkpoint::checkpoints_dir(&run_dir);
+    fs::write(ckdir.join("latest"), "step-999999").unwrap();
+    // Said as it is (not as a truncated file), with what is there instead.
     let err = chain(&checkpoint::load(&run_dir).map(|_| ()).unwrap_err());
-    assert_mentions(&err, &["step-999999", "state.json"]);
+    assert_mentions(&err, &["latest", "step-999999", "does not exist", "checkpoints there: step-000003"]);
+    assert!(!err.contains("truncated"), "{err}");
+    // `latest` gone while step directories remain: not "no checkpoint found".
+    fs::remove_file(ckdir.join("latest")).unwrap();
+    let err = chain(&checkpoint::load(&run_dir).map(|_| ()).unwrap_err());
+    assert_mentions(&err, &["no `latest` file", "checkpoints there: step-000003", &base_ckpt_name()]);
+    assert!(!err.contains("no checkpoint found"), "{err}");
     // No checkpoint at all: the message says what to pass.
     let empty = tmp.path().join("empty");
     fs::create_dir(&empty).unwrap();
@@ -218,9 +226,10 @@ fn vocab_mismatch_names_the_fix() {
             &err,
             &[
                 "vocabulary mismatch",
-                &format!("lowcomm data prepare --vocab-size {vocab}"),
+                &format!("`lowcomm data prepare --input {} --vocab-size {vocab} --out ", fixture().display()),
                 "512",
                 &corpus().display().to_string(),
+                &format!("--data {}-{vocab}", corpus().display().to_string().trim_end_matches("-512")),
             ],
         );
     }

@@ -47,6 +47,8 @@ fn parallel_runs_write_metrics_events_trace_and_checkpoint() {
             "--steps",
             "3",
             "--quiet",
+            // The second runtime replaces the first one's run (and its metrics).
+            "--force",
         ];
         args.extend(extra.iter());
         let t = trace.display().to_string();
@@ -137,14 +139,19 @@ fn parallel_runs_resume_bit_identically_from_their_checkpoint_parts() {
         let (whole, part) = (format!("whole-{method}"), format!("part-{method}"));
         run(&whole, &[]);
         run(&part, &["--stop-at", "3"]);
-        let part_dir = tmp.path().join(&part);
+        // The run is moved, and resumed from another directory: it continues where it is.
+        let part_dir = tmp.path().join(format!("moved-{method}"));
+        std::fs::rename(tmp.path().join(&part), &part_dir).unwrap();
+        let elsewhere = tmp.path().join("elsewhere");
+        std::fs::create_dir_all(&elsewhere).unwrap();
         let ck = lowcomm::checkpoint::load(&part_dir).unwrap();
         let shape = ck.state.parallel.expect("a data-parallel checkpoint names its parts");
         assert_eq!((ck.state.step, shape.parts.len(), shape.method.as_str()), (3, 2, method));
         for p in &shape.parts {
             assert!(ck.state.files.contains_key(p), "{p} has a sha256 in the manifest");
         }
-        let o = lowcomm(tmp.path(), &["train", "--resume", &part, "--quiet"]);
+        let abs = part_dir.display().to_string();
+        let o = lowcomm(&elsewhere, &["train", "--resume", &abs, "--quiet"]);
         assert!(o.status.success(), "{method} resume: {}", String::from_utf8_lossy(&o.stderr));
         let (a, b) = (tmp.path().join(&whole), part_dir);
         if method != "acco" || runtime == "sim" {

@@ -234,6 +234,37 @@ fn checkpoint_order(name: &str) -> Option<(u64, u64)> {
     Some((step, k))
 }
 
+/// Names of the complete checkpoints (`step-N`, `step-N-K`) in a
+/// `checkpoints/` directory, oldest first (empty if it does not exist).
+pub fn list(checkpoints_root: &Path) -> Vec<String> {
+    let mut found: Vec<((u64, u64), String)> = fs::read_dir(checkpoints_root)
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let complete = e.path().join(STATE_FILE).is_file();
+            checkpoint_order(&name).filter(|_| complete).map(|k| (k, name))
+        })
+        .collect();
+    found.sort();
+    found.into_iter().map(|(_, n)| n).collect()
+}
+
+/// "checkpoints there: a, b; pass one of them, e.g. ROOT/b" (or that there
+/// are none), for errors about a run directory whose `latest` is unusable.
+fn present_checkpoints(root: &Path) -> String {
+    let present = list(root);
+    match present.last() {
+        None => format!("there are no complete checkpoints in {}", root.display()),
+        Some(newest) => format!(
+            "checkpoints there: {}; pass one of them instead, e.g. {}",
+            present.join(", "),
+            root.join(newest).display()
+        ),
+    }
+}
+
 /// Resolve what the user passed to `--resume`/`--ckpt`: a checkpoint
 /// directory, or a run directory (its `latest` checkpoint).
 pub fn resolve(path: &Path) -> Result<PathBuf> {
@@ -245,26 +276,73 @@ pub fn resolve(path: &Path) -> Result<PathBuf> {
     let root = if path.join(LATEST_FILE).exists() { path.to_path_buf() } else { checkpoints_dir(path) };
     let latest = root.join(LATEST_FILE);
     if !latest.exists() {
+        if !list(&root).is_empty() {
+            // `latest` is written last on every save, so step directories
+            // without it mean it was deleted (or the first save was cut
+            // short between its two renames): say so, and what is there.
+            bail!(
+                "{} has no `latest` file naming the newest checkpoint; {}",
+                root.display(),
+                present_checkpoints(&root)
+            );
+        }
+        if !path.exists() {
+            bail!("no checkpoint found at {}: it does not exist", path.display());
+        }
         bail!("no checkpoint found at {}: pass a run directory (with checkpoints/latest) or a checkpoints/step-N directory", path.display());
     }
     let name = fs::read_to_string(&latest).with_context(|| format!("cannot read {}", latest.display()))?;
-    Ok(root.join(name.trim()))
+    let dir = root.join(name.trim());
+    if name.trim().is_empty() || !dir.is_dir() {
+        bail!(
+            "{} names checkpoint `{}`, which does not exist (deleted or moved); {}",
+            latest.display(),
+            name.trim(),
+            present_checkpoints(&root)
+        );
+    }
+    Ok(dir)
 }
 
-/// Load and verify a checkpoint (a checkpoint dir or a run dir).
-pub fn load(path: &Path) -> Result<Checkpoint> {
+/// Read a checkpoint's `state.json` only (its step and saved run
+/// configuration), without loading or verifying the tensors; returns the
+/// checkpoint directory with it. [`load`] verifies everything.
+pub fn read_state(path: &Path) -> Result<(PathBuf, TrainState)> {
     let dir = resolve(path)?;
-    let corrupt = |what: String| {
-        anyhow::anyhow!(
-            "checkpoint {} is unusable: {what}. It was truncated or modified after it was written; resume from an older one (ls {})",
-            dir.display(),
-            dir.parent().map_or_else(|| ".".into(), |p| p.display().to_string())
-        )
-    };
-    let state_text =
-        fs::read_to_string(dir.join(STATE_FILE)).map_err(|e| corrupt(format!("cannot read {STATE_FILE} ({e})")))?;
-    let state: TrainState =
-        serde_json::from_str(&state_text).map_err(|e| corrupt(format!("{STATE_FILE} does not parse ({e})")))?;
+    let text = fs::read_to_string(dir.join(STATE_FILE))
+        .map_err(|e| unusable(&dir, format!("cannot read {STATE_FILE} ({e})")))?;
+    let state =
+        serde_json::from_str(&text).map_err(|e| unusable(&dir, format!("{STATE_FILE} does not parse ({e})")))?;
+    Ok((dir, state))
+}
+
+/// The error for a checkpoint whose files do not match what was written.
+fn unusable(dir: &Path, what: String) -> anyhow::Error {
+    anyhow::anyhow!(
+        "checkpoint {} is unusable: {what}. It was truncated or modified after it was written; resume from an older one (ls {})",
+        dir.display(),
+        dir.parent().map_or_else(|| ".".into(), |p| p.display().to_string())
+    )
+}
+
+/// Load and verify a checkpoint (a checkpoint dir or a run dir), with the
+/// optimizer state (what `--resume` needs).
+pub fn load(path: &Path) -> Result<Checkpoint> {
+    load_impl(path, true).map(|(ck, _)| ck)
+}
+
+/// Load and verify what inference needs (weights, tokenizer, state) from a
+/// checkpoint or run directory. The optimizer state is not read: a damaged
+/// `optimizer.safetensors` is no reason to refuse `eval`, `generate` or
+/// `export`, so it is reported in the returned warning instead (the
+/// checkpoint can then no longer be resumed) and `optimizer` is empty.
+pub fn load_for_inference(path: &Path) -> Result<(Checkpoint, Option<String>)> {
+    load_impl(path, false)
+}
+
+fn load_impl(path: &Path, with_optimizer: bool) -> Result<(Checkpoint, Option<String>)> {
+    let (dir, state) = read_state(path)?;
+    let corrupt = |what: String| unusable(&dir, what);
     if state.format_version != FORMAT_VERSION {
         bail!(
             "checkpoint {} has format version {}, this lowcomm reads version {FORMAT_VERSION}",
@@ -272,11 +350,22 @@ pub fn load(path: &Path) -> Result<Checkpoint> {
             state.format_version
         );
     }
+    let mut warning = None;
     for (file, want) in &state.files {
-        let got = sha256_file(&dir.join(file)).map_err(|e| corrupt(format!("{file}: {e:#}")))?;
-        if &got != want {
-            return Err(corrupt(format!("{file} has sha256 {got}, expected {want}")));
+        let got = sha256_file(&dir.join(file)).map_err(|e| format!("{file}: {e:#}"));
+        let problem = match got {
+            Ok(got) if &got == want => continue,
+            Ok(got) => format!("{file} has sha256 {got}, expected {want}"),
+            Err(e) => e,
+        };
+        if !with_optimizer && file == OPTIM_FILE {
+            warning = Some(format!(
+                "checkpoint {}: {problem}; the optimizer state is damaged, so this checkpoint cannot be resumed, but the model is intact and is used as is",
+                dir.display()
+            ));
+            continue;
         }
+        return Err(corrupt(problem));
     }
     let layout = crate::model::ParamLayout::new(&state.model);
     let mut params = vec![0.0f32; layout.len];
@@ -291,12 +380,16 @@ pub fn load(path: &Path) -> Result<Checkpoint> {
         }
         params[t.range.clone()].copy_from_slice(data);
     }
-    let optimizer = read_f32_tensors(&dir.join(OPTIM_FILE))
-        .map_err(|e| corrupt(format!("{OPTIM_FILE}: {e:#}")))?
-        .into_iter()
-        .map(|(n, _, d)| (n, d))
-        .collect();
+    let optimizer = if with_optimizer {
+        read_f32_tensors(&dir.join(OPTIM_FILE))
+            .map_err(|e| corrupt(format!("{OPTIM_FILE}: {e:#}")))?
+            .into_iter()
+            .map(|(n, _, d)| (n, d))
+            .collect()
+    } else {
+        Vec::new()
+    };
     let tokenizer_json =
         fs::read_to_string(dir.join(TOKENIZER_FILE)).map_err(|e| corrupt(format!("{TOKENIZER_FILE}: {e}")))?;
-    Ok(Checkpoint { state, params, optimizer, tokenizer_json })
+    Ok((Checkpoint { state, params, optimizer, tokenizer_json }, warning))
 }

@@ -5,9 +5,18 @@ use crate::checkpoint;
 use crate::data::{prepare::PrepareOptions, Dataset, Tokenizer};
 use crate::model::{Gpt, GptConfig};
 use crate::sample::{generate as sample, SampleOptions};
+use crate::train::rundir::{self, Resume};
 use crate::train::{config::default_data_dir, trainer::check_vocab, RunConfig, RunOptions};
-use anyhow::{Context, Result};
-use std::path::PathBuf;
+use anyhow::Result;
+use std::path::{Path, PathBuf};
+
+/// "a, b, c and 4 more" for a list of names in an error.
+fn summarize(names: &[String]) -> String {
+    match names.len() {
+        0..=4 => names.join(", "),
+        n => format!("{} and {} more", names[..3].join(", "), n - 3),
+    }
+}
 
 pub fn prepare(a: PrepareArgs) -> Result<()> {
     let vocab = match a.vocab_size {
@@ -35,17 +44,30 @@ pub fn prepare(a: PrepareArgs) -> Result<()> {
 }
 
 /// The run configuration: the config file, else (when resuming) the
-/// checkpoint's own, else the defaults; then the flags on top.
-pub(super) fn run_config(a: &TrainArgs) -> Result<(RunConfig, Option<PathBuf>)> {
-    let mut cfg = match (&a.config, &a.resume) {
-        (Some(path), _) => RunConfig::from_file(path)?,
-        (None, Some(r)) if !r.as_os_str().is_empty() => {
-            let ck = checkpoint::load(r)?;
-            RunConfig::from_toml(&ck.state.run_config)
-                .context("the checkpoint's saved run configuration does not parse")?
-        }
-        _ => RunConfig::default(),
+/// run's own, else the defaults; then the flags on top. When resuming,
+/// also the run it continues (in its own directory; see
+/// [`crate::train::rundir`]). Paths the run depends on are made absolute.
+pub(super) fn run_config(a: &TrainArgs) -> Result<(RunConfig, Option<Resume>)> {
+    let base = match &a.config {
+        Some(path) => RunConfig::from_file(path)?,
+        None => RunConfig::default(),
     };
+    let Some(r) = &a.resume else {
+        let mut cfg = apply_flags(base, a)?;
+        rundir::record_paths(&mut cfg);
+        return Ok((cfg, None));
+    };
+    // `--resume` without a value: the run in --out (or the config's out_dir).
+    let arg = if r.as_os_str().is_empty() { apply_flags(base.clone(), a)?.train.out_dir } else { r.clone() };
+    let resume = rundir::resolve_resume(&arg, a.out.as_deref())?;
+    let saved = if a.config.is_some() { base } else { resume.config.clone() };
+    let mut cfg = apply_flags(saved, a)?;
+    resume.bind(&mut cfg, a.data.is_some())?;
+    Ok((cfg, Some(resume)))
+}
+
+/// `cfg` with the command-line flags applied.
+fn apply_flags(mut cfg: RunConfig, a: &TrainArgs) -> Result<RunConfig> {
     if let Some(p) = &a.preset {
         GptConfig::preset(p)?;
         cfg.model.preset = Some(p.clone());
@@ -123,16 +145,35 @@ pub(super) fn run_config(a: &TrainArgs) -> Result<(RunConfig, Option<PathBuf>)> 
     {
         p.method = Some("ddp".into());
     }
-    let resume =
-        a.resume.as_ref().map(|r| if r.as_os_str().is_empty() { cfg.train.out_dir.clone() } else { r.clone() });
-    Ok((cfg, resume))
+    Ok(cfg)
 }
 
 pub fn train(a: TrainArgs) -> Result<()> {
     let (cfg, resume) = run_config(&a)?;
-    let opts = RunOptions { resume, stop_at: a.stop_at, quiet: a.quiet };
+    let opts = RunOptions {
+        resume: resume.as_ref().map(|r| r.checkpoint.clone()),
+        stop_at: a.stop_at,
+        quiet: a.quiet,
+        force: a.force,
+    };
     if cfg.parallel.method.is_some() {
-        let Some(s) = (super::mpi::runner(&cfg.parallel.backend)?.run)(cfg, &opts)? else {
+        let mut runner = super::mpi::runner(&cfg.parallel.backend)?;
+        // A bad setting is the first thing to say, before anything about the run directory.
+        cfg.validate()?;
+        crate::train::parallel::method(&cfg)?;
+        if resume.is_none() {
+            // Refuse before any work; with --force, replace the old run only
+            // once the config is known to be valid (parallel settings are
+            // checked inside the run, after this point).
+            let old = rundir::check_fresh(&cfg.train.out_dir, a.force)?;
+            if runner.root {
+                if let Some(old) = old {
+                    cfg.validate()?;
+                    rundir::claim_fresh(&old.dir, true)?;
+                }
+            }
+        }
+        let Some(s) = (runner.run)(cfg, &opts)? else {
             return Ok(()); // MPI ranks other than 0 report nothing
         };
         println!(
@@ -148,22 +189,41 @@ pub fn train(a: TrainArgs) -> Result<()> {
         );
         return Ok(());
     }
+    if resume.is_none() {
+        // Fail fast; `run` replaces the old run (with --force) once the new one has started.
+        rundir::check_fresh(&cfg.train.out_dir, a.force)?;
+    }
     let summary = crate::train::run(cfg, &opts)?;
+    let resumed = summary
+        .resumed_from
+        .as_ref()
+        .map_or(String::new(), |(s, p)| format!("  (resumed from step {s}: {})", p.display()));
     println!(
-        "step {}  tokens {}  val_loss {:.4}  val_ppl {:.2}  ({:.1} s)  checkpoint {}",
+        "step {}  tokens {}  val_loss {:.4}  val_ppl {:.2} ({} windows)  ({:.1} s)  checkpoint {}{resumed}",
         summary.steps,
         summary.tokens,
         summary.eval.val_loss,
         summary.eval.val_ppl,
+        summary.eval_windows,
         summary.wall_s,
         summary.checkpoint.display()
     );
     Ok(())
 }
 
+/// Load what inference needs from `--ckpt`; a damaged optimizer file is a
+/// warning, not an error (inference does not read it).
+fn load_for_inference(ckpt: &Path) -> Result<checkpoint::Checkpoint> {
+    let (ck, warning) = checkpoint::load_for_inference(ckpt)?;
+    if let Some(w) = warning {
+        eprintln!("warning: {w}");
+    }
+    Ok(ck)
+}
+
 pub fn eval(a: EvalArgs) -> Result<()> {
-    let ck = checkpoint::load(&a.ckpt)?;
-    let run_cfg = RunConfig::from_toml(&ck.state.run_config)?;
+    let ck = load_for_inference(&a.ckpt)?;
+    let run_cfg = rundir::saved_config(&a.ckpt, &ck.state)?;
     let model_cfg = ck.state.model.clone();
     let data_dir = a.data.unwrap_or_else(|| run_cfg.data_dir(&model_cfg));
     let data = Dataset::open(&data_dir)?;
@@ -176,13 +236,17 @@ pub fn eval(a: EvalArgs) -> Result<()> {
     let seq = run_cfg.seq_len(&model_cfg);
     data.check_context(seq)?;
     let mut model = Gpt::from_params(model_cfg, ck.params, 0)?;
-    let loss = crate::train::trainer::evaluate(&mut model, &data.val, seq, a.batch_size.max(1), a.windows);
+    // The run's own evaluation settings by default, so this is the number
+    // training printed for the same checkpoint.
+    let windows = a.windows.unwrap_or(run_cfg.train.eval_windows);
+    let batch = a.batch_size.unwrap_or(run_cfg.train.batch_size).max(1);
+    let loss = crate::train::trainer::evaluate(&mut model, &data.val, seq, batch, windows);
     println!(
-        "step {}  val_loss {:.4}  val_ppl {:.2}  ({} windows of {} tokens from {})",
+        "step {}  val_loss {:.4}  val_ppl {:.2} ({} windows)  ({} tokens each, from {})",
         ck.state.step,
         loss,
         loss.exp(),
-        a.windows.min(data.val.len() / seq),
+        crate::data::eval_windows(&data.val, seq, windows).len(),
         seq,
         data_dir.display()
     );
@@ -190,7 +254,7 @@ pub fn eval(a: EvalArgs) -> Result<()> {
 }
 
 pub fn generate(a: GenerateArgs) -> Result<()> {
-    let ck = checkpoint::load(&a.ckpt)?;
+    let ck = load_for_inference(&a.ckpt)?;
     let tok = Tokenizer::from_json(&ck.tokenizer_json)?;
     let mut model = Gpt::from_params(ck.state.model.clone(), ck.params, 0)?;
     let mut prompt = tok.encode(&a.prompt);
@@ -214,8 +278,21 @@ const REFERENCE_TEXT: &str = "It is a truth universally acknowledged, that a sin
 However little known the feelings or views of such a man may be on his first entering a neighbourhood, this truth is so well fixed in the minds of the surrounding families.";
 
 pub fn export(a: ExportArgs) -> Result<()> {
-    let ck = checkpoint::load(&a.ckpt)?;
-    crate::export::hf::export(&ck, &a.hf)?;
+    let existing = crate::util::fsio::dir_entries(&a.hf)?;
+    if !existing.is_empty() && !a.force {
+        anyhow::bail!(
+            "{} is not empty ({}): pass --force to replace it, or choose another --hf directory",
+            a.hf.display(),
+            summarize(&existing)
+        );
+    }
+    let ck = load_for_inference(&a.ckpt)?;
+    if !existing.is_empty() {
+        eprintln!("--force: replacing {} ({})", a.hf.display(), summarize(&existing));
+    }
+    // Written into a temporary directory renamed into place: a failed
+    // export leaves nothing half-written (and, with --force, the old one).
+    crate::util::fsio::write_dir_atomic(&a.hf, |dir| crate::export::hf::export(&ck, dir))?;
     println!("wrote Hugging Face GPT-2 model to {}", a.hf.display());
     if let Some(path) = a.reference {
         let tok = Tokenizer::from_json(&ck.tokenizer_json)?;

@@ -4,6 +4,7 @@
 mod commands;
 mod compare;
 mod mpi;
+mod values;
 
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
@@ -44,7 +45,7 @@ pub struct CommCheckArgs {
     #[arg(long, default_value = "local")]
     pub backend: String,
     /// Largest in-process group to check (local backend).
-    #[arg(long, default_value_t = 4)]
+    #[arg(long, default_value_t = 4, allow_negative_numbers = true, value_parser = values::count_usize)]
     pub workers: usize,
 }
 
@@ -74,7 +75,7 @@ pub struct PrepareArgs {
     #[arg(long, num_args = 1..)]
     pub input: Vec<PathBuf>,
     /// Vocabulary size of the BPE tokenizer [default: the preset's].
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true, value_parser = values::count_usize)]
     pub vocab_size: Option<usize>,
     /// Take the vocabulary size from this model preset.
     #[arg(long, default_value = "nano")]
@@ -83,7 +84,7 @@ pub struct PrepareArgs {
     #[arg(long)]
     pub out: Option<PathBuf>,
     /// Fraction of each document (its last paragraphs) held out for validation.
-    #[arg(long, default_value_t = crate::data::prepare::DEFAULT_VAL_FRACTION)]
+    #[arg(long, default_value_t = crate::data::prepare::DEFAULT_VAL_FRACTION, allow_negative_numbers = true, value_parser = values::finite_f64)]
     pub val_fraction: f64,
     /// Where the downloaded corpus is cached.
     #[arg(long, default_value = crate::data::prepare::DEFAULT_CACHE_DIR)]
@@ -102,22 +103,22 @@ pub struct TrainArgs {
     #[arg(long)]
     pub preset: Option<String>,
     /// Total optimizer steps.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true, value_parser = values::positive_u64)]
     pub steps: Option<u64>,
     /// Sequences per micro-batch.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true, value_parser = values::positive_usize)]
     pub batch_size: Option<usize>,
     /// Micro-batches per optimizer step.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true, value_parser = values::positive_usize)]
     pub grad_accum: Option<usize>,
     /// Tokens per sequence (default: the model's context).
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true, value_parser = values::positive_usize)]
     pub seq_len: Option<usize>,
     /// Peak learning rate.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true, value_parser = values::learning_rate)]
     pub lr: Option<f32>,
     /// Seed of initialisation, data order and dropout.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true, value_parser = values::count_u64)]
     pub seed: Option<u64>,
     /// Prepared corpus directory.
     #[arg(long)]
@@ -126,26 +127,30 @@ pub struct TrainArgs {
     #[arg(long)]
     pub out: Option<PathBuf>,
     /// Evaluate every N steps.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true, value_parser = values::count_u64)]
     pub eval_every: Option<u64>,
     /// Checkpoint every N steps.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true, value_parser = values::count_u64)]
     pub checkpoint_every: Option<u64>,
     /// Continue from a checkpoint: a run directory (its latest) or a
     /// checkpoints/step-N directory; without a value, the run's --out.
     #[arg(long, num_args = 0..=1, default_missing_value = "")]
     pub resume: Option<PathBuf>,
     /// Stop after this step (with a checkpoint), keeping the schedule of --steps.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true, value_parser = values::count_u64)]
     pub stop_at: Option<u64>,
     /// No progress output.
     #[arg(long)]
     pub quiet: bool,
+    /// Start over in an --out directory that already holds a run, replacing
+    /// its metrics, checkpoints and config (without it, that is refused).
+    #[arg(long)]
+    pub force: bool,
     /// Data-parallel method: ddp, zero1, dpu, acco-wp, acco.
     #[arg(long)]
     pub method: Option<String>,
     /// Number of data-parallel workers.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true, value_parser = values::count_usize)]
     pub workers: Option<usize>,
     /// `real` (threads, overlapping) or `sim` (deterministic virtual time).
     #[arg(long)]
@@ -162,7 +167,7 @@ pub struct TrainArgs {
     #[arg(long)]
     pub link: Option<String>,
     /// Speed factor per worker, e.g. 1,1,1,0.25 (a 4x slower fourth worker).
-    #[arg(long, value_delimiter = ',')]
+    #[arg(long, value_delimiter = ',', allow_hyphen_values = true, value_parser = values::finite_f64)]
     pub speeds: Option<Vec<f64>>,
     /// Wire dtype of the collectives: f32 or bf16.
     #[arg(long)]
@@ -173,10 +178,10 @@ pub struct TrainArgs {
     /// dpu, acco-wp, acco: exactly K micro-batches per stage, then wait for
     /// the round (results independent of timing) instead of accumulating
     /// while it is in flight.
-    #[arg(long, value_name = "K")]
+    #[arg(long, value_name = "K", allow_negative_numbers = true, value_parser = values::count_usize)]
     pub fixed_micro_batches: Option<usize>,
     /// DPU: steps of non-delayed updates first.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true, value_parser = values::count_u64)]
     pub dpu_warmup: Option<u64>,
 }
 
@@ -188,12 +193,13 @@ pub struct EvalArgs {
     /// Prepared corpus [default: the one the checkpoint was trained on].
     #[arg(long)]
     pub data: Option<PathBuf>,
-    /// Validation windows to evaluate.
-    #[arg(long, default_value_t = 256)]
-    pub windows: usize,
-    /// Windows per forward pass.
-    #[arg(long, default_value_t = 16)]
-    pub batch_size: usize,
+    /// Validation windows to evaluate [default: the run's train.eval_windows,
+    /// so the result is the one training printed for this checkpoint].
+    #[arg(long, allow_negative_numbers = true, value_parser = values::positive_usize)]
+    pub windows: Option<usize>,
+    /// Windows per forward pass [default: the run's train.batch_size].
+    #[arg(long, allow_negative_numbers = true, value_parser = values::positive_usize)]
+    pub batch_size: Option<usize>,
 }
 
 #[derive(Args, Debug)]
@@ -205,16 +211,16 @@ pub struct GenerateArgs {
     #[arg(long, default_value = "")]
     pub prompt: String,
     /// Tokens to generate.
-    #[arg(long, default_value_t = 120)]
+    #[arg(long, default_value_t = 120, allow_negative_numbers = true, value_parser = values::count_usize)]
     pub tokens: usize,
-    /// Sampling temperature (0: greedy).
-    #[arg(long, default_value_t = 0.8)]
+    /// Sampling temperature, >= 0 (0: greedy, always the most likely token).
+    #[arg(long, default_value_t = 0.8, allow_negative_numbers = true, value_parser = values::temperature)]
     pub temperature: f32,
     /// Sample among the k most likely tokens (0: all).
-    #[arg(long, default_value_t = 40)]
+    #[arg(long, default_value_t = 40, allow_negative_numbers = true, value_parser = values::top_k)]
     pub top_k: usize,
     /// Seed of the sampler.
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = 0, allow_negative_numbers = true, value_parser = values::count_u64)]
     pub seed: u64,
 }
 
@@ -223,9 +229,13 @@ pub struct ExportArgs {
     /// Checkpoint or run directory.
     #[arg(long)]
     pub ckpt: PathBuf,
-    /// Write a Hugging Face GPT-2 directory here.
+    /// Write a Hugging Face GPT-2 directory here (refused if it is not
+    /// empty, unless --force).
     #[arg(long)]
     pub hf: PathBuf,
+    /// Replace a non-empty --hf directory.
+    #[arg(long)]
+    pub force: bool,
     /// Also write lowcomm's logits for a few validation tokens to this
     /// safetensors file, for scripts/check_hf_export.py.
     #[arg(long)]
@@ -238,10 +248,10 @@ pub struct BenchArgs {
     #[arg(long, default_value = "micro")]
     pub preset: String,
     /// Timed steps (the median is reported).
-    #[arg(long, default_value_t = 10)]
+    #[arg(long, default_value_t = 10, allow_negative_numbers = true, value_parser = values::count_usize)]
     pub steps: usize,
     /// Untimed warm-up steps.
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = 3, allow_negative_numbers = true, value_parser = values::count_usize)]
     pub warmup: usize,
     /// What to measure: `step` (training step), `comm` (in-process
     /// all-reduce of 64 MiB on 2 and 4 workers vs memcpy), `sim` (overhead
@@ -253,7 +263,7 @@ pub struct BenchArgs {
     #[arg(long, default_value = "local")]
     pub backend: String,
     /// `--what comm`: MiB per rank moved by each collective.
-    #[arg(long, default_value_t = 64)]
+    #[arg(long, default_value_t = 64, allow_negative_numbers = true, value_parser = values::count_usize)]
     pub mib: usize,
 }
 

@@ -142,6 +142,14 @@ pub struct Dataset {
 }
 
 impl Dataset {
+    /// Read only the `meta.json` of a prepared corpus directory.
+    pub fn open_meta(dir: &Path) -> Result<DatasetMeta> {
+        let meta_path = dir.join(META_FILE);
+        let text =
+            std::fs::read_to_string(&meta_path).with_context(|| format!("cannot read {}", meta_path.display()))?;
+        serde_json::from_str(&text).with_context(|| format!("{} is corrupt", meta_path.display()))
+    }
+
     /// Load and check a prepared corpus directory.
     pub fn open(dir: &Path) -> Result<Dataset> {
         let meta_path = dir.join(META_FILE);

@@ -13,13 +13,17 @@ use super::{check_len, load_named_state, DecaySegments, Optimizer, CHUNK};
 #[serde(default, deny_unknown_fields)]
 pub struct AdamWConfig {
     /// Decay rate of the first-moment (mean) estimate, in [0, 1).
+    #[serde(serialize_with = "crate::util::f32_shortest::serialize")]
     pub beta1: f32,
     /// Decay rate of the second-moment (uncentred variance) estimate, in [0, 1).
+    #[serde(serialize_with = "crate::util::f32_shortest::serialize")]
     pub beta2: f32,
     /// Added to the root of the second moment to avoid division by zero; > 0.
+    #[serde(serialize_with = "crate::util::f32_shortest::serialize")]
     pub eps: f32,
     /// Decoupled weight decay factor (multiplied by the learning rate), >= 0;
     /// applies only to elements listed in the step's `DecaySegments`.
+    #[serde(serialize_with = "crate::util::f32_shortest::serialize")]
     pub weight_decay: f32,
 }
 

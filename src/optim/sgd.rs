@@ -13,13 +13,16 @@ use super::{check_len, load_named_state, DecaySegments, Optimizer, CHUNK};
 #[serde(default, deny_unknown_fields)]
 pub struct SgdConfig {
     /// Momentum factor mu, >= 0; 0 disables the momentum buffer.
+    #[serde(serialize_with = "crate::util::f32_shortest::serialize")]
     pub momentum: f32,
     /// Use Nesterov momentum (needs momentum > 0 and dampening = 0).
     pub nesterov: bool,
     /// Dampening of the gradient added to the momentum buffer, in [0, 1].
+    #[serde(serialize_with = "crate::util::f32_shortest::serialize")]
     pub dampening: f32,
     /// Coupled (L2) weight decay added to the gradient, >= 0; applies only to
     /// elements listed in the step's `DecaySegments`.
+    #[serde(serialize_with = "crate::util::f32_shortest::serialize")]
     pub weight_decay: f32,
 }
 

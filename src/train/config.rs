@@ -39,6 +39,7 @@ pub struct ModelSection {
     /// Context length in tokens.
     pub ctx: Option<usize>,
     /// Dropout probability (default 0).
+    #[serde(serialize_with = "crate::util::f32_shortest::option")]
     pub dropout: Option<f32>,
 }
 
@@ -81,6 +82,7 @@ pub struct TrainSection {
     /// Seed of initialisation, data order and dropout.
     pub seed: u64,
     /// Clip the global gradient norm to this value (0 disables clipping).
+    #[serde(serialize_with = "crate::util::f32_shortest::serialize")]
     pub grad_clip: f32,
     /// Also apply weight decay to biases and LayerNorm parameters
     /// (by default only weight matrices and the token embedding decay).
@@ -127,10 +129,12 @@ impl Default for TrainSection {
 #[serde(deny_unknown_fields, default)]
 pub struct ScheduleSection {
     /// Peak learning rate.
+    #[serde(serialize_with = "crate::util::f32_shortest::serialize")]
     pub max_lr: f32,
     /// Linear warmup steps.
     pub warmup_steps: u64,
     /// Floor of the cosine decay, as a fraction of `max_lr`.
+    #[serde(serialize_with = "crate::util::f32_shortest::serialize")]
     pub min_lr_ratio: f32,
 }
 
@@ -322,6 +326,35 @@ mod tests {
             }
         }
         assert!(n >= 3);
+    }
+
+    #[test]
+    fn saved_floats_are_what_the_user_wrote_and_read_back_bit_identical() {
+        let text = "[model]\ndropout = 0.1\n[train]\ngrad_clip = 0.7\n[schedule]\nmax_lr = 3e-3\nmin_lr_ratio = 0.01\n\
+                    [optimizer]\nkind = \"adamw\"\nbeta2 = 0.999\neps = 1e-8\nweight_decay = 0.05\n";
+        let c = RunConfig::from_toml(text).unwrap();
+        let saved = c.to_toml();
+        for line in
+            ["dropout = 0.1\n", "grad_clip = 0.7\n", "max_lr = 0.003\n", "min_lr_ratio = 0.01\n", "beta2 = 0.999\n"]
+        {
+            assert!(saved.contains(line), "{line:?} not in\n{saved}");
+        }
+        let back = RunConfig::from_toml(&saved).unwrap();
+        assert_eq!(back.schedule.max_lr.to_bits(), c.schedule.max_lr.to_bits());
+        assert_eq!(back.optimizer, c.optimizer);
+        let sgd = RunConfig::from_toml("[optimizer]\nkind = \"sgd\"\nmomentum = 0.9\ndampening = 0.3\n").unwrap();
+        let saved = sgd.to_toml();
+        assert!(saved.contains("momentum = 0.9\n") && saved.contains("dampening = 0.3\n"), "{saved}");
+        assert_eq!(RunConfig::from_toml(&saved).unwrap().optimizer, sgd.optimizer);
+        // Any f32 survives the trip, not only round decimals.
+        let mut x = 1.234_567e-7f32;
+        for _ in 0..2000 {
+            let mut c = RunConfig::default();
+            c.schedule.max_lr = x;
+            let back = RunConfig::from_toml(&c.to_toml()).unwrap();
+            assert_eq!(back.schedule.max_lr.to_bits(), x.to_bits(), "{x:e}");
+            x = f32::from_bits(x.to_bits().wrapping_mul(2_654_435_761) % 0x7f00_0000);
+        }
     }
 
     #[test]

@@ -8,6 +8,7 @@ pub mod parallel_log;
 #[cfg(feature = "mpi")]
 pub mod parallel_mpi;
 pub mod run;
+pub mod rundir;
 pub mod trainer;
 
 pub use config::RunConfig;

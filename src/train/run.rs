@@ -17,6 +17,10 @@ pub struct RunOptions {
     pub stop_at: Option<u64>,
     /// No progress output.
     pub quiet: bool,
+    /// A fresh run may replace a run already in `train.out_dir` (its
+    /// metrics, checkpoints and config; see [`super::rundir::claim_fresh`]).
+    /// Without it, such a run is refused.
+    pub force: bool,
 }
 
 /// What a run ends with.
@@ -28,17 +32,55 @@ pub struct RunSummary {
     pub eval: EvalRecord,
     pub checkpoint: PathBuf,
     pub wall_s: f64,
+    /// Validation windows behind `eval` (the same count `lowcomm eval` uses by default).
+    pub eval_windows: usize,
+    /// The step and checkpoint a resumed run continued from.
+    pub resumed_from: Option<(u64, PathBuf)>,
 }
 
-/// Train according to `cfg`.
+/// Train according to `cfg`: fresh (refusing to replace a run already in
+/// `train.out_dir` unless `opts.force`), or resuming from `opts.resume` and
+/// continuing in `train.out_dir` (the CLI sets it to the resumed run's own
+/// directory; see [`super::rundir::resolve_resume`]).
 pub fn run(cfg: RunConfig, opts: &RunOptions) -> Result<RunSummary> {
     let mut tr = Trainer::new(cfg, opts.resume.as_deref())?;
     let t = tr.cfg.train.clone();
     let out = t.out_dir.clone();
-    let mut log = MetricsLog::open(&out, opts.resume.as_ref().map(|_| tr.step))?;
-    crate::util::atomic_write(&out.join("config.toml"), tr.cfg.to_toml().as_bytes())?;
     let end = opts.stop_at.unwrap_or(t.steps).min(t.steps);
     let progress = Progress::new(t.steps, tr.step, opts.quiet);
+    let resumed_from = match &opts.resume {
+        Some(r) => Some((tr.step, crate::checkpoint::resolve(r)?)),
+        None => None,
+    };
+    if let Some((step, ckpt)) = &resumed_from {
+        progress.line(&format!("resuming {} from step {step}: {}", out.display(), ckpt.display()));
+    }
+    let eval_windows = tr.eval_window_count();
+    if tr.step >= end {
+        // Nothing to train (resuming a finished run): report, write nothing.
+        let eval = tr.evaluate();
+        progress.finish();
+        progress.line(&format!("nothing to do: the run is already at step {} of {}", tr.step, t.steps));
+        let checkpoint =
+            resumed_from.as_ref().map_or_else(|| crate::checkpoint::resolve(&out), |(_, c)| Ok(c.clone()))?;
+        return Ok(RunSummary {
+            steps: tr.step,
+            tokens: tr.tokens_seen,
+            final_loss: f32::NAN,
+            eval,
+            checkpoint,
+            wall_s: tr.wall_s(),
+            eval_windows,
+            resumed_from,
+        });
+    }
+    if opts.resume.is_none() {
+        // Only now, with the config validated and the data open, so that a
+        // run that cannot start replaces nothing.
+        super::rundir::claim_fresh(&out, opts.force)?;
+    }
+    let mut log = MetricsLog::open(&out, opts.resume.as_ref().map(|_| tr.step))?;
+    crate::util::atomic_write(&out.join("config.toml"), tr.cfg.to_toml().as_bytes())?;
     progress.line(&format!(
         "training {} params ({} layers, d {}, vocab {}) for steps {}..{} of {}, {} tokens/step -> {}",
         tr.model.num_params(),
@@ -53,7 +95,6 @@ pub fn run(cfg: RunConfig, opts: &RunOptions) -> Result<RunSummary> {
     ));
     let mut last_loss = f32::NAN;
     let mut last_eval = None;
-    let first_step = tr.step;
     while tr.step < end {
         let r = tr.train_step()?;
         last_loss = r.loss;
@@ -76,21 +117,6 @@ pub fn run(cfg: RunConfig, opts: &RunOptions) -> Result<RunSummary> {
             progress.line(&format!("checkpoint {}", dir.display()));
         }
     }
-    if tr.step == first_step {
-        // Nothing trained (resuming a finished run): report, write nothing.
-        let eval = tr.evaluate();
-        progress.finish();
-        progress.line(&format!("nothing to do: the run is already at step {} of {}", tr.step, t.steps));
-        let checkpoint = crate::checkpoint::resolve(opts.resume.as_deref().unwrap_or(&out))?;
-        return Ok(RunSummary {
-            steps: tr.step,
-            tokens: tr.tokens_seen,
-            final_loss: last_loss,
-            eval,
-            checkpoint,
-            wall_s: tr.wall_s(),
-        });
-    }
     let eval = match last_eval.filter(|e| e.step == tr.step) {
         Some(e) => e,
         None => {
@@ -102,7 +128,7 @@ pub fn run(cfg: RunConfig, opts: &RunOptions) -> Result<RunSummary> {
     let checkpoint = tr.save_checkpoint()?;
     progress.finish();
     progress.line(&format!(
-        "done: step {}  val loss {:.4}  val perplexity {:.2}  checkpoint {}",
+        "done: step {}  val loss {:.4}  val perplexity {:.2} ({eval_windows} windows)  checkpoint {}",
         tr.step,
         eval.val_loss,
         eval.val_ppl,
@@ -115,5 +141,7 @@ pub fn run(cfg: RunConfig, opts: &RunOptions) -> Result<RunSummary> {
         eval,
         checkpoint,
         wall_s: tr.wall_s(),
+        eval_windows,
+        resumed_from,
     })
 }

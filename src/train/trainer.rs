@@ -170,6 +170,12 @@ impl Trainer {
         }
     }
 
+    /// How many validation windows [`Trainer::evaluate`] averages over
+    /// (`train.eval_windows`, or fewer on a small validation split).
+    pub fn eval_window_count(&self) -> usize {
+        eval_windows(&self.data.val, self.seq_len, self.cfg.train.eval_windows).len()
+    }
+
     /// Write a checkpoint for the current step; returns its directory.
     pub fn save_checkpoint(&self) -> Result<PathBuf> {
         let state = TrainState {
@@ -212,7 +218,7 @@ pub fn open_data(cfg: &RunConfig, model_cfg: &GptConfig) -> Result<(Dataset, Pat
             "no prepared corpus at {}: run `lowcomm data prepare --vocab-size {} --out {}` first (add --input FILES for your own text)",
             data_dir.display(),
             model_cfg.vocab_size,
-            data_dir.display()
+            crate::train::rundir::shell_quote(&data_dir.display().to_string())
         );
     }
     let data = Dataset::open(&data_dir)?;
@@ -271,17 +277,63 @@ fn optimizer_kind(cfg: &RunConfig) -> &'static str {
     }
 }
 
-/// The model's vocabulary must be the tokenizer's.
+/// The model's vocabulary must be the tokenizer's. The error gives a
+/// command that prepares a matching corpus and works as pasted.
 pub fn check_vocab(model: &GptConfig, tokenizer_vocab: usize, what: &str, data_dir: &Path) -> Result<()> {
     if model.vocab_size != tokenizer_vocab {
         bail!(
-            "vocabulary mismatch: the model has vocab_size {} but {what} has {tokenizer_vocab} tokens. Prepare a matching corpus (`lowcomm data prepare --vocab-size {} --out {}`) or set model.vocab_size = {tokenizer_vocab}",
+            "vocabulary mismatch: the model has vocab_size {} but {what} has {tokenizer_vocab} tokens. {}, or set model.vocab_size = {tokenizer_vocab}",
             model.vocab_size,
-            model.vocab_size,
-            data_dir.display(),
+            matching_corpus_hint(data_dir, tokenizer_vocab, model.vocab_size)
         );
     }
     Ok(())
+}
+
+/// How to get a `vocab`-token corpus of the same text as `data_dir` (which
+/// has `have` tokens): a directory beside it that already holds one, or a
+/// `data prepare` command into a new directory beside it (never `--force`
+/// over the existing corpus, which other runs may use), re-reading the
+/// inputs recorded in its `meta.json`.
+fn matching_corpus_hint(data_dir: &Path, have: usize, vocab: usize) -> String {
+    use crate::data::gutenberg::GUTENBERG_PACKAGE;
+    use crate::train::rundir::shell_quote;
+    let name = data_dir.file_name().map_or_else(|| "corpus".into(), |n| n.to_string_lossy().into_owned());
+    let stem = name.strip_suffix(&format!("-{have}")).unwrap_or(&name);
+    let parent = data_dir.parent().unwrap_or(Path::new(""));
+    let mut target = PathBuf::new();
+    for k in 0.. {
+        let suffix = if k == 0 { format!("-{vocab}") } else { format!("-{vocab}-{k}") };
+        target = parent.join(format!("{stem}{suffix}"));
+        match crate::data::Dataset::open_meta(&target) {
+            Ok(meta) if meta.vocab_size == vocab => {
+                return format!(
+                    "{} already holds a {vocab}-token corpus: pass --data {}",
+                    target.display(),
+                    shell_quote(&target.display().to_string())
+                )
+            }
+            _ if target.exists() => continue,
+            _ => break,
+        }
+    }
+    let out = shell_quote(&target.display().to_string());
+    let sources = crate::data::Dataset::open_meta(data_dir).map(|m| m.sources).unwrap_or_default();
+    let inputs = if !sources.is_empty() && sources.iter().all(|s| s.starts_with(GUTENBERG_PACKAGE)) {
+        Some(String::new())
+    } else if !sources.is_empty() && sources.iter().all(|s| Path::new(s).exists()) {
+        Some(format!(" --input {}", sources.iter().map(|s| shell_quote(s)).collect::<Vec<_>>().join(" ")))
+    } else {
+        None // the inputs are not where they were; no command would work as pasted
+    };
+    match inputs {
+        Some(inputs) => {
+            format!("Prepare a matching corpus with `lowcomm data prepare{inputs} --vocab-size {vocab} --out {out}` and pass --data {out}")
+        }
+        None => format!(
+            "Prepare a matching corpus from the same text (lowcomm data prepare --input FILES --vocab-size {vocab} --out {out}) and pass --data {out}"
+        ),
+    }
 }
 
 #[cfg(test)]

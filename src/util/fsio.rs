@@ -37,6 +37,61 @@ pub fn atomic_write_with(path: &Path, fill: impl FnOnce(&mut File) -> Result<()>
     result
 }
 
+/// Names of the entries of `dir`, sorted; empty if it does not exist. An
+/// error if it is not a directory.
+pub fn dir_entries(dir: &Path) -> Result<Vec<String>> {
+    if !dir.exists() {
+        return Ok(Vec::new());
+    }
+    let mut names = fs::read_dir(dir)
+        .with_context(|| format!("{} is not a readable directory", dir.display()))?
+        .map(|e| e.map(|e| e.file_name().to_string_lossy().into_owned()))
+        .collect::<std::io::Result<Vec<_>>>()
+        .with_context(|| format!("cannot list {}", dir.display()))?;
+    names.sort();
+    Ok(names)
+}
+
+/// Create the directory `dir` in one step: `fill` writes into a fresh
+/// temporary sibling, which is fsynced and renamed to `dir` only once
+/// complete. If `fill` fails, the temporary directory is removed and `dir`
+/// is untouched. An existing `dir` (the caller decides whether replacing it
+/// is allowed) is renamed aside first and removed after the new one is in
+/// place; if that rename fails, it is put back.
+pub fn write_dir_atomic(dir: &Path, fill: impl FnOnce(&Path) -> Result<()>) -> Result<()> {
+    let parent = dir.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let name = dir.file_name().with_context(|| format!("{} is not a directory path", dir.display()))?;
+    fs::create_dir_all(parent).with_context(|| format!("cannot create directory {}", parent.display()))?;
+    let sibling = |what: &str| parent.join(format!(".{}.{what}-{}", name.to_string_lossy(), std::process::id()));
+    let (tmp, old) = (sibling("tmp"), sibling("old"));
+    let _ = fs::remove_dir_all(&tmp);
+    fs::create_dir(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
+    if let Err(e) = fill(&tmp) {
+        let _ = fs::remove_dir_all(&tmp);
+        return Err(e);
+    }
+    sync_dir(&tmp);
+    let had_old = dir.exists();
+    if had_old {
+        if let Err(e) = fs::rename(dir, &old) {
+            let _ = fs::remove_dir_all(&tmp);
+            return Err(e).with_context(|| format!("cannot move {} aside", dir.display()));
+        }
+    }
+    if let Err(e) = fs::rename(&tmp, dir) {
+        if had_old {
+            let _ = fs::rename(&old, dir);
+        }
+        let _ = fs::remove_dir_all(&tmp);
+        return Err(e).with_context(|| format!("cannot rename {} to {}", tmp.display(), dir.display()));
+    }
+    sync_dir(parent);
+    if had_old {
+        fs::remove_dir_all(&old).with_context(|| format!("cannot remove the replaced {}", old.display()))?;
+    }
+    Ok(())
+}
+
 /// fsync a directory so a rename inside it is durable. Best effort: some
 /// filesystems refuse to open directories for syncing.
 pub fn sync_dir(dir: &Path) {
@@ -95,6 +150,22 @@ mod tests {
         });
         assert!(r.is_err());
         assert_eq!(fs::read(&p).unwrap(), b"old");
+    }
+
+    #[test]
+    fn write_dir_atomic_leaves_nothing_when_fill_fails_and_replaces_whole() {
+        let tmp = tempfile::tempdir().unwrap();
+        let dir = tmp.path().join("out");
+        let r = write_dir_atomic(&dir, |d| {
+            fs::write(d.join("a"), "half")?;
+            anyhow::bail!("simulated failure")
+        });
+        assert!(r.is_err() && !dir.exists());
+        write_dir_atomic(&dir, |d| Ok(fs::write(d.join("old"), "1")?)).unwrap();
+        write_dir_atomic(&dir, |d| Ok(fs::write(d.join("new"), "2")?)).unwrap();
+        assert_eq!(dir_entries(&dir).unwrap(), ["new"]);
+        // Only `out` is left in the parent: no temporary or replaced directory.
+        assert_eq!(dir_entries(tmp.path()).unwrap(), ["out"]);
     }
 
     #[test]

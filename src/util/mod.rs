@@ -19,3 +19,36 @@ pub fn toml_error(text: &str, e: toml::de::Error) -> anyhow::Error {
         None => anyhow::anyhow!("{what}"),
     }
 }
+
+/// Serialize `f32` config values as the shortest decimal that reads back as
+/// the same `f32` (`3e-3` is saved as `0.003`, not `0.003000000026077032`).
+///
+/// TOML has only 64-bit floats, so an `f32` is widened on the way out and
+/// the widened value prints with every digit of the binary approximation.
+/// Going through the `f32`'s own shortest representation writes what the
+/// user wrote; reading it back as `f64` and narrowing gives the same bits
+/// (the shortest representation round-trips by construction), so resume
+/// stays bit-identical. Use with `#[serde(serialize_with = "...")]`.
+pub mod f32_shortest {
+    use serde::Serializer;
+
+    /// The `f64` whose shortest decimal is the `f32`'s shortest decimal.
+    pub fn widen(v: f32) -> f64 {
+        // Display is the shortest round-trip form ("0.003", "1e-8" prints
+        // as "0.00000001"); `inf`/`NaN` parse back too.
+        v.to_string().parse().expect("an f32's Display parses as f64")
+    }
+
+    /// For `f32` fields.
+    pub fn serialize<S: Serializer>(v: &f32, s: S) -> Result<S::Ok, S::Error> {
+        s.serialize_f64(widen(*v))
+    }
+
+    /// For `Option<f32>` fields (`None` is skipped by TOML like any `None`).
+    pub fn option<S: Serializer>(v: &Option<f32>, s: S) -> Result<S::Ok, S::Error> {
+        match v {
+            Some(v) => s.serialize_some(&widen(*v)),
+            None => s.serialize_none(),
+        }
+    }
+}

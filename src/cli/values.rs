@@ -1,0 +1,138 @@
+//! Value parsers for numeric flags: each accepts any number, negative ones
+//! included (the flags also set `allow_negative_numbers`, so `--lr -0.001`
+//! reaches the parser instead of being taken for a flag `-0`), and rejects
+//! what is out of range with the range and what the bounds mean.
+
+/// A whole number `>= min`, or the range error.
+fn whole<T: TryFrom<u64>>(s: &str, min: u64, meaning: &str) -> Result<T, String> {
+    let range = || if min == 0 { format!("must be >= 0{meaning}") } else { format!("must be at least {min}{meaning}") };
+    let v: i128 = s.trim().parse().map_err(|_| format!("`{s}` is not a whole number; it {}", range()))?;
+    if v < min as i128 {
+        return Err(range());
+    }
+    u64::try_from(v).ok().and_then(|v| T::try_from(v).ok()).ok_or_else(|| format!("{s} is too large"))
+}
+
+/// A whole number >= 0.
+pub fn count_u64(s: &str) -> Result<u64, String> {
+    whole(s, 0, "")
+}
+
+/// A whole number >= 0.
+pub fn count_usize(s: &str) -> Result<usize, String> {
+    whole(s, 0, "")
+}
+
+/// A whole number >= 1.
+pub fn positive_u64(s: &str) -> Result<u64, String> {
+    whole(s, 1, "")
+}
+
+/// A whole number >= 1.
+pub fn positive_usize(s: &str) -> Result<usize, String> {
+    whole(s, 1, "")
+}
+
+/// `--top-k`: >= 0, where 0 means no cut-off.
+pub fn top_k(s: &str) -> Result<usize, String> {
+    whole(s, 0, " (0: sample among all tokens)")
+}
+
+fn number(s: &str) -> Result<f64, String> {
+    let v: f64 = s.trim().parse().map_err(|_| format!("`{s}` is not a number"))?;
+    if !v.is_finite() {
+        return Err("must be a finite number".into());
+    }
+    Ok(v)
+}
+
+/// A learning rate: a number > 0.
+pub fn learning_rate(s: &str) -> Result<f32, String> {
+    let v = number(s)?;
+    if v <= 0.0 {
+        return Err("must be > 0 (the peak learning rate, e.g. 3e-3)".into());
+    }
+    Ok(v as f32)
+}
+
+/// `--temperature`: >= 0, where 0 means greedy decoding.
+pub fn temperature(s: &str) -> Result<f32, String> {
+    let v = number(s)?;
+    if v < 0.0 {
+        return Err("must be >= 0 (0: greedy, always the most likely token; 1: the model's distribution)".into());
+    }
+    Ok(v as f32)
+}
+
+/// Any finite number (range checked where its meaning is known).
+pub fn finite_f64(s: &str) -> Result<f64, String> {
+    number(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::Cli;
+    use clap::{error::ErrorKind, CommandFactory};
+
+    /// Every numeric flag of every command, given `-1`, reaches its parser:
+    /// the error is a range error (or the value is accepted), never
+    /// "unexpected argument '-1'". A numeric flag is one that refuses `abc`.
+    #[test]
+    fn every_numeric_flag_accepts_negative_numbers_and_gives_the_range() {
+        let root = Cli::command();
+        let mut checked = Vec::new();
+        let mut subs: Vec<Vec<&clap::Command>> = vec![vec![&root]];
+        while let Some(path) = subs.pop() {
+            let cmd = *path.last().unwrap();
+            for sub in cmd.get_subcommands() {
+                let mut p = path.clone();
+                p.push(sub);
+                subs.push(p);
+            }
+            let names: Vec<&str> = path[1..].iter().map(|c| c.get_name()).collect();
+            for arg in cmd.get_arguments() {
+                let Some(long) = arg.get_long() else { continue };
+                if !arg.get_action().takes_values() {
+                    continue;
+                }
+                let try_value = |v: &str| {
+                    let mut argv = vec!["lowcomm"];
+                    argv.extend(&names);
+                    let flag = format!("--{long}");
+                    argv.extend([flag.as_str(), v]);
+                    Cli::command().try_get_matches_from(argv).map(|_| ()).map_err(|e| (e.kind(), e.to_string()))
+                };
+                let numeric =
+                    matches!(try_value("abc"), Err((ErrorKind::ValueValidation | ErrorKind::InvalidValue, _)));
+                if !numeric {
+                    continue;
+                }
+                // Values are parsed as they come; a missing required flag
+                // (--ckpt) is only reported after, so it means "accepted".
+                match try_value("-1") {
+                    Ok(()) | Err((ErrorKind::MissingRequiredArgument, _)) => {}
+                    Err((ErrorKind::ValueValidation, msg)) => {
+                        assert!(msg.contains("must be"), "{names:?} --{long} -1: {msg}")
+                    }
+                    Err((kind, msg)) => panic!("{names:?} --{long} -1 is refused as {kind:?}, not by range: {msg}"),
+                }
+                checked.push(format!("{} --{long}", names.join(" ")));
+            }
+        }
+        for must in ["train --lr", "train --steps", "generate --temperature", "generate --top-k", "eval --windows"] {
+            assert!(checked.iter().any(|c| c == must), "{must} was not checked: {checked:?}");
+        }
+    }
+
+    #[test]
+    fn ranges_name_what_the_bounds_mean() {
+        assert!(super::temperature("-1").unwrap_err().contains("0: greedy"));
+        assert_eq!(super::temperature("0").unwrap(), 0.0);
+        assert!(super::top_k("-5").unwrap_err().contains(">= 0 (0: sample among all tokens)"));
+        assert!(super::learning_rate("-0.001").unwrap_err().contains("> 0"));
+        assert!(super::learning_rate("0").is_err() && super::learning_rate("nan").is_err());
+        assert_eq!(super::positive_u64("3").unwrap(), 3);
+        assert!(super::positive_u64("0").unwrap_err().contains("at least 1"));
+        assert!(super::count_usize("1.5").unwrap_err().contains("whole number"));
+    }
+}
