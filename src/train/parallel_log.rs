@@ -51,6 +51,8 @@ struct Inner {
     bar: Option<ProgressBar>,
     quiet: bool,
     total: u64,
+    /// Rounds done before this run started (a resumed run).
+    first: u64,
     every: u64,
     started: Instant,
     virtual_time: bool,
@@ -112,6 +114,7 @@ impl RoundLog {
                 // About 20 plain lines per run, at most one per round.
                 every: (spec.total / 20).max(1),
                 total: spec.total,
+                first: spec.first,
                 started: Instant::now(),
                 virtual_time: spec.virtual_time,
                 label: spec.label,
@@ -170,7 +173,9 @@ impl Inner {
                 b.set_message(msg);
             }
             None if !self.quiet && (r.step % self.every == 0 || r.step == self.total) => {
-                eprintln!("{} round {}/{}  {msg}", self.label, r.step, self.total);
+                let per_round = elapsed / (r.step - self.first).max(1) as f64;
+                let eta = per_round * self.total.saturating_sub(r.step) as f64;
+                eprintln!("{} round {}/{}  {msg}  ETA {eta:.0} s", self.label, r.step, self.total);
             }
             None => {}
         }
