@@ -105,6 +105,10 @@ pub struct Journal {
     points: Vec<StepPoint>,
     /// Index in `points` of the first round after the last checkpoint.
     since_save: usize,
+    /// `done` of the previous boundary (a checkpoint is due when a boundary
+    /// crosses a multiple of `every`: methods whose rounds span several
+    /// steps call `round_end` only at their own boundaries).
+    last_boundary: u64,
     applied: u64,
     observer: Option<Arc<dyn Observer>>,
     checkpoints: Checkpointing,
@@ -120,7 +124,17 @@ impl Journal {
         resumed: Option<SavedPart>,
     ) -> Journal {
         let applied = resumed.as_ref().map_or(0, |r| r.applied);
-        Journal { participant: p, points: Vec::new(), since_save: 0, applied, observer, checkpoints, resumed }
+        let last_boundary = resumed.as_ref().map_or(0, |r| r.round);
+        Journal {
+            participant: p,
+            points: Vec::new(),
+            since_save: 0,
+            last_boundary,
+            applied,
+            observer,
+            checkpoints,
+            resumed,
+        }
     }
 
     /// A journal that only records (no observer, no checkpoints).
