@@ -164,9 +164,10 @@ impl Journal {
         self.points.push(point);
     }
 
-    /// The end of round `done` (rounds completed) of a run that stops at
-    /// `end`: saves this participant's part when a checkpoint is due.
-    /// `state` builds the strategy's state only then.
+    /// A quiet boundary after `done` rounds (or steps) of a run that stops
+    /// at `end`: saves this participant's part when a checkpoint is due
+    /// (`done == end`, or a multiple of `checkpoint_every` was reached since
+    /// the previous boundary). `state` builds the strategy's state only then.
     pub async fn round_end<C: Ctx>(
         &mut self,
         ctx: &C,
@@ -176,7 +177,8 @@ impl Journal {
         state: impl FnOnce() -> StrategyState,
     ) -> Result<()> {
         let every = self.checkpoints.every;
-        let due = done == end || (every > 0 && done % every == 0);
+        let due = done == end || (every > 0 && done / every > self.last_boundary / every);
+        self.last_boundary = done;
         let Some(sink) = self.checkpoints.sink.clone().filter(|_| due) else { return Ok(()) };
         ensure!(
             ctx.in_flight() == 0,
