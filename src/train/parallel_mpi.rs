@@ -45,6 +45,7 @@ struct ReportWire {
     times: WorkerTimes,
     spans: Vec<Span>,
     memory: MemoryBytes,
+    exchange: Option<crate::strategy::detonation::Budget>,
     model: Option<(usize, Vec<f32>)>,
     params_sha256: String,
 }
@@ -246,6 +247,7 @@ fn run_rank_inner(mpi: &MpiProcess, mut cfg: RunConfig, opts: &RunOptions) -> Re
         times: report.times.clone(),
         spans: report.events.spans().to_vec(),
         memory: report.memory,
+        exchange: report.exchange,
         model: report.model.clone().map(|m| (m.offset, m.values)),
         params_sha256: params_sha256(&report.params),
     };
@@ -273,6 +275,7 @@ fn run_rank_inner(mpi: &MpiProcess, mut cfg: RunConfig, opts: &RunOptions) -> Re
             model,
             events: EventLog::from_spans(w.spans),
             memory: w.memory,
+            exchange: w.exchange,
         });
     }
     drop(show.map(|l| Arc::into_inner(l).map(|l| l.finish())));
