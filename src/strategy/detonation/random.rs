@@ -19,6 +19,8 @@ use rand::{Rng, SeedableRng};
 /// The Random replicator of one shard.
 pub struct RandomReplicator {
     beta: f32,
+    /// Values sent per step.
+    m: usize,
     seed: u64,
     group: Group,
     wire: WireDtype,
@@ -48,6 +50,7 @@ impl RandomReplicator {
     pub fn new(beta: f32, m: usize, seed: u64, len: usize, group: Group, wire: WireDtype) -> Self {
         RandomReplicator {
             beta,
+            m,
             seed,
             group,
             wire,
@@ -60,7 +63,7 @@ impl RandomReplicator {
 
     /// The indices of step `t` (the same on every member).
     pub fn indices(&mut self, t: u64) -> &[usize] {
-        let m = self.values.as_ref().map_or(self.picked.len(), Vec::len);
+        let m = self.m;
         let mut rng = rand_pcg::Pcg64::seed_from_u64(self.seed ^ t.wrapping_mul(0x9E37_79B9_7F4A_7C15));
         draw(&mut rng, self.delta.len(), m, &mut self.taken, &mut self.picked);
         &self.picked
@@ -96,8 +99,7 @@ impl Replicator for RandomReplicator {
     }
 
     fn budget(&self) -> Budget {
-        let m = self.values.as_ref().map_or(self.picked.len(), Vec::len);
-        Budget { payload_bytes: m * self.wire.bytes_per_elem(), every: 1, dense_bytes: 4 * self.delta.len() }
+        Budget { payload_bytes: self.m * self.wire.bytes_per_elem(), every: 1, dense_bytes: 4 * self.delta.len() }
     }
 
     fn state(&self) -> Vec<(String, Vec<f32>)> {
