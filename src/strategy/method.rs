@@ -355,4 +355,42 @@ mod tests {
         sections.insert("co3".to_string(), toml::Table::new());
         assert!(Method::check_sections(&sections).unwrap_err().to_string().contains("no method is called `co3`"));
     }
+
+    #[test]
+    fn demo_settings_refuse_bad_values_naming_the_key_and_an_example() {
+        let e = |name: &str, t: &str| Method::from_config(name, Some(&table(t))).unwrap_err().to_string();
+        let cases = [
+            ("topk = 0", "topk must be between 1 and", "topk = 32"),
+            ("topk = 5000", "topk must be between 1 and the chunk's 4096 coefficients", "topk = 32"),
+            ("chunk = 0", "chunk must be at least 1", "chunk = 64"),
+            ("beta = 1.0", "beta must be in [0, 1), got 1", "beta = 0.999"),
+            ("beta = -0.1", "beta must be in [0, 1)", "beta = 0.999"),
+            ("compression = 0.0", "compression must be in (0, 1]", "compression = 0.05"),
+            ("compression = 1.5", "compression must be in (0, 1]", "--compression 0.05"),
+            (
+                "replicator = \"dct\"",
+                "replicator \"dct\" does not exist: choose one of demo, random, striding, diloco, full",
+                "--replicator random",
+            ),
+            ("inner = \"adam\"", "inner \"adam\" does not exist", "--inner decoupled-adamw"),
+            ("every = 0", "every must be at least 1", "every = 10"),
+            ("topk = 8\ncompression = 0.1", "give topk or compression, not both", "compression = 0.05"),
+        ];
+        for (t, want, example) in cases {
+            let msg = e("flexdemo", t);
+            assert!(
+                msg.starts_with("[methods.flexdemo]: ") && msg.contains(want) && msg.contains(example),
+                "{t}: {msg}"
+            );
+        }
+        assert!(e("demo", "warmup_steps = 1").contains("is a setting of dpu"));
+        assert_eq!(
+            Method::from_config("demo", Some(&table("replicator = \"random\"\ncompression = 0.05"))).unwrap(),
+            Method::Demo(DemoSettings {
+                replicator: ReplicatorKind::Random,
+                compression: Some(0.05),
+                ..DemoSettings::default()
+            })
+        );
+    }
 }
