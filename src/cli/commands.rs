@@ -359,7 +359,24 @@ pub fn bench(a: BenchArgs) -> Result<()> {
             );
             return Ok(());
         }
-        other => anyhow::bail!("unknown benchmark `{other}`: use --what step, comm or sim"),
+        "dct" => {
+            let r = crate::bench_dct::run(&a.preset, a.steps.max(1), a.warmup)?;
+            let demo = r.encode_s + r.decode_s;
+            println!(
+                "RESULT demo_dct preset={} params={} step_s={:.4} encode_s={:.4} decode_s={:.4} share={:.1}% (bar < 10% on micro) transform_gemm_s={:.4} transform_loops_s={:.4} loops/gemm={:.1}",
+                a.preset,
+                r.params,
+                r.step_s,
+                r.encode_s,
+                r.decode_s,
+                100.0 * demo / r.step_s,
+                r.gemm_s,
+                r.loops_s,
+                r.loops_s / r.gemm_s
+            );
+            return Ok(());
+        }
+        other => anyhow::bail!("unknown benchmark `{other}`: use --what step, comm, sim or dct"),
     }
     let r = crate::bench::run(&a.preset, a.steps.max(1), a.warmup)?;
     println!(
