@@ -81,7 +81,9 @@ pub fn run(preset: &str, steps: usize, warmup: usize) -> Result<DctBench> {
         rep.unfold(Exchange::Gather { group, input, output }, &mut q);
         let dec = t0.elapsed().as_secs_f64();
         if s >= warmup {
-            (step_t.push(step), enc_t.push(enc), dec_t.push(dec));
+            step_t.push(step);
+            enc_t.push(enc);
+            dec_t.push(dec);
         }
         eprintln!("step {s}: train {step:.3}s encode {enc:.4}s decode {dec:.4}s");
     }

@@ -299,7 +299,7 @@ fn compare_runs_demo_variants_with_bytes_per_tier_and_compression() {
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     let md = std::fs::read_to_string(results.join("summary.md")).unwrap();
     assert!(md.contains("| flexdemo:replicator=random:compression=0.05 |"), "{md}");
-    let row = |name: &str| md.lines().filter(|l| l.starts_with(&format!("| {name} |"))).last().unwrap().to_string();
+    let row = |name: &str| md.lines().rfind(|l| l.starts_with(&format!("| {name} |"))).unwrap().to_string();
     // The last table: bytes per tier, then payload and compression.
     let random: Vec<String> =
         row("flexdemo:replicator=random:compression=0.05").split('|').map(|c| c.trim().to_string()).collect();

@@ -52,8 +52,10 @@ pub struct DemoReplicator {
     wire: WireDtype,
     /// The momentum, in DCT space.
     delta: Vec<f32>,
-    /// DCT(g), then the decoded coefficients.
+    /// DCT(g).
     coef: Vec<f32>,
+    /// The decoded coefficients (zero between steps).
+    decoded: Vec<f32>,
     /// Contributors per coefficient while decoding.
     count: Vec<u32>,
     scratch: Vec<f32>,
@@ -98,6 +100,7 @@ impl DemoReplicator {
             wire,
             delta: vec![0.0; len],
             coef: vec![0.0; len],
+            decoded: vec![0.0; len],
             count: vec![0; len],
             scratch: vec![0.0; len],
             pairs: Sparse { indices: vec![0; at], values: vec![0.0; at] },
@@ -128,23 +131,34 @@ impl DemoReplicator {
             jobs.push((c, i, v));
             (idx, val) = (ir, vr);
         }
-        jobs.into_par_iter().for_each_init(Vec::new, |order: &mut Vec<u32>, (c, idx, val)| {
+        jobs.into_par_iter().for_each_init(Vec::new, |vals: &mut Vec<(f32, u32)>, (c, idx, val)| {
+            // The chunk's coefficients, gathered row by row (h rows of w
+            // consecutive elements), with their index in the chunk.
             let p = &pieces[c.piece];
-            order.clear();
-            order.extend(0..p.chunk_len() as u32);
-            let key = |i: &u32| delta[p.position(c.block, *i as usize)].abs();
-            let by_size = |a: &u32, b: &u32| key(b).total_cmp(&key(a)).then(a.cmp(b));
-            if c.k < order.len() {
-                order.select_nth_unstable_by(c.k - 1, by_size);
+            vals.clear();
+            for r in 0..p.h {
+                let at = p.position(c.block, r * p.w);
+                vals.extend(delta[at..at + p.w].iter().enumerate().map(|(j, &v)| (v, (r * p.w + j) as u32)));
             }
-            let kept = &mut order[..c.k];
-            kept.sort_unstable();
-            for (j, &i) in kept.iter().enumerate() {
+            let by_size = |a: &(f32, u32), b: &(f32, u32)| b.0.abs().total_cmp(&a.0.abs()).then(a.1.cmp(&b.1));
+            if c.k < vals.len() {
+                vals.select_nth_unstable_by(c.k - 1, by_size);
+            }
+            let kept = &mut vals[..c.k];
+            kept.sort_unstable_by_key(|&(_, i)| i);
+            for (j, &(v, i)) in kept.iter().enumerate() {
                 idx[j] = i;
-                val[j] = delta[p.position(c.block, i as usize)];
+                val[j] = v;
             }
         });
     }
+}
+
+/// Where each of a payload's pairs lands in the shard, with its value.
+fn positions<'a>(chunks: &'a [Chunk], pieces: &'a [Piece], s: &'a Sparse) -> impl Iterator<Item = (usize, f32)> + 'a {
+    chunks.iter().flat_map(move |c| {
+        (c.at..c.at + c.k).map(move |j| (pieces[c.piece].position(c.block, s.indices[j] as usize), s.values[j]))
+    })
 }
 
 impl Replicator for DemoReplicator {
@@ -172,26 +186,33 @@ impl Replicator for DemoReplicator {
     fn unfold(&mut self, done: Exchange, q: &mut [f32]) {
         let Exchange::Gather { input, output, .. } = done else { unreachable!("DeMo exchanges by all-gather") };
         // 7. Place every member's coefficients; the mean where several sent the same index.
-        self.coef.fill(0.0);
-        self.count.fill(0);
         let pieces = self.dct.pieces();
         let bytes = self.layout.bytes();
-        for m in 0..self.members {
-            let sent = Sparse::decode(&self.layout, &output[m * bytes..(m + 1) * bytes]);
-            for c in &self.chunks {
-                for j in c.at..c.at + c.k {
-                    let pos = pieces[c.piece].position(c.block, sent.indices[j] as usize);
-                    self.coef[pos] += sent.values[j];
-                    self.count[pos] += 1;
+        let sent: Vec<Sparse> =
+            (0..self.members).map(|m| Sparse::decode(&self.layout, &output[m * bytes..(m + 1) * bytes])).collect();
+        let chunks = &self.chunks;
+        // `decoded` is all zeros between steps: only what arrives is placed.
+        for s in &sent {
+            for (pos, v) in positions(chunks, pieces, s) {
+                self.decoded[pos] += v;
+                self.count[pos] += 1;
+            }
+        }
+        for s in &sent {
+            for (pos, _) in positions(chunks, pieces, s) {
+                // Divide once per index (the count goes back to 0 for the next step).
+                let n = std::mem::take(&mut self.count[pos]);
+                if n > 1 {
+                    self.decoded[pos] /= n as f32;
                 }
             }
         }
-        for (c, &n) in self.coef.iter_mut().zip(&self.count) {
-            if n > 1 {
-                *c /= n as f32;
+        self.dct.inverse(&self.decoded, q, &mut self.scratch);
+        for s in &sent {
+            for (pos, _) in positions(chunks, pieces, s) {
+                self.decoded[pos] = 0.0;
             }
         }
-        self.dct.inverse(&self.coef, q, &mut self.scratch);
         self.bufs = Some((input, output));
     }
 

@@ -57,7 +57,7 @@ pub async fn run<C: Ctx>(
     let (node, repl) = if flex { (topo.members(&Group::Node, me), Group::Replicas) } else { (vec![me], Group::World) };
     let k = node.len();
     let at = node.iter().position(|&r| r == me).expect("a member of its node");
-    let shards = if k > 1 { shard::cut(&w.model.layout, s.chunk, k)? } else { vec![0..n] };
+    let shards = if k > 1 { shard::cut(&w.model.layout, s.chunk, k)? } else { std::iter::once(0..n).collect() };
     let mine = shards[at].clone();
     let (lo, len) = (mine.start, mine.len());
     let m = shards.iter().map(|r| r.len()).max().unwrap_or(0);

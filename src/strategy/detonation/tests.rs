@@ -67,7 +67,8 @@ fn one_demo_step_by_hand_with_the_mean_over_contributors() {
     assert!(near(&q, &[-1.5, 5.5, 5.5, -1.5]), "{q:?}");
     // Steps 1, 8, 9 with lr 0.1, weight decay 0.5 on the first three elements:
     //   p * (1 - 0.05) on decayed ones, then - 0.1 * sign(Q) = -0.1 * [-1, 1, 1, -1].
-    let mut step = DemoStep { weight_decay: 0.5, decay: DecaySegments::new([0..3]), sign: true, inner: Inner::Sgd };
+    let mut step =
+        DemoStep { weight_decay: 0.5, decay: DecaySegments::new(std::iter::once(0..3)), sign: true, inner: Inner::Sgd };
     let mut p = vec![1.0, 2.0, -1.0, 0.5];
     step.apply(0.1, &mut q, &mut p);
     assert!(near(&p, &[0.95 + 0.1, 1.9 - 0.1, -0.95 - 0.1, 0.5 + 0.1]), "{p:?}");
@@ -101,9 +102,10 @@ fn weight_decay_is_really_applied() {
     // Q = 0 (nothing arrived): sign(0) = 0, so only step 1 moves p:
     // decayed elements become p * (1 - lr wd) = p * (1 - 0.1 * 0.5); the others stay.
     for inner in [Inner::Sgd, Inner::AdamW(super::adamw::DecoupledAdamW::new(&Default::default(), 3))] {
-        let mut step = DemoStep { weight_decay: 0.5, decay: DecaySegments::new([0..2]), sign: true, inner };
+        let mut step =
+            DemoStep { weight_decay: 0.5, decay: DecaySegments::new(std::iter::once(0..2)), sign: true, inner };
         let mut p = vec![2.0, -4.0, 8.0];
-        step.apply(0.1, &mut vec![0.0; 3], &mut p);
+        step.apply(0.1, &mut [0.0; 3], &mut p);
         assert_eq!(p, vec![2.0 * 0.95, -4.0 * 0.95, 8.0]);
     }
 }
@@ -124,7 +126,7 @@ fn decoupled_adamw_takes_q_as_its_gradient() {
         inner: Inner::AdamW(super::adamw::DecoupledAdamW::new(&Default::default(), 2)),
     };
     let mut p = vec![1.0, 1.0];
-    step.apply(0.1, &mut vec![3.0, -0.5], &mut p);
+    step.apply(0.1, &mut [3.0, -0.5], &mut p);
     assert!(near(&p, &[0.9, 1.1]), "{p:?}");
     assert_eq!(step.steps_taken(), 1);
 }
@@ -170,7 +172,7 @@ fn random_members_draw_the_same_indices_without_sending_them() {
     assert_eq!(first.len(), 5);
     assert!(first.windows(2).all(|w| w[0] < w[1]), "distinct, ascending: {first:?}");
     assert_ne!(first, a.indices(4).to_vec(), "another step draws another set");
-    let ex = a.fold(3, 1.0, &vec![1.0; 50]);
+    let ex = a.fold(3, 1.0, &[1.0; 50]);
     assert_eq!(ex.payload_bytes(), 5 * 4, "values only");
     // The sent elements left delta; the others hold lr g.
     let Exchange::Mean { values, .. } = ex else { panic!() };

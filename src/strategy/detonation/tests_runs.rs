@@ -2,7 +2,7 @@
 //! simulator and the real runtime.
 
 use crate::comm::{LinkModel, Tier};
-use crate::metrics::Lane;
+use crate::metrics::{Lane, LinkTier};
 use crate::optim::{DecaySegments, LrSchedule, OptimizerConfig, SgdConfig};
 use crate::runtime::{real::RealSpec, sim::SimSpec, Topology};
 use crate::strategy::tests::{bits, plan, workers};
@@ -149,6 +149,30 @@ fn exactly_one_exchange_per_step_with_the_formula_bytes() {
     assert_eq!(per_round, vec![1; steps as usize]);
     let bytes: u64 = f[0].events.spans().iter().filter(|s| s.name == "all_gather_bytes").map(|s| s.bytes).sum();
     assert_eq!(bytes, steps * payload as u64);
+    // The spans say which links they crossed: the exchange between nodes,
+    // the gradients' reduce-scatter and the parameters' all-gather inside.
+    for sp in f[0].events.spans().iter().filter(|s| s.lane == Lane::Comm) {
+        let want = if sp.name == "all_gather_bytes" { LinkTier::Inter } else { LinkTier::Intra };
+        assert_eq!(sp.tier, Some(want), "{}", sp.name);
+    }
+    let sum =
+        crate::metrics::summarize(&f.iter().flat_map(|r| r.events.spans().to_vec()).collect::<Vec<_>>(), 4, 0).unwrap();
+    assert_eq!(sum.bytes_inter, 4 * steps * payload as u64);
+    assert_eq!(sum.bytes_intra + sum.bytes_inter, sum.bytes_sent);
+}
+
+#[test]
+fn flexdemo_on_two_nodes_gives_the_same_bits_on_sim_and_threads() {
+    let p = plan(3, 1, 1.0);
+    let topology = Topology { workers: 4, per_node: 2, server: false };
+    for r in [ReplicatorKind::Demo, ReplicatorKind::Random, ReplicatorKind::Diloco] {
+        let s = DemoSettings { replicator: r, compression: Some(0.5), ..DemoSettings::default() };
+        let a = run(&flex(s.clone()), &sim_nodes(4, 2, None), 4, &p);
+        let b = run(&flex(s), &Runtime::Real(RealSpec { topology, ..RealSpec::flat(4) }), 4, &p);
+        for (x, y) in a.iter().zip(&b) {
+            assert!(bits(&x.params) == bits(&y.params), "{r:?}: worker {} differs between sim and threads", x.rank);
+        }
+    }
 }
 
 #[test]
