@@ -267,3 +267,58 @@ fn method_settings_come_from_their_section_and_misplaced_keys_are_named() {
         &["`warmup_steps` is a setting of dpu, not of zero1"],
     );
 }
+
+#[test]
+fn compare_runs_demo_variants_with_bytes_per_tier_and_compression() {
+    // FlexDeMo on 2 nodes x 2 (sim), two replicators at one compression
+    // rate, and the hybrid AdamW baseline, in one comparison.
+    let tmp = tempdir();
+    let cfg = config(tmp.path(), "");
+    let results = tmp.path().join("cmp");
+    let o = lowcomm(
+        tmp.path(),
+        &[
+            "compare",
+            "--methods",
+            "flexdemo:compression=0.05,flexdemo:replicator=random:compression=0.05,flexdemo:replicator=full:sign=false:inner=decoupled-adamw",
+            "--config",
+            &cfg,
+            "--runtime",
+            "sim",
+            "--workers",
+            "4",
+            "--nodes",
+            "2",
+            "--steps",
+            "3",
+            "--quiet",
+            "--results",
+            &results.display().to_string(),
+        ],
+    );
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let md = std::fs::read_to_string(results.join("summary.md")).unwrap();
+    assert!(md.contains("| flexdemo:replicator=random:compression=0.05 |"), "{md}");
+    let row = |name: &str| md.lines().rfind(|l| l.starts_with(&format!("| {name} |"))).unwrap().to_string();
+    // The last table: bytes per tier, then payload and compression.
+    let random: Vec<String> =
+        row("flexdemo:replicator=random:compression=0.05").split('|').map(|c| c.trim().to_string()).collect();
+    let comp: f64 = random[6].parse().unwrap();
+    assert!((comp - 0.05).abs() < 0.001, "{md}");
+    let between: f64 = random[4].parse().unwrap();
+    assert!(between > 0.0, "the exchange crosses nodes: {md}");
+    let full: Vec<String> = row("flexdemo:replicator=full:sign=false:inner=decoupled-adamw")
+        .split('|')
+        .map(|c| c.trim().to_string())
+        .collect();
+    assert!(full[4].parse::<f64>().unwrap() > 10.0 * between, "the baseline sends the whole shard: {md}");
+    // Bad input: a replicator that does not exist, and nodes that do not divide the workers.
+    let bad =
+        lowcomm(tmp.path(), &["train", "--config", &cfg, "--method", "flexdemo", "--replicator", "dct", "--quiet"]);
+    one_error(bad, &["replicator \"dct\" does not exist", "--replicator random"]);
+    let bad = lowcomm(
+        tmp.path(),
+        &["train", "--config", &cfg, "--method", "flexdemo", "--workers", "3", "--nodes", "2", "--quiet"],
+    );
+    one_error(bad, &["--nodes 2 does not divide --workers 3", "--workers 4 --nodes 2"]);
+}

@@ -64,6 +64,8 @@ fn train(tmp: &Path, backend: &str, method: &str, np: usize) -> (Vec<u32>, Vec<f
     train_env(tmp, backend, method, np, &[])
 }
 
+/// `env`: environment variables for mpirun; entries whose key starts with
+/// `--` are flags of the in-process run instead.
 fn train_env(tmp: &Path, backend: &str, method: &str, np: usize, env: &[(&str, &str)]) -> (Vec<u32>, Vec<f64>) {
     let out = tmp.join(format!("{backend}-{method}-{np}-{}", env.len()));
     let cfg = tmp.join(format!("{backend}-{method}-{np}.toml"));
@@ -74,7 +76,8 @@ fn train_env(tmp: &Path, backend: &str, method: &str, np: usize, env: &[(&str, &
         mpirun(np, env, &[&args[..], &["--backend", "mpi"]].concat(), tmp)
     } else {
         let w = np.to_string();
-        Command::new(BIN).args(args).args(["--workers", &w]).current_dir(tmp).output().unwrap()
+        let flags: Vec<&str> = env.iter().filter(|(k, _)| k.starts_with("--")).flat_map(|(k, v)| [*k, *v]).collect();
+        Command::new(BIN).args(args).args(["--workers", &w]).args(flags).current_dir(tmp).output().unwrap()
     };
     assert!(o.status.success(), "{backend} {method} np={np}: {}", text(&o));
     let ck = lowcomm::checkpoint::load(&out).expect("final checkpoint");
@@ -103,6 +106,17 @@ fn ddp_over_a_2x2_mpi_topology_gives_the_in_process_bits() {
     let tmp = tempdir();
     let (local, local_losses) = train(tmp.path(), "local", "ddp", 4);
     let (mpi, mpi_losses) = train_env(tmp.path(), "mpi", "ddp", 4, &[("LOWCOMM_RANKS_PER_NODE", "2")]);
+    assert_eq!(local_losses, mpi_losses);
+    assert!(local == mpi, "final parameters differ between backends");
+}
+
+#[test]
+fn flexdemo_over_a_2x2_mpi_topology_gives_the_in_process_bits() {
+    // 2 nodes x 2 ranks: reduce-scatter in the node, the DeMo all-gather
+    // across nodes, all-gather in the node; in-process with --nodes 2.
+    let tmp = tempdir();
+    let (local, local_losses) = train_env(tmp.path(), "local", "flexdemo", 4, &[("--nodes", "2")]);
+    let (mpi, mpi_losses) = train_env(tmp.path(), "mpi", "flexdemo", 4, &[("LOWCOMM_RANKS_PER_NODE", "2")]);
     assert_eq!(local_losses, mpi_losses);
     assert!(local == mpi, "final parameters differ between backends");
 }

@@ -131,7 +131,27 @@ fn apply_flags(mut cfg: RunConfig, a: &TrainArgs) -> Result<RunConfig> {
         let name = p.method.clone().unwrap_or_else(|| "ddp".into());
         cfg.methods.entry(name).or_default().insert("warmup_steps".into(), toml::Value::Integer(v as i64));
     }
+    // demo / flexdemo keys, written into the chosen method's section like --dpu-warmup.
+    let name = cfg.parallel.method.clone().unwrap_or_else(|| "ddp".into());
+    let mut set_key = |key: &str, v: toml::Value| {
+        cfg.methods.entry(name.clone()).or_default().insert(key.into(), v);
+    };
+    if let Some(r) = &a.replicator {
+        set_key("replicator", toml::Value::String(r.clone()));
+    }
+    if let Some(c) = a.compression {
+        set_key("compression", toml::Value::Float(c));
+    }
+    if let Some(i) = &a.inner {
+        set_key("inner", toml::Value::String(i.clone()));
+    }
+    if a.overlap {
+        set_key("overlap", toml::Value::Boolean(true));
+    }
     let p = &mut cfg.parallel;
+    if a.nodes.is_some() {
+        p.nodes = a.nodes;
+    }
     if a.fixed_micro_batches.is_some() {
         p.fixed_micro_batches = a.fixed_micro_batches;
     }
@@ -339,7 +359,24 @@ pub fn bench(a: BenchArgs) -> Result<()> {
             );
             return Ok(());
         }
-        other => anyhow::bail!("unknown benchmark `{other}`: use --what step, comm or sim"),
+        "dct" => {
+            let r = crate::bench_dct::run(&a.preset, a.steps.max(1), a.warmup)?;
+            let demo = r.encode_s + r.decode_s;
+            println!(
+                "RESULT demo_dct preset={} params={} step_s={:.4} encode_s={:.4} decode_s={:.4} share={:.1}% (bar < 10% on micro) transform_gemm_s={:.4} transform_loops_s={:.4} loops/gemm={:.1}",
+                a.preset,
+                r.params,
+                r.step_s,
+                r.encode_s,
+                r.decode_s,
+                100.0 * demo / r.step_s,
+                r.gemm_s,
+                r.loops_s,
+                r.loops_s / r.gemm_s
+            );
+            return Ok(());
+        }
+        other => anyhow::bail!("unknown benchmark `{other}`: use --what step, comm, sim or dct"),
     }
     let r = crate::bench::run(&a.preset, a.steps.max(1), a.warmup)?;
     println!(

@@ -15,6 +15,31 @@ fn smooth(x: &[f32], w: usize) -> Vec<f64> {
         .collect()
 }
 
+/// `NAME:key=value:...`: a method and settings written into its
+/// `[methods.NAME]` section for this run only (e.g.
+/// `flexdemo:replicator=random:compression=0.05`), so one comparison can
+/// hold one method several ways. Values are TOML (`true`, `0.05`,
+/// `"random"`); a bare word is taken as a string.
+fn variant(spec: &str) -> Result<(String, Vec<(String, toml::Value)>)> {
+    let mut parts = spec.split(':');
+    let name = parts.next().unwrap_or_default().to_string();
+    let mut kvs = Vec::new();
+    for kv in parts {
+        let Some((k, v)) = kv.split_once('=') else {
+            anyhow::bail!(
+                "--methods {spec}: `{kv}` is not key=value; e.g. flexdemo:replicator=random:compression=0.05"
+            );
+        };
+        let value = format!("v = {v}")
+            .parse::<toml::Table>()
+            .ok()
+            .and_then(|mut t| t.remove("v"))
+            .unwrap_or_else(|| toml::Value::String(v.to_string()));
+        kvs.push((k.to_string(), value));
+    }
+    Ok((name, kvs))
+}
+
 /// Run each method in `methods` with the flags of `train`; write to `out`.
 pub fn compare(methods: &[String], out: &PathBuf, train: &TrainArgs) -> Result<()> {
     std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
@@ -27,11 +52,16 @@ pub fn compare(methods: &[String], out: &PathBuf, train: &TrainArgs) -> Result<(
         }
     };
     for (i, m) in methods.iter().enumerate() {
+        let (name, settings) = variant(m)?;
+        let dir = m.replace([':', '=', '/'], "_");
         let mut args = train.clone();
-        args.method = Some(m.clone());
-        args.out = Some(out.join("runs").join(m));
-        args.trace = Some(out.join("runs").join(m).join("trace.json"));
-        let (cfg, _) = super::commands::run_config(&args)?;
+        args.method = Some(name.clone());
+        args.out = Some(out.join("runs").join(&dir));
+        args.trace = Some(out.join("runs").join(&dir).join("trace.json"));
+        let (mut cfg, _) = super::commands::run_config(&args)?;
+        for (k, v) in settings {
+            cfg.methods.entry(name.clone()).or_default().insert(k, v);
+        }
         say(format!("compare [{}/{}]: {m} ({} to go after it)", i + 1, methods.len(), methods.len() - i - 1));
         let opts = crate::train::RunOptions { quiet: train.quiet, ..Default::default() };
         let Some(s) = (runner.run)(cfg, &opts)? else {
@@ -98,6 +128,25 @@ pub fn compare(methods: &[String], out: &PathBuf, train: &TrainArgs) -> Result<(
         let k = s.summary.workers.iter().map(|w| w.comm_s).sum::<f64>() / n / r;
         let round = s.summary.wall_s / r;
         writeln!(md, "| {m} | {round:.4} | {c:.4} | {k:.4} | {:.2} | {:.2} |", round / c.max(k), round / (c + k))?;
+    }
+    writeln!(md, "\nBytes per worker per round (ring model; between nodes = one member per node):\n")?;
+    writeln!(
+        md,
+        "| method | all (kB) | inside nodes (kB) | between nodes (kB) | exchange payload (B) | compression |"
+    )?;
+    writeln!(md, "|---|---|---|---|---|---|")?;
+    for (m, s) in &runs {
+        let per = |b: u64| b as f64 / s.world.max(1) as f64 / s.rounds.len().max(1) as f64 / 1e3;
+        let ex = s.reports.first().and_then(|r| r.exchange);
+        writeln!(
+            md,
+            "| {m} | {:.1} | {:.1} | {:.1} | {} | {} |",
+            per(s.summary.bytes_sent),
+            per(s.summary.bytes_intra),
+            per(s.summary.bytes_inter),
+            ex.map_or("-".into(), |b| b.payload_bytes.to_string()),
+            ex.map_or("-".into(), |b| format!("{:.4}", b.compression())),
+        )?;
     }
     crate::util::atomic_write(&out.join("summary.md"), md.as_bytes())?;
     crate::util::atomic_write(&out.join("curves.csv"), csv.as_bytes())?;

@@ -146,12 +146,16 @@ pub struct TrainArgs {
     /// its metrics, checkpoints and config (without it, that is refused).
     #[arg(long)]
     pub force: bool,
-    /// Data-parallel method: ddp, zero1, dpu, acco-wp, acco.
+    /// Data-parallel method: ddp, zero1, dpu, acco-wp, acco, demo, flexdemo.
     #[arg(long)]
     pub method: Option<String>,
     /// Number of data-parallel workers.
     #[arg(long, allow_negative_numbers = true, value_parser = values::count_usize)]
     pub workers: Option<usize>,
+    /// Nodes the workers are spread over (equally); FlexDeMo shards inside
+    /// a node and replicates across nodes. Default: the cluster profile's, else 1.
+    #[arg(long, allow_negative_numbers = true, value_parser = values::count_usize)]
+    pub nodes: Option<usize>,
     /// `real` (threads, overlapping) or `sim` (deterministic virtual time).
     #[arg(long)]
     pub runtime: Option<String>,
@@ -183,6 +187,18 @@ pub struct TrainArgs {
     /// DPU: steps of non-delayed updates first.
     #[arg(long, allow_negative_numbers = true, value_parser = values::count_u64)]
     pub dpu_warmup: Option<u64>,
+    /// demo, flexdemo: the replicator: demo, random, striding, diloco or full.
+    #[arg(long)]
+    pub replicator: Option<String>,
+    /// demo, flexdemo: bytes sent per step over bytes of the f32 gradient, in (0, 1].
+    #[arg(long, allow_negative_numbers = true, value_parser = values::finite_f64)]
+    pub compression: Option<f64>,
+    /// demo, flexdemo: the inner optimizer of step 9: sgd or decoupled-adamw.
+    #[arg(long)]
+    pub inner: Option<String>,
+    /// demo, flexdemo: exchange step t while step t+1 computes (applied one step late).
+    #[arg(long)]
+    pub overlap: bool,
 }
 
 #[derive(Args, Debug)]
@@ -255,7 +271,8 @@ pub struct BenchArgs {
     pub warmup: usize,
     /// What to measure: `step` (training step), `comm` (in-process
     /// all-reduce of 64 MiB on 2 and 4 workers vs memcpy), `sim` (overhead
-    /// of the simulated runtime over the raw math).
+    /// of the simulated runtime over the raw math), `dct` (DeMo's encode,
+    /// top-k and decode per step as a share of a training step).
     #[arg(long, default_value = "step")]
     pub what: String,
     /// `--what comm`: `local` (in-process groups of 2 and 4 workers) or

@@ -30,6 +30,29 @@ impl Lane {
     }
 }
 
+/// Which links a transfer crossed (comm-lane spans that moved bytes).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum LinkTier {
+    /// Between workers of one node.
+    Intra,
+    /// Between nodes (one member per node, or a message across nodes).
+    Inter,
+    /// A collective over several nodes with several members each (both tiers).
+    Both,
+}
+
+impl LinkTier {
+    /// The tier a collective over `members` of `g` crosses in `topo`.
+    pub fn of(topo: &crate::runtime::Topology, g: &crate::runtime::Group, members: &[usize]) -> LinkTier {
+        match topo.route(g, members) {
+            crate::comm::link::Route::Node(_) => LinkTier::Intra,
+            crate::comm::link::Route::Across { .. } => LinkTier::Inter,
+            crate::comm::link::Route::World(_) => LinkTier::Both,
+        }
+    }
+}
+
 /// One piece of work on one lane of one worker, over `[start_s, end_s]`.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Span {
@@ -49,13 +72,16 @@ pub struct Span {
     pub micro_batches: u32,
     /// The training round (optimizer step) the span belongs to.
     pub round: u64,
+    /// Which links the bytes crossed (comm lane only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tier: Option<LinkTier>,
 }
 
 impl Span {
     /// A span with no bytes, no micro-batches, round 0; chain the `with_*`
     /// setters for the rest.
     pub fn new(worker: usize, lane: Lane, name: impl Into<String>, start_s: f64, end_s: f64) -> Span {
-        Span { worker, lane, name: name.into(), start_s, end_s, bytes: 0, micro_batches: 0, round: 0 }
+        Span { worker, lane, name: name.into(), start_s, end_s, bytes: 0, micro_batches: 0, round: 0, tier: None }
     }
 
     /// A compute-lane span; see [`Span::new`].
@@ -77,6 +103,12 @@ impl Span {
     /// Sets the micro-batch count.
     pub fn with_micro_batches(mut self, micro_batches: u32) -> Span {
         self.micro_batches = micro_batches;
+        self
+    }
+
+    /// Sets the link tier.
+    pub fn with_tier(mut self, tier: LinkTier) -> Span {
+        self.tier = Some(tier);
         self
     }
 

@@ -25,11 +25,14 @@
 //!   `micro_batches`; then mean/min/max over those rounds (ACCO's `N_i`).
 //!   Rounds where the worker computed no micro-batch are not counted.
 //! - **Bytes sent**: sum of `bytes` over comm-lane spans (compute-lane bytes
-//!   are ignored).
+//!   are ignored). **Intra** / **inter**: of those, the spans whose transfer
+//!   stayed inside a node / went between nodes only (one member per node,
+//!   or a message across nodes); a collective over several nodes with
+//!   several members each counts in neither (it crosses both tiers).
 //! - **Tokens/s**: the token count given by the caller over `wall_s`
 //!   (`None` when `wall_s` is 0); real or virtual, as the clock was.
 
-use super::events::{Lane, Span};
+use super::events::{Lane, LinkTier, Span};
 use super::intervals::Intervals;
 use anyhow::{bail, Result};
 use serde::{Deserialize, Serialize};
@@ -67,6 +70,12 @@ pub struct WorkerSummary {
     pub overlap_ratio: Option<f64>,
     /// Bytes sent (comm-lane spans).
     pub bytes_sent: u64,
+    /// Of those, bytes that stayed inside a node.
+    #[serde(default)]
+    pub bytes_intra: u64,
+    /// Bytes that crossed between nodes (one member per node).
+    #[serde(default)]
+    pub bytes_inter: u64,
     /// Micro-batches per round; `None` when no span carried one.
     pub micro_batches: Option<MicroBatchStats>,
 }
@@ -93,6 +102,13 @@ pub struct Summary {
     pub idle_share: Option<f64>,
     /// Bytes sent by all workers.
     pub bytes_sent: u64,
+    /// Of those, bytes that stayed inside a node (the rest crossed nodes,
+    /// alone or in a hierarchical collective).
+    #[serde(default)]
+    pub bytes_intra: u64,
+    /// Bytes of transfers between nodes only (one member per node).
+    #[serde(default)]
+    pub bytes_inter: u64,
     /// Per-worker measurements, by rank.
     pub workers: Vec<WorkerSummary>,
 }
@@ -131,6 +147,8 @@ pub fn summarize(spans: &[Span], world: usize, tokens: u64) -> Result<Summary> {
         overlap_ratio: (comm_total > 0.0).then(|| overlap_total / comm_total),
         idle_share: (capacity > 0.0).then(|| idle_total / capacity),
         bytes_sent: workers.iter().map(|w| w.bytes_sent).sum(),
+        bytes_intra: workers.iter().map(|w| w.bytes_intra).sum(),
+        bytes_inter: workers.iter().map(|w| w.bytes_inter).sum(),
         workers,
     })
 }
@@ -144,6 +162,8 @@ fn summarize_worker(spans: &[Span], worker: usize, wall_s: f64) -> WorkerSummary
     let comm = lane_set(Lane::Comm);
     let (compute_s, comm_s) = (compute.total(), comm.total());
     let overlap_s = comm.intersection_len(&compute);
+    let tier_bytes =
+        |t: LinkTier| mine().filter(|s| s.lane == Lane::Comm && s.tier == Some(t)).map(|s| s.bytes).sum::<u64>();
 
     let mut per_round: BTreeMap<u64, u64> = BTreeMap::new();
     for s in mine().filter(|s| s.lane == Lane::Compute && s.micro_batches > 0) {
@@ -160,6 +180,8 @@ fn summarize_worker(spans: &[Span], worker: usize, wall_s: f64) -> WorkerSummary
         overlap_s,
         overlap_ratio: (comm_s > 0.0).then(|| overlap_s / comm_s),
         bytes_sent: mine().filter(|s| s.lane == Lane::Comm).map(|s| s.bytes).sum(),
+        bytes_intra: tier_bytes(LinkTier::Intra),
+        bytes_inter: tier_bytes(LinkTier::Inter),
         micro_batches: micro_batch_stats(per_round.values().copied()),
     }
 }

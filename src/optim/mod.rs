@@ -16,6 +16,7 @@
 
 mod adamw;
 mod clip;
+pub mod dct;
 mod schedule;
 mod sgd;
 

@@ -10,7 +10,7 @@
 use super::tasks::Kind;
 use super::{collective_bytes, collective_cost, CommSide, Group, Topology, Work};
 use crate::comm::{Communicator, Fabric, LinkModel, Message, ReduceOp, WireDtype};
-use crate::metrics::{EventLog, Span};
+use crate::metrics::{EventLog, LinkTier, Span};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -41,8 +41,9 @@ impl<'a> RealComm<'a> {
         self.t0.elapsed().as_secs_f64()
     }
 
-    fn span(&self, name: &str, start: f64, bytes: u64) {
-        let span = Span::comm(self.rank, name, start, self.secs()).with_bytes(bytes).with_round(self.round);
+    fn span(&self, name: &str, start: f64, bytes: u64, tier: LinkTier) {
+        let span =
+            Span::comm(self.rank, name, start, self.secs()).with_bytes(bytes).with_round(self.round).with_tier(tier);
         self.events.lock().unwrap_or_else(|e| e.into_inner()).push(span);
     }
 
@@ -74,7 +75,8 @@ impl<'a> RealComm<'a> {
         };
         op(comm);
         hold_until(joined, modeled.unwrap_or(0.0));
-        self.span(kind.name(), start, collective_bytes(kind, elems, bpe, members.len(), me, root));
+        let tier = LinkTier::of(&self.topo, g, &members);
+        self.span(kind.name(), start, collective_bytes(kind, elems, bpe, members.len(), me, root), tier);
     }
 }
 
@@ -124,19 +126,21 @@ impl CommSide for RealComm<'_> {
             hold_until(Instant::now(), l.message_s(bytes, same_node));
         }
         self.fabric.send(to, msg);
-        self.span("send", start, bytes as u64);
+        let tier =
+            if self.topo.node_of(self.rank) == self.topo.node_of(to) { LinkTier::Intra } else { LinkTier::Inter };
+        self.span("send", start, bytes as u64, tier);
     }
     async fn recv(&mut self, from: usize) -> Message {
         let start = self.secs();
         let m = self.fabric.recv(from);
-        self.span("recv", start, 0);
+        self.span("recv", start, 0, LinkTier::Intra);
         m
     }
     async fn recv_any(&mut self, deadline_s: Option<f64>) -> Option<(usize, Message)> {
         let start = self.secs();
         let timeout = deadline_s.map(|d| Duration::from_secs_f64((d - start).max(0.0)));
         let m = self.fabric.recv_any(timeout);
-        self.span("recv", start, 0);
+        self.span("recv", start, 0, LinkTier::Intra);
         m
     }
     async fn work<R>(&mut self, _work: Work, f: impl FnOnce() -> R) -> R {

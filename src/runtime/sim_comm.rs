@@ -15,7 +15,7 @@ use super::sim::{sleep_until, Lane, State};
 use super::tasks::Kind;
 use super::{collective_bytes, collective_cost, CommSide, Group, Topology, Work};
 use crate::comm::{Message, ReduceOp, WireDtype};
-use crate::metrics::Span;
+use crate::metrics::{LinkTier, Span};
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -174,11 +174,12 @@ impl SimComm {
     }
 
     /// Records this participant's span of a finished collective.
-    fn span(&self, name: &str, start: f64, bytes: u64) {
+    fn span(&self, name: &str, start: f64, bytes: u64, tier: LinkTier) {
         let mut st = self.state.borrow_mut();
         let now = st.now;
         let part = &mut st.parts[self.rank];
-        part.events.push(Span::comm(self.rank, name, start, now).with_bytes(bytes).with_round(self.round));
+        let span = Span::comm(self.rank, name, start, now).with_bytes(bytes).with_round(self.round);
+        part.events.push(span.with_tier(tier));
         part.blocked = None;
     }
 
@@ -221,7 +222,8 @@ impl SimComm {
         if let Some(v) = back {
             self.state.borrow_mut().give_buf(v);
         }
-        self.span(kind.name(), start, collective_bytes(kind, elems, wire.bytes_per_elem(), p, me, root));
+        let tier = LinkTier::of(&self.topology(), g, &members);
+        self.span(kind.name(), start, collective_bytes(kind, elems, wire.bytes_per_elem(), p, me, root), tier);
     }
 }
 
@@ -375,7 +377,8 @@ impl CommSide for SimComm {
         let start = self.now();
         let res = self.collective(g, What::Bytes, Data::Bytes(input.to_vec()), output.len()).await;
         output.copy_from_slice(res.bytes());
-        self.span("all_gather_bytes", start, ((p - 1) * input.len()) as u64);
+        let tier = LinkTier::of(&self.topology(), g, &self.topology().members(g, self.rank));
+        self.span("all_gather_bytes", start, ((p - 1) * input.len()) as u64, tier);
     }
     async fn send(&mut self, to: usize, mut msg: Message) {
         let start = self.now();
@@ -398,7 +401,8 @@ impl CommSide for SimComm {
             arrival
         };
         sleep_until(&self.state, self.rank, Lane::Comm, arrival).await;
-        self.span("send", start, bytes as u64);
+        let tier = if topo.node_of(self.rank) == topo.node_of(to) { LinkTier::Intra } else { LinkTier::Inter };
+        self.span("send", start, bytes as u64, tier);
     }
     async fn recv(&mut self, from: usize) -> Message {
         let start = self.now();
@@ -407,14 +411,14 @@ impl CommSide for SimComm {
             .await
             .expect("no deadline")
             .1;
-        self.span("recv", start, 0);
+        self.span("recv", start, 0, LinkTier::Intra);
         msg
     }
     async fn recv_any(&mut self, deadline_s: Option<f64>) -> Option<(usize, Message)> {
         let start = self.now();
         self.state.borrow_mut().parts[self.rank].blocked = Some("a message from anyone".into());
         let got = TakeMail { state: &self.state, rank: self.rank, from: None, deadline: deadline_s }.await;
-        self.span("recv", start, 0);
+        self.span("recv", start, 0, LinkTier::Intra);
         got
     }
     async fn work<R>(&mut self, work: Work, f: impl FnOnce() -> R) -> R {

@@ -66,5 +66,6 @@ pub async fn run<C: Ctx>(ctx: &mut C, w: &mut Worker, plan: &Plan, j: &mut Journ
         optimizer_steps: shard.steps_taken(),
         memory: shard.memory(1),
         model: replica_piece(rank, &w.model.params),
+        exchange: None,
     })
 }

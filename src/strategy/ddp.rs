@@ -45,5 +45,10 @@ pub async fn run<C: Ctx>(ctx: &mut C, w: &mut Worker, plan: &Plan, j: &mut Journ
     let f = std::mem::size_of::<f32>();
     // The all-reduce runs in place on the gradients: no extra buffer.
     let memory = MemoryBytes { params: f * n, grads: f * n, comm_buffers: 0, optimizer: f * opt.state_len() };
-    Ok(Outcome { optimizer_steps: opt.steps_taken(), memory, model: replica_piece(rank, &w.model.params) })
+    Ok(Outcome {
+        optimizer_steps: opt.steps_taken(),
+        memory,
+        model: replica_piece(rank, &w.model.params),
+        exchange: None,
+    })
 }

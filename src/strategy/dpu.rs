@@ -80,5 +80,6 @@ pub async fn run<C: Ctx>(
         optimizer_steps: shard.steps_taken(),
         memory: shard.memory(1),
         model: replica_piece(rank, &w.model.params),
+        exchange: None,
     })
 }

@@ -199,6 +199,14 @@ impl Journal {
         })
     }
 
+    /// Whether [`Journal::round_end`] after `done` rounds of a run that
+    /// stops at `end` will save a part (so a strategy with a task in flight
+    /// can bring it in first).
+    pub fn checkpoint_due(&self, done: u64, end: u64) -> bool {
+        let every = self.checkpoints.every;
+        self.checkpoints.sink.is_some() && (done == end || (every > 0 && done / every > self.last_boundary / every))
+    }
+
     /// The points recorded by this run (a resumed run's start after the checkpoint).
     pub fn into_points(self) -> Vec<StepPoint> {
         self.points

@@ -5,6 +5,7 @@
 pub mod acco;
 pub mod acco_wp;
 pub mod ddp;
+pub mod detonation;
 pub mod dpu;
 pub mod journal;
 pub mod method;
@@ -13,7 +14,7 @@ mod worker;
 pub mod zero1;
 
 pub use journal::{Checkpointing, Journal, Observer, PartSink, SavedPart, StepPoint, StrategyState};
-pub use method::{DpuSettings, Method};
+pub use method::{DemoSettings, DpuSettings, InnerKind, Method, ReplicatorKind};
 pub use worker::{
     accumulate, assemble_model, replica_piece, table1_bytes, MemoryBytes, ModelPiece, Outcome, Plan, Worker,
     WorkerReport, WorkerState,
@@ -37,6 +38,8 @@ pub async fn run_worker<C: Ctx>(
         Method::Dpu(s) => dpu::run(ctx, w, plan, s, &mut j).await?,
         Method::AccoWp => acco_wp::run(ctx, w, plan, &mut j).await?,
         Method::Acco => acco::run(ctx, w, plan, &mut j).await?,
+        Method::Demo(s) => detonation::flexdemo::run(ctx, w, plan, s, false, &mut j).await?,
+        Method::FlexDemo(s) => detonation::flexdemo::run(ctx, w, plan, s, true, &mut j).await?,
     };
     Ok(WorkerReport {
         rank: ctx.rank(),
@@ -47,6 +50,7 @@ pub async fn run_worker<C: Ctx>(
         model: out.model,
         events: ctx.take_events(),
         memory: out.memory,
+        exchange: out.exchange,
     })
 }
 

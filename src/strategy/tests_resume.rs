@@ -32,7 +32,19 @@ impl MemorySink {
 }
 
 fn every_method() -> Vec<Method> {
-    vec![Method::Ddp, Method::Zero1, Method::Dpu(DpuSettings { warmup_steps: 2 }), Method::AccoWp, Method::Acco]
+    let demo = DemoSettings::default();
+    vec![
+        Method::Ddp,
+        Method::Zero1,
+        Method::Dpu(DpuSettings { warmup_steps: 2 }),
+        Method::AccoWp,
+        Method::Acco,
+        Method::Demo(demo.clone()),
+        // Overlapped: the exchange in flight at the checkpoint is brought in and its Q saved.
+        Method::Demo(DemoSettings { overlap: true, replicator: ReplicatorKind::Random, ..demo.clone() }),
+        // One node of two: sharded state (each worker's shard and its AdamW moments).
+        Method::FlexDemo(DemoSettings { overlap: true, inner: InnerKind::DecoupledAdamw, ..demo }),
+    ]
 }
 
 /// Runs `method` to round `end` of `steps`, checkpointing every `every`.
@@ -113,7 +125,7 @@ fn every_method_resumes_bit_identically_in_sim() {
 #[test]
 fn timing_independent_methods_resume_bit_identically_on_the_real_runtime() {
     let rt = Runtime::Real(RealSpec::flat(2));
-    for m in [Method::Ddp, Method::Zero1] {
+    for m in [Method::Ddp, Method::Zero1, Method::Demo(DemoSettings::default())] {
         check_resume(&m, &rt);
     }
     // ACCO with a fixed number of micro-batches per stage no longer depends on timing.

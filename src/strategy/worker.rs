@@ -160,6 +160,8 @@ pub struct Outcome {
     pub memory: MemoryBytes,
     /// This participant's piece of the run's model, if it holds one.
     pub model: Option<ModelPiece>,
+    /// What one exchange of a compressing method sends (DeMo, FlexDeMo).
+    pub exchange: Option<crate::strategy::detonation::Budget>,
 }
 
 /// What a worker reports at the end.
@@ -181,6 +183,8 @@ pub struct WorkerReport {
     pub events: crate::metrics::EventLog,
     /// Bytes of model states this worker held, by category.
     pub memory: MemoryBytes,
+    /// What one exchange of a compressing method sends (DeMo, FlexDeMo).
+    pub exchange: Option<crate::strategy::detonation::Budget>,
 }
 
 /// Bytes of model states held by one worker, by category (ACCO paper,
@@ -220,12 +224,14 @@ pub async fn accumulate<C: Ctx>(ctx: &mut C, w: &mut Worker, k: usize) -> f32 {
 /// Model-state bytes per worker by the ACCO paper's Table 1 formula, with
 /// bf16 parameters, gradients and communication buffer (2 bytes each) and
 /// an optimizer costing `k` bytes per parameter (12 for mixed-precision
-/// AdamW: fp32 master copy, m and v), `psi` parameters, `n` workers.
+/// AdamW: fp32 master copy, m and v), `psi` parameters, `n` workers; NaN
+/// for methods the table does not cover (DeMo, FlexDeMo).
 pub fn table1_bytes(method: &super::Method, psi: f64, n: f64, k: f64) -> f64 {
     use super::Method::*;
     psi * match method {
         Ddp => 2.0 + 2.0 + k,
         Zero1 => 2.0 + 2.0 + k / n,
         Dpu(_) | AccoWp | Acco => 2.0 + 2.0 + 2.0 + k / n,
+        Demo(_) | FlexDemo(_) => f64::NAN,
     }
 }

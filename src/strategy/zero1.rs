@@ -43,5 +43,6 @@ pub async fn run<C: Ctx>(ctx: &mut C, w: &mut Worker, plan: &Plan, j: &mut Journ
         optimizer_steps: shard.steps_taken(),
         memory: shard.memory(0),
         model: replica_piece(rank, &w.model.params),
+        exchange: None,
     })
 }

@@ -153,6 +153,9 @@ pub struct ParallelSection {
     pub method: Option<String>,
     /// Number of workers (default: the cluster profile's, else 1).
     pub workers: Option<usize>,
+    /// Nodes the workers are spread over, equally (default: the cluster
+    /// profile's, else one node); FlexDeMo shards inside a node.
+    pub nodes: Option<usize>,
     /// `real` (threads, really overlapping) or `sim` (virtual time).
     pub runtime: String,
     /// Where the workers live: `local` (threads of this process) or `mpi`
@@ -182,6 +185,7 @@ impl Default for ParallelSection {
         Self {
             method: None,
             workers: None,
+            nodes: None,
             runtime: "real".into(),
             backend: "local".into(),
             cluster: None,

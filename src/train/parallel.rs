@@ -86,12 +86,25 @@ pub fn runtime(
     if let Some(s) = speeds.iter().find(|s| !(**s > 0.0 && s.is_finite())) {
         bail!("--speeds: every speed factor must be > 0 (1 = nominal, 0.25 = four times slower), got {s}");
     }
+    let per_node = match (p.nodes, &profile) {
+        (Some(n), Some(c)) if n != c.nodes => {
+            bail!("--nodes {n} but the cluster profile has {} nodes: drop --nodes or use another profile", c.nodes)
+        }
+        (Some(0), _) => bail!("parallel.nodes (--nodes) must be at least 1, e.g. --nodes 2"),
+        (Some(n), _) if world % n != 0 => bail!(
+            "--nodes {n} does not divide --workers {world}: every node holds the same number of workers, e.g. --workers {} --nodes {n}",
+            n * world.div_ceil(n)
+        ),
+        (Some(n), _) => world / n,
+        (None, _) => world,
+    };
+    let topology = Topology { workers: world, per_node, server: false };
     let rt = match p.runtime.as_str() {
         "real" => {
             if profile.is_some() {
                 bail!("--cluster describes a simulated cluster: use it with --runtime sim (the real runtime takes --link)");
             }
-            Runtime::Real(RealSpec { speeds, link, topology: Topology::flat(world), start: Vec::new() })
+            Runtime::Real(RealSpec { speeds, link, topology, start: Vec::new() })
         }
         "sim" => match profile {
             Some(c) => {
@@ -101,7 +114,7 @@ pub fn runtime(
                 }
                 Runtime::Sim(spec)
             }
-            None => Runtime::Sim(SimSpec { speeds, link, ..SimSpec::flat(world, p.micro_batch_s, None) }),
+            None => Runtime::Sim(SimSpec { speeds, link, topology, ..SimSpec::flat(world, p.micro_batch_s, None) }),
         },
         other => bail!("unknown runtime `{other}`: use --runtime real or --runtime sim"),
     };
@@ -437,16 +450,64 @@ pub fn report_table(method: &Method, s: &Summary, reports: &[WorkerReport], para
             w.bytes_sent as f64 / 1e6
         );
     }
+    let rounds = reports[0].points.len().max(1) as f64;
+    let n = s.world.max(1) as f64;
+    out += &format!(
+        "bytes per worker per round: {:.1} kB in all, {:.1} kB inside nodes, {:.1} kB between nodes\n",
+        s.bytes_sent as f64 / n / rounds / 1e3,
+        s.bytes_intra as f64 / n / rounds / 1e3,
+        s.bytes_inter as f64 / n / rounds / 1e3,
+    );
+    if let Some(b) = reports[0].exchange {
+        out += &format!(
+            "exchange: {} B per worker every {} step(s) for {} B of f32 gradient: compression {:.4}\n",
+            b.payload_bytes,
+            b.every,
+            b.dense_bytes,
+            b.compression()
+        );
+    }
     let m = &reports[0].memory;
     let mb = |b: usize| b as f64 / 1e6;
+    let table1 = table1_bytes(method, params as f64, reports.len() as f64, 12.0);
+    let formula = if table1.is_finite() {
+        format!("; Table 1 formula (bf16, K=12): {:.1} MB", table1 / 1e6)
+    } else {
+        String::new()
+    };
     out += &format!(
-        "memory per worker (f32): params {:.1} MB, grads {:.1} MB, comm buffers {:.1} MB, optimizer {:.1} MB = {:.1} MB; Table 1 formula (bf16, K=12): {:.1} MB\n",
+        "memory per worker (f32): params {:.1} MB, grads {:.1} MB, comm buffers {:.1} MB, optimizer {:.1} MB = {:.1} MB{formula}\n",
         mb(m.params),
         mb(m.grads),
         mb(m.comm_buffers),
         mb(m.optimizer),
         mb(m.total()),
-        table1_bytes(method, params as f64, reports.len() as f64, 12.0) / 1e6
     );
     out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn nodes_split_the_workers_or_say_how() {
+        let model = GptConfig::nano();
+        let p = |nodes, rt: &str| ParallelSection {
+            workers: Some(4),
+            nodes: Some(nodes),
+            runtime: rt.into(),
+            ..ParallelSection::default()
+        };
+        let e = runtime(&p(3, "sim"), &model, 1000, 64).err().unwrap().to_string();
+        assert_eq!(
+            e,
+            "--nodes 3 does not divide --workers 4: every node holds the same number of workers, e.g. --workers 6 --nodes 3"
+        );
+        assert!(runtime(&p(0, "real"), &model, 1000, 64).err().unwrap().to_string().contains("--nodes 2"));
+        for rt in ["sim", "real"] {
+            let (_, r) = runtime(&p(2, rt), &model, 1000, 64).unwrap();
+            assert_eq!(topology(&r), Topology { workers: 4, per_node: 2, server: false });
+        }
+    }
 }

@@ -45,6 +45,7 @@ struct ReportWire {
     times: WorkerTimes,
     spans: Vec<Span>,
     memory: MemoryBytes,
+    exchange: Option<crate::strategy::detonation::Budget>,
     model: Option<(usize, Vec<f32>)>,
     params_sha256: String,
 }
@@ -178,9 +179,17 @@ fn run_rank_inner(mpi: &MpiProcess, mut cfg: RunConfig, opts: &RunOptions) -> Re
         Some(w) if w != size => bail!("--workers {w} but mpirun started {size} ranks: drop --workers (the MPI job's size decides) or run mpirun -np {w}"),
         _ => p.workers = Some(size),
     }
+    let cfg_nodes = p.nodes;
     let quiet = opts.quiet || rank != 0;
     let mut s = setup(cfg, &RunOptions { quiet, ..opts.clone() })?;
     let per_node = mpi.ranks_per_node(size)?;
+    if let Some(n) = cfg_nodes {
+        ensure!(
+            n * per_node == size,
+            "--nodes {n} but this job has {} nodes of {per_node} ranks: under MPI the nodes come from the machines (or LOWCOMM_RANKS_PER_NODE); drop --nodes",
+            size / per_node
+        );
+    }
     let Runtime::Real(spec) = &mut s.runtime else { unreachable!("runtime checked above") };
     spec.topology = Topology { workers: size, per_node, server: false };
     let spec = spec.clone();
@@ -246,6 +255,7 @@ fn run_rank_inner(mpi: &MpiProcess, mut cfg: RunConfig, opts: &RunOptions) -> Re
         times: report.times.clone(),
         spans: report.events.spans().to_vec(),
         memory: report.memory,
+        exchange: report.exchange,
         model: report.model.clone().map(|m| (m.offset, m.values)),
         params_sha256: params_sha256(&report.params),
     };
@@ -273,6 +283,7 @@ fn run_rank_inner(mpi: &MpiProcess, mut cfg: RunConfig, opts: &RunOptions) -> Re
             model,
             events: EventLog::from_spans(w.spans),
             memory: w.memory,
+            exchange: w.exchange,
         });
     }
     drop(show.map(|l| Arc::into_inner(l).map(|l| l.finish())));

@@ -1,0 +1,85 @@
+//! The DiLoCo-style replicator (DeToNATION paper: "synchronization each
+//! n'th optimization step"; shared/notes/demo.md: "full every n"): nothing
+//! travels for n-1 steps while the momentum accumulates, then the whole
+//! momentum is averaged and leaves every member's delta.
+//!
+//! ```text
+//! 2. delta <- beta delta + lr g
+//!    if (t + 1) mod n == 0:  v <- delta;  delta <- delta - v;  Q <- all-reduce mean of v
+//!    else:                   Q <- 0                     (step 9 then moves nothing)
+//! ```
+//!
+//! Its bytes budget per step is 4N / n (f32): compression 1/n.
+
+use super::{Budget, Exchange, Replicator};
+use crate::comm::WireDtype;
+use crate::runtime::Group;
+use anyhow::{ensure, Result};
+
+/// The DiLoCo-style replicator of one shard.
+pub struct DilocoReplicator {
+    beta: f32,
+    every: u64,
+    group: Group,
+    wire: WireDtype,
+    delta: Vec<f32>,
+    values: Option<Vec<f32>>,
+}
+
+impl DilocoReplicator {
+    /// Averages the momentum every `every` steps over `group`.
+    pub fn new(beta: f32, every: u64, len: usize, group: Group, wire: WireDtype) -> Self {
+        DilocoReplicator { beta, every: every.max(1), group, wire, delta: vec![0.0; len], values: Some(vec![0.0; len]) }
+    }
+}
+
+impl Replicator for DilocoReplicator {
+    fn fold(&mut self, t: u64, lr: f32, g: &[f32]) -> Exchange {
+        let beta = self.beta;
+        self.delta.iter_mut().zip(g).for_each(|(d, &g)| *d = beta * *d + lr * g);
+        if (t + 1) % self.every != 0 {
+            return Exchange::Nothing;
+        }
+        let mut values = self.values.take().expect("one exchange at a time");
+        for (v, d) in values.iter_mut().zip(self.delta.iter_mut()) {
+            *v = *d;
+            *d -= self.wire.round(*v);
+        }
+        Exchange::Mean { group: self.group.clone(), values, wire: self.wire }
+    }
+
+    fn unfold(&mut self, done: Exchange, q: &mut [f32]) {
+        match done {
+            Exchange::Mean { values, .. } => {
+                q.copy_from_slice(&values);
+                self.values = Some(values);
+            }
+            _ => q.fill(0.0),
+        }
+    }
+
+    fn flops(&self) -> f64 {
+        3.0 * self.delta.len() as f64
+    }
+
+    fn budget(&self) -> Budget {
+        let n = self.delta.len();
+        Budget { payload_bytes: n * self.wire.bytes_per_elem(), every: self.every, dense_bytes: 4 * n }
+    }
+
+    fn state(&self) -> Vec<(String, Vec<f32>)> {
+        vec![("delta".into(), self.delta.clone())]
+    }
+
+    fn restore(&mut self, from: &crate::strategy::StrategyState) -> Result<()> {
+        let d = from.tensor("delta")?;
+        ensure!(
+            d.len() == self.delta.len(),
+            "checkpointed momentum has {} values, this shard {}",
+            d.len(),
+            self.delta.len()
+        );
+        self.delta.copy_from_slice(d);
+        Ok(())
+    }
+}
