@@ -12,6 +12,7 @@
 //! warmup_steps = 10
 //! ```
 
+use super::local_settings::{Co2Settings, LocalSgdSettings, OverlapLocalSgdSettings, SlowMoSettings};
 use anyhow::{bail, Result};
 use serde::{Deserialize, Serialize};
 
@@ -25,7 +26,7 @@ pub struct DpuSettings {
 }
 
 /// A data-parallel method with its settings.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub enum Method {
     /// Average gradients every step.
     Ddp,
@@ -37,15 +38,33 @@ pub enum Method {
     AccoWp,
     /// ACCO, the two-stage algorithm.
     Acco,
+    /// Local-SGD/AdamW: tau local steps, then a blocking parameter average.
+    LocalSgd(LocalSgdSettings),
+    /// Overlap-Local-SGD: a pull toward an anchor averaged in the background.
+    OverlapLocalSgd(OverlapLocalSgdSettings),
+    /// SlowMo: local steps, exact average, slow-momentum outer step.
+    SlowMo(SlowMoSettings),
+    /// CO2: local steps, asynchronous average, one-step-stale outer momentum.
+    Co2(Co2Settings),
 }
 
 /// Every method's name and the keys its `[methods.NAME]` section accepts.
-const SETTINGS: [(&str, &[&str]); 5] =
-    [("ddp", &[]), ("zero1", &[]), ("dpu", &["warmup_steps"]), ("acco-wp", &[]), ("acco", &[])];
+const SETTINGS: [(&str, &[&str]); 9] = [
+    ("ddp", &[]),
+    ("zero1", &[]),
+    ("dpu", &["warmup_steps"]),
+    ("acco-wp", &[]),
+    ("acco", &[]),
+    ("local-sgd", &["tau", "inner_state"]),
+    ("overlap-local-sgd", &["tau", "pull"]),
+    ("slowmo", &["tau", "outer_lr", "outer_momentum"]),
+    ("co2", &["tau", "outer_lr", "outer_momentum", "penalty", "clip", "shard_outer"]),
+];
 
 impl Method {
     /// Names accepted on the command line, in the order `compare` runs them.
-    pub const NAMES: [&'static str; 5] = ["ddp", "zero1", "dpu", "acco-wp", "acco"];
+    pub const NAMES: [&'static str; 9] =
+        ["ddp", "zero1", "dpu", "acco-wp", "acco", "local-sgd", "overlap-local-sgd", "slowmo", "co2"];
 
     /// The method's name, as on the command line.
     pub fn name(&self) -> &'static str {
@@ -55,7 +74,16 @@ impl Method {
             Method::Dpu(_) => "dpu",
             Method::AccoWp => "acco-wp",
             Method::Acco => "acco",
+            Method::LocalSgd(_) => "local-sgd",
+            Method::OverlapLocalSgd(_) => "overlap-local-sgd",
+            Method::SlowMo(_) => "slowmo",
+            Method::Co2(_) => "co2",
         }
+    }
+
+    /// Whether method `name` has the key `key` in its `[methods.NAME]` section.
+    pub fn takes(name: &str, key: &str) -> bool {
+        SETTINGS.iter().any(|(n, keys)| *n == name && keys.contains(&key))
     }
 
     /// `name`'s method with its settings from `section` (its `[methods.NAME]`
@@ -75,15 +103,19 @@ impl Method {
             }
             bail!("[methods.{name}]: `{key}` is a setting of {}, not of {name} ({name} {has})", owners.join(", "));
         }
-        let parse = |t: toml::Table| -> Result<DpuSettings> {
+        fn parse<T: serde::de::DeserializeOwned>(name: &str, t: toml::Table) -> Result<T> {
             t.try_into().map_err(|e: toml::de::Error| anyhow::anyhow!("[methods.{name}]: {}", e.message()))
-        };
+        }
         Ok(match name {
             "ddp" => Method::Ddp,
             "zero1" => Method::Zero1,
-            "dpu" => Method::Dpu(parse(table)?),
+            "dpu" => Method::Dpu(parse(name, table)?),
             "acco-wp" => Method::AccoWp,
             "acco" => Method::Acco,
+            "local-sgd" => Method::LocalSgd(super::local_settings::checked(parse(name, table)?)?),
+            "overlap-local-sgd" => Method::OverlapLocalSgd(super::local_settings::checked(parse(name, table)?)?),
+            "slowmo" => Method::SlowMo(super::local_settings::checked(parse(name, table)?)?),
+            "co2" => Method::Co2(super::local_settings::checked(parse(name, table)?)?),
             _ => unreachable!("checked against SETTINGS"),
         })
     }
@@ -106,12 +138,35 @@ impl Method {
     pub fn accumulates_while_communicating(&self) -> bool {
         matches!(self, Method::Dpu(_) | Method::AccoWp | Method::Acco)
     }
+
+    /// Where a run asked to stop after step `end` (of `steps`) really stops:
+    /// local-update methods finish the outer round containing it.
+    pub fn stop_boundary(&self, end: u64, steps: u64) -> u64 {
+        match self.local_tau() {
+            Some(tau) => super::local::Rounds::new(tau, steps).round_up(end),
+            None => end.min(steps),
+        }
+    }
+
+    /// Local steps per outer round of a local-update method.
+    pub fn local_tau(&self) -> Option<u64> {
+        match self {
+            Method::LocalSgd(s) => Some(s.tau),
+            Method::OverlapLocalSgd(s) => Some(s.tau),
+            Method::SlowMo(s) => Some(s.tau),
+            Method::Co2(s) => Some(s.tau),
+            _ => None,
+        }
+    }
 }
 
 impl std::fmt::Display for Method {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             Method::Dpu(s) if s.warmup_steps > 0 => write!(f, "dpu (warmup {})", s.warmup_steps),
+            Method::LocalSgd(_) | Method::OverlapLocalSgd(_) | Method::SlowMo(_) | Method::Co2(_) => {
+                super::local_settings::describe(self, f)
+            }
             m => f.write_str(m.name()),
         }
     }
