@@ -27,7 +27,8 @@ pub fn compare(methods: &[String], out: &PathBuf, train: &TrainArgs) -> Result<(
         }
     };
     for (i, m) in methods.iter().enumerate() {
-        let mut args = train.clone();
+        // Method flags go to the methods that take them (--tau to the local-update ones).
+        let mut args = super::commands::flags_for(train, m, methods)?;
         args.method = Some(m.clone());
         args.out = Some(out.join("runs").join(m));
         args.trace = Some(out.join("runs").join(m).join("trace.json"));
