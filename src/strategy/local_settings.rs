@@ -229,7 +229,9 @@ pub fn checked<T: Validate>(s: T) -> Result<T> {
 pub fn describe(m: &super::Method, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
     use super::Method;
     match m {
-        Method::LocalSgd(s) => write!(f, "local-sgd (tau {}, inner state {:?})", s.tau, s.inner_state),
+        Method::LocalSgd(s) => {
+            write!(f, "local-sgd (tau {}, inner state {})", s.tau, format!("{:?}", s.inner_state).to_lowercase())
+        }
         Method::OverlapLocalSgd(s) => write!(f, "overlap-local-sgd (tau {}, pull {})", s.tau, s.pull),
         Method::SlowMo(s) => write!(f, "slowmo (tau {}, alpha {}, beta {})", s.tau, s.outer_lr, s.outer_momentum),
         Method::Co2(s) => {
