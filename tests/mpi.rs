@@ -1,6 +1,6 @@
 //! The MPI backend under a real `mpirun` (MPICH), 2 and 4 processes:
 //! conformance of the communicator, bitwise equivalence with the
-//! in-process backend for zero1 and acco, and a dead or silent rank ending
+//! in-process backend for zero1, acco and the local-update methods, and a dead or silent rank ending
 //! the job with a clear error instead of a hang.
 //!
 //! Only with `cargo test --features mpi` (.ci/run installs MPICH); needs
@@ -94,6 +94,50 @@ fn zero1_and_acco_over_mpi_give_the_in_process_bits() {
             let (mpi, mpi_losses) = train(tmp.path(), "mpi", method, np);
             assert_eq!(local_losses, mpi_losses, "{method} np={np}: losses differ");
             assert!(local == mpi, "{method} np={np}: final parameters differ between backends");
+        }
+    }
+}
+
+/// `lowcomm train` of the tiny model with `extra` flags, in-process or over
+/// MPI; returns the final parameters' bits and the per-round losses.
+fn train_with(tmp: &Path, backend: &str, method: &str, np: usize, extra: &[&str]) -> (Vec<u32>, Vec<f64>) {
+    let tag = extra.join("").replace('-', "");
+    let out = tmp.join(format!("{backend}-{method}-{np}-{tag}"));
+    let cfg = tmp.join(format!("{backend}-{method}-{np}-{tag}.toml"));
+    std::fs::write(&cfg, tiny_toml(corpus(), &out)).unwrap();
+    let cfg = cfg.display().to_string();
+    let mut args = vec!["train", "--config", &cfg, "--method", method, "--steps", "5", "--quiet"];
+    args.extend(extra);
+    let o = if backend == "mpi" {
+        mpirun(np, &[], &[&args[..], &["--backend", "mpi"]].concat(), tmp)
+    } else {
+        let w = np.to_string();
+        Command::new(BIN).args(&args).args(["--workers", &w]).current_dir(tmp).output().unwrap()
+    };
+    assert!(o.status.success(), "{backend} {method} {extra:?} np={np}: {}", text(&o));
+    let ck = lowcomm::checkpoint::load(&out).expect("final checkpoint");
+    let losses = records(&read_metrics(&out), "train").iter().map(|r| r["loss"].as_f64().unwrap()).collect();
+    (ck.params.iter().map(|x| x.to_bits()).collect(), losses)
+}
+
+#[test]
+fn local_update_methods_over_mpi_give_the_in_process_bits() {
+    // tau 2 over 5 steps: rounds of 2, 2 and 1; co2 with its penalty on
+    // (replicas' outer iterates differ, the run ends on the average) and
+    // with its outer state sharded.
+    let tmp = tempdir();
+    for np in [2, 4] {
+        for (method, extra) in [
+            ("local-sgd", &["--tau", "2", "--inner-state", "average"][..]),
+            ("overlap-local-sgd", &["--tau", "2"][..]),
+            ("slowmo", &["--tau", "2"][..]),
+            ("co2", &["--tau", "2"][..]),
+            ("co2", &["--tau", "2", "--shard-outer"][..]),
+        ] {
+            let (local, local_losses) = train_with(tmp.path(), "local", method, np, extra);
+            let (mpi, mpi_losses) = train_with(tmp.path(), "mpi", method, np, extra);
+            assert_eq!(local_losses, mpi_losses, "{method} {extra:?} np={np}: losses differ");
+            assert!(local == mpi, "{method} {extra:?} np={np}: final parameters differ between backends");
         }
     }
 }

@@ -125,28 +125,11 @@ fn apply_flags(mut cfg: RunConfig, a: &TrainArgs) -> Result<RunConfig> {
     if a.trace.is_some() {
         p.trace = a.trace.clone();
     }
-    if let Some(v) = a.dpu_warmup {
-        // The flag sets a key of the chosen method's section; a method that
-        // has no such key says so when its settings are parsed.
-        let name = p.method.clone().unwrap_or_else(|| "ddp".into());
-        cfg.methods.entry(name).or_default().insert("warmup_steps".into(), toml::Value::Integer(v as i64));
-    }
-    // demo / flexdemo keys, written into the chosen method's section like --dpu-warmup.
-    let name = cfg.parallel.method.clone().unwrap_or_else(|| "ddp".into());
-    let mut set_key = |key: &str, v: toml::Value| {
-        cfg.methods.entry(name.clone()).or_default().insert(key.into(), v);
-    };
-    if let Some(r) = &a.replicator {
-        set_key("replicator", toml::Value::String(r.clone()));
-    }
-    if let Some(c) = a.compression {
-        set_key("compression", toml::Value::Float(c));
-    }
-    if let Some(i) = &a.inner {
-        set_key("inner", toml::Value::String(i.clone()));
-    }
-    if a.overlap {
-        set_key("overlap", toml::Value::Boolean(true));
+    // Method flags set keys of the chosen method's section; a method that
+    // has no such key says so when its settings are parsed.
+    let name = p.method.clone().unwrap_or_else(|| "ddp".into());
+    for (key, value) in method_flags(a) {
+        cfg.methods.entry(name.clone()).or_default().insert(key.into(), value);
     }
     let p = &mut cfg.parallel;
     if a.nodes.is_some() {
@@ -166,6 +149,67 @@ fn apply_flags(mut cfg: RunConfig, a: &TrainArgs) -> Result<RunConfig> {
         p.method = Some("ddp".into());
     }
     Ok(cfg)
+}
+
+/// The `[methods.NAME]` keys given as flags, with their values.
+pub(super) fn method_flags(a: &TrainArgs) -> Vec<(&'static str, toml::Value)> {
+    use toml::Value::{Boolean, Float, Integer, String as Text};
+    let mut v = Vec::new();
+    let mut put = |key, value: Option<toml::Value>| v.extend(value.map(|x| (key, x)));
+    put("warmup_steps", a.dpu_warmup.map(|x| Integer(x as i64)));
+    put("tau", a.tau.map(|x| Integer(x as i64)));
+    put("outer_lr", a.outer_lr.map(Float));
+    put("outer_momentum", a.outer_momentum.map(Float));
+    put("penalty", a.penalty.map(Boolean));
+    put(
+        "clip",
+        a.outer_clip.map(|c| match c {
+            super::values::ClipArg::Phi(x) => Float(x),
+            super::values::ClipArg::Off => Text("off".into()),
+        }),
+    );
+    put("pull", a.pull.map(Float));
+    put("shard_outer", a.shard_outer.then_some(Boolean(true)));
+    put("inner_state", a.inner_state.clone().map(Text));
+    put("replicator", a.replicator.clone().map(Text));
+    put("compression", a.compression.map(Float));
+    put("inner", a.inner.clone().map(Text));
+    put("overlap", a.overlap.then_some(Boolean(true)));
+    v
+}
+
+/// For one method of `lowcomm compare`: `a` without the method flags
+/// `method` does not take (`--tau` applies to the local-update methods
+/// only). Errors when a flag is taken by none of `methods`.
+pub(super) fn flags_for(a: &TrainArgs, method: &str, methods: &[String]) -> Result<TrainArgs> {
+    let mut out = a.clone();
+    for (key, _) in method_flags(a) {
+        if !methods.iter().any(|m| crate::strategy::Method::takes(m, key)) {
+            anyhow::bail!(
+                "the flag for `{key}` applies to none of {}: it is a setting of another method",
+                methods.join(", ")
+            );
+        }
+        if !crate::strategy::Method::takes(method, key) {
+            match key {
+                "warmup_steps" => out.dpu_warmup = None,
+                "tau" => out.tau = None,
+                "outer_lr" => out.outer_lr = None,
+                "outer_momentum" => out.outer_momentum = None,
+                "penalty" => out.penalty = None,
+                "clip" => out.outer_clip = None,
+                "pull" => out.pull = None,
+                "shard_outer" => out.shard_outer = false,
+                "inner_state" => out.inner_state = None,
+                "replicator" => out.replicator = None,
+                "compression" => out.compression = None,
+                "inner" => out.inner = None,
+                "overlap" => out.overlap = false,
+                other => unreachable!("method flag {other} has no field"),
+            }
+        }
+    }
+    Ok(out)
 }
 
 pub fn train(a: TrainArgs) -> Result<()> {

@@ -54,7 +54,9 @@ pub fn compare(methods: &[String], out: &PathBuf, train: &TrainArgs) -> Result<(
     for (i, m) in methods.iter().enumerate() {
         let (name, settings) = variant(m)?;
         let dir = m.replace([':', '=', '/'], "_");
-        let mut args = train.clone();
+        // Method flags go to the methods that take them (--tau to the local-update ones).
+        let names = methods.iter().map(|m| variant(m).map(|(n, _)| n)).collect::<Result<Vec<_>>>()?;
+        let mut args = super::commands::flags_for(train, &name, &names)?;
         args.method = Some(name.clone());
         args.out = Some(out.join("runs").join(&dir));
         args.trace = Some(out.join("runs").join(&dir).join("trace.json"));

@@ -146,7 +146,8 @@ pub struct TrainArgs {
     /// its metrics, checkpoints and config (without it, that is refused).
     #[arg(long)]
     pub force: bool,
-    /// Data-parallel method: ddp, zero1, dpu, acco-wp, acco, demo, flexdemo.
+    /// Data-parallel method: ddp, zero1, dpu, acco-wp, acco, local-sgd,
+    /// overlap-local-sgd, slowmo, co2, demo, flexdemo.
     #[arg(long)]
     pub method: Option<String>,
     /// Number of data-parallel workers.
@@ -199,6 +200,30 @@ pub struct TrainArgs {
     /// demo, flexdemo: exchange step t while step t+1 computes (applied one step late).
     #[arg(long)]
     pub overlap: bool,
+    /// local-sgd, overlap-local-sgd, slowmo, co2: inner steps per outer round [default: 12].
+    #[arg(long, allow_negative_numbers = true, value_parser = values::positive_u64)]
+    pub tau: Option<u64>,
+    /// slowmo, co2: outer learning rate alpha, > 0 [default: 1.0].
+    #[arg(long, allow_negative_numbers = true, value_parser = values::finite_f64)]
+    pub outer_lr: Option<f64>,
+    /// slowmo, co2: outer momentum beta, in [0, 1) [default: 0.5].
+    #[arg(long, allow_negative_numbers = true, value_parser = values::finite_f64)]
+    pub outer_momentum: Option<f64>,
+    /// co2: staleness gap penalty, on or off [default: on].
+    #[arg(long, value_name = "on|off", allow_negative_numbers = true, value_parser = values::on_off)]
+    pub penalty: Option<bool>,
+    /// co2: outer momentum clipping threshold phi > 0, or off [default: 0.1].
+    #[arg(long, value_name = "PHI|off", allow_negative_numbers = true, value_parser = values::clip_or_off)]
+    pub outer_clip: Option<values::ClipArg>,
+    /// overlap-local-sgd: pull toward the anchor, in (0, 1] [default: 0.5].
+    #[arg(long, allow_negative_numbers = true, value_parser = values::finite_f64)]
+    pub pull: Option<f64>,
+    /// co2: shard the outer state ZeRO-style (reduce-scatter, outer step on the slice, all-gather).
+    #[arg(long)]
+    pub shard_outer: bool,
+    /// local-sgd: inner optimizer state at a sync: keep, reset or average [default: keep].
+    #[arg(long)]
+    pub inner_state: Option<String>,
 }
 
 #[derive(Args, Debug)]

@@ -69,6 +69,35 @@ pub fn finite_f64(s: &str) -> Result<f64, String> {
     number(s)
 }
 
+/// `on` or `off`.
+pub fn on_off(s: &str) -> Result<bool, String> {
+    match s.trim() {
+        "on" => Ok(true),
+        "off" => Ok(false),
+        _ => Err("must be on or off".into()),
+    }
+}
+
+/// `--outer-clip`: a threshold, or off.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub enum ClipArg {
+    /// Clip at this threshold.
+    Phi(f64),
+    /// No clipping.
+    Off,
+}
+
+/// A clipping threshold > 0, or `off`.
+pub fn clip_or_off(s: &str) -> Result<ClipArg, String> {
+    if s.trim() == "off" {
+        return Ok(ClipArg::Off);
+    }
+    match number(s) {
+        Ok(v) if v > 0.0 => Ok(ClipArg::Phi(v)),
+        _ => Err("must be a number > 0 (e.g. 0.1) or off".into()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::super::Cli;
@@ -134,5 +163,10 @@ mod tests {
         assert_eq!(super::positive_u64("3").unwrap(), 3);
         assert!(super::positive_u64("0").unwrap_err().contains("at least 1"));
         assert!(super::count_usize("1.5").unwrap_err().contains("whole number"));
+        assert_eq!((super::on_off("on"), super::on_off("off")), (Ok(true), Ok(false)));
+        assert!(super::on_off("yes").unwrap_err().contains("on or off"));
+        assert_eq!(super::clip_or_off("off"), Ok(super::ClipArg::Off));
+        assert_eq!(super::clip_or_off("0.5"), Ok(super::ClipArg::Phi(0.5)));
+        assert!(super::clip_or_off("0").unwrap_err().contains("> 0"));
     }
 }

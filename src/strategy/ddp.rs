@@ -44,7 +44,7 @@ pub async fn run<C: Ctx>(ctx: &mut C, w: &mut Worker, plan: &Plan, j: &mut Journ
     }
     let f = std::mem::size_of::<f32>();
     // The all-reduce runs in place on the gradients: no extra buffer.
-    let memory = MemoryBytes { params: f * n, grads: f * n, comm_buffers: 0, optimizer: f * opt.state_len() };
+    let memory = MemoryBytes { params: f * n, grads: f * n, comm_buffers: 0, optimizer: f * opt.state_len(), outer: 0 };
     Ok(Outcome {
         optimizer_steps: opt.steps_taken(),
         memory,

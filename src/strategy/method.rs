@@ -12,6 +12,7 @@
 //! warmup_steps = 10
 //! ```
 
+use super::local_settings::{Co2Settings, LocalSgdSettings, OverlapLocalSgdSettings, SlowMoSettings};
 use anyhow::{bail, Result};
 use serde::{Deserialize, Serialize};
 
@@ -161,7 +162,7 @@ impl DemoSettings {
 }
 
 /// A data-parallel method with its settings.
-#[derive(Clone, Debug, PartialEq, Eq)]
+#[derive(Clone, Debug, PartialEq)]
 pub enum Method {
     /// Average gradients every step.
     Ddp,
@@ -177,15 +178,27 @@ pub enum Method {
     Demo(DemoSettings),
     /// FlexDeMo: DeMo with hybrid sharding inside nodes.
     FlexDemo(DemoSettings),
+    /// Local-SGD/AdamW: tau local steps, then a blocking parameter average.
+    LocalSgd(LocalSgdSettings),
+    /// Overlap-Local-SGD: a pull toward an anchor averaged in the background.
+    OverlapLocalSgd(OverlapLocalSgdSettings),
+    /// SlowMo: local steps, exact average, slow-momentum outer step.
+    SlowMo(SlowMoSettings),
+    /// CO2: local steps, asynchronous average, one-step-stale outer momentum.
+    Co2(Co2Settings),
 }
 
 /// Every method's name and the keys its `[methods.NAME]` section accepts.
-const SETTINGS: [(&str, &[&str]); 7] = [
+const SETTINGS: [(&str, &[&str]); 11] = [
     ("ddp", &[]),
     ("zero1", &[]),
     ("dpu", &["warmup_steps"]),
     ("acco-wp", &[]),
     ("acco", &[]),
+    ("local-sgd", &["tau", "inner_state"]),
+    ("overlap-local-sgd", &["tau", "pull"]),
+    ("slowmo", &["tau", "outer_lr", "outer_momentum"]),
+    ("co2", &["tau", "outer_lr", "outer_momentum", "penalty", "clip", "shard_outer"]),
     ("demo", DEMO_KEYS),
     ("flexdemo", DEMO_KEYS),
 ];
@@ -207,7 +220,19 @@ const DEMO_KEYS: &[&str] = &[
 
 impl Method {
     /// Names accepted on the command line, in the order `compare` runs them.
-    pub const NAMES: [&'static str; 7] = ["ddp", "zero1", "dpu", "acco-wp", "acco", "demo", "flexdemo"];
+    pub const NAMES: [&'static str; 11] = [
+        "ddp",
+        "zero1",
+        "dpu",
+        "acco-wp",
+        "acco",
+        "local-sgd",
+        "overlap-local-sgd",
+        "slowmo",
+        "co2",
+        "demo",
+        "flexdemo",
+    ];
 
     /// The method's name, as on the command line.
     pub fn name(&self) -> &'static str {
@@ -217,9 +242,18 @@ impl Method {
             Method::Dpu(_) => "dpu",
             Method::AccoWp => "acco-wp",
             Method::Acco => "acco",
+            Method::LocalSgd(_) => "local-sgd",
+            Method::OverlapLocalSgd(_) => "overlap-local-sgd",
+            Method::SlowMo(_) => "slowmo",
+            Method::Co2(_) => "co2",
             Method::Demo(_) => "demo",
             Method::FlexDemo(_) => "flexdemo",
         }
+    }
+
+    /// Whether method `name` has the key `key` in its `[methods.NAME]` section.
+    pub fn takes(name: &str, key: &str) -> bool {
+        SETTINGS.iter().any(|(n, keys)| *n == name && keys.contains(&key))
     }
 
     /// `name`'s method with its settings from `section` (its `[methods.NAME]`
@@ -239,15 +273,19 @@ impl Method {
             }
             bail!("[methods.{name}]: `{key}` is a setting of {}, not of {name} ({name} {has})", owners.join(", "));
         }
-        let parse = |t: toml::Table| -> Result<DpuSettings> {
+        fn parse<T: serde::de::DeserializeOwned>(name: &str, t: toml::Table) -> Result<T> {
             t.try_into().map_err(|e: toml::de::Error| anyhow::anyhow!("[methods.{name}]: {}", e.message()))
-        };
+        }
         Ok(match name {
             "ddp" => Method::Ddp,
             "zero1" => Method::Zero1,
-            "dpu" => Method::Dpu(parse(table)?),
+            "dpu" => Method::Dpu(parse(name, table)?),
             "acco-wp" => Method::AccoWp,
             "acco" => Method::Acco,
+            "local-sgd" => Method::LocalSgd(super::local_settings::checked(parse(name, table)?)?),
+            "overlap-local-sgd" => Method::OverlapLocalSgd(super::local_settings::checked(parse(name, table)?)?),
+            "slowmo" => Method::SlowMo(super::local_settings::checked(parse(name, table)?)?),
+            "co2" => Method::Co2(super::local_settings::checked(parse(name, table)?)?),
             "demo" | "flexdemo" => {
                 let s = demo_settings(name, table)?;
                 if name == "demo" {
@@ -277,6 +315,26 @@ impl Method {
     /// round communicates (so `grad_accum` cannot fix the batch).
     pub fn accumulates_while_communicating(&self) -> bool {
         matches!(self, Method::Dpu(_) | Method::AccoWp | Method::Acco)
+    }
+
+    /// Where a run asked to stop after step `end` (of `steps`) really stops:
+    /// local-update methods finish the outer round containing it.
+    pub fn stop_boundary(&self, end: u64, steps: u64) -> u64 {
+        match self.local_tau() {
+            Some(tau) => super::local::Rounds::new(tau, steps).round_up(end),
+            None => end.min(steps),
+        }
+    }
+
+    /// Local steps per outer round of a local-update method.
+    pub fn local_tau(&self) -> Option<u64> {
+        match self {
+            Method::LocalSgd(s) => Some(s.tau),
+            Method::OverlapLocalSgd(s) => Some(s.tau),
+            Method::SlowMo(s) => Some(s.tau),
+            Method::Co2(s) => Some(s.tau),
+            _ => None,
+        }
     }
 }
 
@@ -318,6 +376,9 @@ impl std::fmt::Display for Method {
                 )
             }
             Method::Dpu(s) if s.warmup_steps > 0 => write!(f, "dpu (warmup {})", s.warmup_steps),
+            Method::LocalSgd(_) | Method::OverlapLocalSgd(_) | Method::SlowMo(_) | Method::Co2(_) => {
+                super::local_settings::describe(self, f)
+            }
             m => f.write_str(m.name()),
         }
     }

@@ -4,16 +4,24 @@
 
 pub mod acco;
 pub mod acco_wp;
+pub mod co2;
+pub mod co2_sharded;
 pub mod ddp;
 pub mod detonation;
 pub mod dpu;
 pub mod journal;
+pub mod local;
+pub mod local_settings;
+pub mod local_sgd;
 pub mod method;
+pub mod overlap_local_sgd;
 pub mod sharded;
+pub mod slowmo;
 mod worker;
 pub mod zero1;
 
 pub use journal::{Checkpointing, Journal, Observer, PartSink, SavedPart, StepPoint, StrategyState};
+pub use local_settings::{Clip, Co2Settings, InnerState, LocalSgdSettings, OverlapLocalSgdSettings, SlowMoSettings};
 pub use method::{DemoSettings, DpuSettings, InnerKind, Method, ReplicatorKind};
 pub use worker::{
     accumulate, assemble_model, replica_piece, table1_bytes, MemoryBytes, ModelPiece, Outcome, Plan, Worker,
@@ -40,6 +48,10 @@ pub async fn run_worker<C: Ctx>(
         Method::Acco => acco::run(ctx, w, plan, &mut j).await?,
         Method::Demo(s) => detonation::flexdemo::run(ctx, w, plan, s, false, &mut j).await?,
         Method::FlexDemo(s) => detonation::flexdemo::run(ctx, w, plan, s, true, &mut j).await?,
+        Method::LocalSgd(s) => local_sgd::run(ctx, w, plan, s, &mut j).await?,
+        Method::OverlapLocalSgd(s) => overlap_local_sgd::run(ctx, w, plan, s, &mut j).await?,
+        Method::SlowMo(s) => slowmo::run(ctx, w, plan, s, &mut j).await?,
+        Method::Co2(s) => co2::run(ctx, w, plan, s, &mut j).await?,
     };
     Ok(WorkerReport {
         rank: ctx.rank(),
@@ -134,6 +146,10 @@ pub fn run_rank(
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
+mod tests_co2;
+#[cfg(test)]
 mod tests_delayed;
+#[cfg(test)]
+mod tests_local;
 #[cfg(test)]
 mod tests_resume;

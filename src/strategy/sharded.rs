@@ -258,6 +258,7 @@ impl Sharded {
             grads: f * self.n,
             comm_buffers: f * (op.flat.len() + op.shard_g.len() + op.shard_out.len() + held * self.n),
             optimizer: f * (op.state.opt.state_len() + op.state.theta.len()),
+            outer: 0,
         }
     }
 }

@@ -33,7 +33,7 @@ impl MemorySink {
 
 fn every_method() -> Vec<Method> {
     let demo = DemoSettings::default();
-    vec![
+    let mut v = vec![
         Method::Ddp,
         Method::Zero1,
         Method::Dpu(DpuSettings { warmup_steps: 2 }),
@@ -44,7 +44,12 @@ fn every_method() -> Vec<Method> {
         Method::Demo(DemoSettings { overlap: true, replicator: ReplicatorKind::Random, ..demo.clone() }),
         // One node of two: sharded state (each worker's shard and its AdamW moments).
         Method::FlexDemo(DemoSettings { overlap: true, inner: InnerKind::DecoupledAdamw, ..demo }),
-    ]
+    ];
+    // Outer rounds of one step: the stop at step 3 is outer boundary 2, so
+    // the resumed run's outer steps use every saved tensor (momentum m_1
+    // included; a round-trip through 2 rounds would leave m_0 = 0 untested).
+    v.extend(super::tests_local::local_methods(1));
+    v
 }
 
 /// Runs `method` to round `end` of `steps`, checkpointing every `every`.
@@ -125,7 +130,10 @@ fn every_method_resumes_bit_identically_in_sim() {
 #[test]
 fn timing_independent_methods_resume_bit_identically_on_the_real_runtime() {
     let rt = Runtime::Real(RealSpec::flat(2));
-    for m in [Method::Ddp, Method::Zero1, Method::Demo(DemoSettings::default())] {
+    for m in [Method::Ddp, Method::Zero1, Method::Demo(DemoSettings::default())]
+        .into_iter()
+        .chain(super::tests_local::local_methods(1))
+    {
         check_resume(&m, &rt);
     }
     // ACCO with a fixed number of micro-batches per stage no longer depends on timing.
@@ -182,5 +190,32 @@ fn tokens_count_only_micro_batches_whose_gradients_were_applied() {
         let r = run_cluster(&m, &super::tests::sim(2), workers(2, 1), &p, &Hooks::default()).unwrap();
         assert_eq!(r[0].times.micro_batches, computed, "{m}");
         assert_eq!(r[0].points.iter().map(|p| p.micro_batches).sum::<u64>(), applied, "{m}");
+    }
+}
+
+#[test]
+fn local_methods_stopped_inside_a_round_save_at_its_end_and_resume_bit_identically() {
+    // tau 2 over 6 steps, a stop asked at step 3: the run finishes the round
+    // of steps 3..4 and saves there; the whole run (checkpoints every 3)
+    // saves at 4 as well, the first boundary past 3.
+    let n = crate::model::ParamLayout::new(&tiny()).len as f64;
+    let link = LinkModel::flat(Tier { latency_s: 0.0, bandwidth_bytes_per_s: 4.0 * n / 2.5 });
+    let rt = Runtime::Sim(SimSpec { link: Some(link), speeds: vec![1.0, 0.5], ..SimSpec::flat(2, 1.0, None) });
+    for method in super::tests_local::local_methods(2) {
+        let (whole, whole_sink) = run_to(&method, &rt, 6, 6, 3, vec![], None);
+        assert!(whole_sink.round(3).is_empty() && whole_sink.round(4).len() == 2, "{method}");
+        let (_, first) = run_to(&method, &rt, 6, 3, 0, vec![], None);
+        let parts = first.round(4);
+        assert_eq!(parts.len(), 2, "{method}: saved at the end of the round containing the stop");
+        for (a, b) in whole_sink.round(4).iter().zip(&parts) {
+            assert_eq!(a.state.tensors, b.state.tensors, "{method}");
+        }
+        let model = assemble_model(n as usize, parts.iter().filter_map(|p| p.state.model.clone())).unwrap();
+        let (resumed, _) =
+            run_to(&method, &restarted(&rt, &parts), 6, 6, 0, parts.into_iter().map(Some).collect(), Some(&model));
+        for (a, b) in whole.iter().zip(&resumed) {
+            assert_eq!(bits(&a.params), bits(&b.params), "{method}: resumed parameters differ");
+            assert_eq!(a.times, b.times, "{method}: clocks continue exactly");
+        }
     }
 }

@@ -201,12 +201,16 @@ pub struct MemoryBytes {
     /// Optimizer state, including the shard of master parameters a sharded
     /// optimizer keeps.
     pub optimizer: usize,
+    /// Outer-loop state of local-update methods: outer momentum, saved
+    /// parameter versions, anchors.
+    #[serde(default)]
+    pub outer: usize,
 }
 
 impl MemoryBytes {
     /// All categories together.
     pub fn total(&self) -> usize {
-        self.params + self.grads + self.comm_buffers + self.optimizer
+        self.params + self.grads + self.comm_buffers + self.optimizer + self.outer
     }
 }
 
@@ -232,6 +236,13 @@ pub fn table1_bytes(method: &super::Method, psi: f64, n: f64, k: f64) -> f64 {
         Ddp => 2.0 + 2.0 + k,
         Zero1 => 2.0 + 2.0 + k / n,
         Dpu(_) | AccoWp | Acco => 2.0 + 2.0 + 2.0 + k / n,
+        // Not in Table 1: Local-AdamW holds what DDP holds (co2.txt, App. B.2).
+        LocalSgd(_) => 2.0 + 2.0 + k,
+        // Table 1's rows: 2 extra model copies (u, x_0), 4 for CO2.
+        SlowMo(_) => 2.0 + 2.0 + 2.0 * 2.0 + k,
+        Co2(_) => 2.0 + 2.0 + 4.0 * 2.0 + k,
+        // Not in Table 1: the anchor and the average in flight, like SlowMo's two copies.
+        OverlapLocalSgd(_) => 2.0 + 2.0 + 2.0 * 2.0 + k,
         Demo(_) | FlexDemo(_) => f64::NAN,
     }
 }

@@ -169,7 +169,8 @@ pub fn setup(cfg: RunConfig, opts: &RunOptions) -> Result<Setup> {
         (None, Some(c)) => crate::runtime::cluster::ClusterProfile::from_file(c)?.wire.unwrap_or(WireDtype::F32),
         (None, None) => WireDtype::F32,
     };
-    let end = opts.stop_at.unwrap_or(t.steps).min(t.steps);
+    // Local-update methods stop at the end of the outer round containing --stop-at.
+    let end = method.stop_boundary(opts.stop_at.unwrap_or(t.steps).min(t.steps), t.steps);
     let plan = Plan {
         steps: t.steps,
         end,
@@ -476,11 +477,12 @@ pub fn report_table(method: &Method, s: &Summary, reports: &[WorkerReport], para
         String::new()
     };
     out += &format!(
-        "memory per worker (f32): params {:.1} MB, grads {:.1} MB, comm buffers {:.1} MB, optimizer {:.1} MB = {:.1} MB{formula}\n",
+        "memory per worker (f32): params {:.1} MB, grads {:.1} MB, comm buffers {:.1} MB, optimizer {:.1} MB, outer state {:.1} MB = {:.1} MB{formula}\n",
         mb(m.params),
         mb(m.grads),
         mb(m.comm_buffers),
         mb(m.optimizer),
+        mb(m.outer),
         mb(m.total()),
     );
     out

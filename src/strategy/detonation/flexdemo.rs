@@ -183,6 +183,7 @@ pub async fn run<C: Ctx>(
     let held: usize = rep.state().iter().map(|(_, t)| t.len()).sum();
     let budget = rep.budget();
     let memory = MemoryBytes {
+        outer: 0,
         params: f * n,
         grads: f * n,
         comm_buffers: f * (rs_in.len() + g.len() + ag_in.len() + ag_out.len() + q.len())
