@@ -49,7 +49,7 @@ use super::local::{memory, Form, Inner, Rounds};
 use super::local_settings::{Clip, Co2Settings};
 use super::worker::{replica_piece, Outcome, Plan, Worker};
 use crate::runtime::{AllReduce, Ctx, Group, Work};
-use anyhow::{ensure, Result};
+use anyhow::Result;
 
 /// Eq. 3 for one coordinate: `|x0 - x0_prev| / (tau |x1_prev - x0_prev|) + 1`,
 /// with 0/0 taken as 0 (Lambda = 1) and a/0 as +inf (Lambda = +inf).
@@ -149,15 +149,9 @@ impl Outer {
 
     /// Restores what [`Outer::save`] wrote, checking every length.
     pub fn restore(&mut self, st: &StrategyState) -> Result<()> {
-        let mut loaded = Vec::new();
-        for (name, v) in self.named() {
-            let t = st.tensor(&format!("outer.{name}"))?;
-            ensure!(t.len() == v.len(), "checkpointed outer.{name} has {} values, expected {}", t.len(), v.len());
-            loaded.push(t.to_vec());
-        }
-        let mut it = loaded.into_iter();
-        for v in [&mut self.x0, &mut self.x0_prev, &mut self.x1_prev, &mut self.x1, &mut self.m] {
-            *v = it.next().expect("one per tensor");
+        let Outer { x0, x0_prev, x1_prev, x1, m } = self;
+        for (name, v) in [("x0", x0), ("x0_prev", x0_prev), ("x1_prev", x1_prev), ("x1", x1), ("m", m)] {
+            st.copy_into(&format!("outer.{name}"), v)?;
         }
         Ok(())
     }
@@ -196,9 +190,7 @@ pub async fn run<C: Ctx>(
     if let Some(st) = j.take_resumed() {
         inner.restore(&st)?;
         outer.restore(&st)?;
-        let x = st.tensor("x_tau")?;
-        ensure!(x.len() == n, "checkpointed x_tau has {} values, the model {n}", x.len());
-        w.model.params.copy_from_slice(x);
+        st.copy_into("x_tau", &mut w.model.params)?;
         at = Some(rounds.ending_at(j.first_round())?);
     }
     let mut t = 0;

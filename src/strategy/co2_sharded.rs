@@ -46,7 +46,7 @@ use super::local_settings::Co2Settings;
 use super::worker::{ModelPiece, Outcome, Plan, Worker};
 use crate::comm::{padded_len, ReduceOp};
 use crate::runtime::{AllGather, Ctx, Group, ReduceScatter, Work};
-use anyhow::{ensure, Result};
+use anyhow::Result;
 
 /// Run CO2 with sharded outer state on one worker.
 pub async fn run<C: Ctx>(
@@ -79,9 +79,7 @@ pub async fn run<C: Ctx>(
     if let Some(st) = j.take_resumed() {
         inner.restore(&st)?;
         outer.restore(&st)?;
-        let x = st.tensor("x_tau")?;
-        ensure!(x.len() == n, "checkpointed x_tau has {} values, the model {n}", x.len());
-        w.model.params.copy_from_slice(x);
+        st.copy_into("x_tau", &mut w.model.params)?;
         at = Some(rounds.ending_at(j.first_round())?);
     }
     let mut t = 0;

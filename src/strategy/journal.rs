@@ -55,6 +55,20 @@ impl StrategyState {
         })
     }
 
+    /// Copies the tensor saved as `name` into `into`, refusing one of
+    /// another length (a checkpoint of another model or shard).
+    pub fn copy_into(&self, name: &str, into: &mut [f32]) -> Result<()> {
+        let t = self.tensor(name)?;
+        anyhow::ensure!(
+            t.len() == into.len(),
+            "checkpointed `{name}` has {} values, this run's has {} (a checkpoint of another model or shard?)",
+            t.len(),
+            into.len()
+        );
+        into.copy_from_slice(t);
+        Ok(())
+    }
+
     /// The whole number saved as `key`.
     pub fn count(&self, key: &str) -> Result<u64> {
         self.scalars[key].as_u64().ok_or_else(|| {
@@ -210,5 +224,22 @@ impl Journal {
     /// The points recorded by this run (a resumed run's start after the checkpoint).
     pub fn into_points(self) -> Vec<StepPoint> {
         self.points
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::StrategyState;
+
+    #[test]
+    fn copy_into_restores_a_tensor_and_refuses_another_length() {
+        let st = StrategyState { tensors: vec![("u".into(), vec![1.0, 2.0])], ..StrategyState::default() };
+        let mut u = [0.0f32; 2];
+        st.copy_into("u", &mut u).unwrap();
+        assert_eq!(u, [1.0, 2.0]);
+        let err = st.copy_into("u", &mut [0.0f32; 3]).unwrap_err().to_string();
+        assert!(err.contains("`u` has 2 values, this run's has 3"), "{err}");
+        let err = st.copy_into("m", &mut u).unwrap_err().to_string();
+        assert!(err.contains("lacks tensor `m`"), "{err}");
     }
 }

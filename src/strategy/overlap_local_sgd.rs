@@ -30,7 +30,7 @@ use super::local::{memory, Form, Inner, Rounds};
 use super::local_settings::OverlapLocalSgdSettings;
 use super::worker::{replica_piece, Outcome, Plan, Worker};
 use crate::runtime::{AllReduce, Ctx, Group, Work};
-use anyhow::{ensure, Result};
+use anyhow::Result;
 
 /// Starts AAR(x): the mean of every worker's `x` (or of its difference to
 /// the anchor `z`), in `spare` if there is one.
@@ -60,9 +60,7 @@ pub async fn run<C: Ctx>(
     let mut t = 0;
     if let Some(st) = j.take_resumed() {
         inner.restore(&st)?;
-        let x = st.tensor("x")?;
-        ensure!(x.len() == n, "checkpointed parameters have {} values, the model {n}", x.len());
-        w.model.params.copy_from_slice(x);
+        st.copy_into("x", &mut w.model.params)?;
         t = rounds.ending_at(j.first_round())? + 1;
         if rounds.range(t).0 < end {
             pending = Some(launch(ctx, &w.model.params, &z, &mut spare, plan));

@@ -28,7 +28,7 @@ use super::local::{memory, Form, Inner, Rounds};
 use super::local_settings::SlowMoSettings;
 use super::worker::{replica_piece, Outcome, Plan, Worker};
 use crate::runtime::{AllReduce, Ctx, Group, Work};
-use anyhow::{ensure, Result};
+use anyhow::Result;
 
 /// The slow-momentum outer step on `x0` and `u`, from `avg` (the exact
 /// average), in place: `u = beta u + (x0 - avg) / gamma`, `x0 = x0 - alpha gamma u`.
@@ -61,9 +61,7 @@ pub async fn run<C: Ctx>(
     let mut t = 0;
     if let Some(st) = j.take_resumed() {
         inner.restore(&st)?;
-        let saved = st.tensor("u")?;
-        ensure!(saved.len() == n, "checkpointed slow momentum has {} values, the model {n}", saved.len());
-        u.copy_from_slice(saved);
+        st.copy_into("u", &mut u)?;
         t = rounds.ending_at(j.first_round())? + 1;
     }
     let form = Form::Delta;

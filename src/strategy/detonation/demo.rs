@@ -27,7 +27,7 @@ use crate::comm::{Sparse, WireDtype};
 use crate::optim::dct::{Dct, Piece};
 use crate::runtime::Group;
 use crate::strategy::method::DemoSettings;
-use anyhow::{ensure, Result};
+use anyhow::Result;
 use rayon::prelude::*;
 
 /// One chunk of the shard: its piece, its block number, where its pairs go.
@@ -230,14 +230,6 @@ impl Replicator for DemoReplicator {
     }
 
     fn restore(&mut self, from: &crate::strategy::StrategyState) -> Result<()> {
-        let d = from.tensor("delta_dct")?;
-        ensure!(
-            d.len() == self.delta.len(),
-            "checkpointed DeMo momentum has {} values, this shard {}",
-            d.len(),
-            self.delta.len()
-        );
-        self.delta.copy_from_slice(d);
-        Ok(())
+        from.copy_into("delta_dct", &mut self.delta)
     }
 }

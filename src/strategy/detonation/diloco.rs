@@ -14,7 +14,7 @@
 use super::{Budget, Exchange, Replicator};
 use crate::comm::WireDtype;
 use crate::runtime::Group;
-use anyhow::{ensure, Result};
+use anyhow::Result;
 
 /// The DiLoCo-style replicator of one shard.
 pub struct DilocoReplicator {
@@ -72,14 +72,6 @@ impl Replicator for DilocoReplicator {
     }
 
     fn restore(&mut self, from: &crate::strategy::StrategyState) -> Result<()> {
-        let d = from.tensor("delta")?;
-        ensure!(
-            d.len() == self.delta.len(),
-            "checkpointed momentum has {} values, this shard {}",
-            d.len(),
-            self.delta.len()
-        );
-        self.delta.copy_from_slice(d);
-        Ok(())
+        from.copy_into("delta", &mut self.delta)
     }
 }

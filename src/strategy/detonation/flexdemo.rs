@@ -34,7 +34,7 @@ use crate::runtime::{AllGather, AllReduce, Ctx, Group, ReduceScatter, Work};
 use crate::strategy::journal::{Journal, StrategyState};
 use crate::strategy::method::{DemoSettings, InnerKind};
 use crate::strategy::worker::{accumulate, MemoryBytes, ModelPiece, Outcome, Plan, Worker};
-use anyhow::{ensure, Result};
+use anyhow::Result;
 
 /// An exchange started, or one that needed no communication.
 enum Flight<H> {
@@ -76,9 +76,7 @@ pub async fn run<C: Ctx>(
     let mut q = vec![0.0f32; len];
     let (mut applied_steps, mut pending) = (0u64, false);
     if let Some(st) = j.take_resumed() {
-        let saved = st.tensor("theta")?;
-        ensure!(saved.len() == len, "checkpointed shard has {} parameters, this worker's has {len}", saved.len());
-        theta.copy_from_slice(saved);
+        st.copy_into("theta", &mut theta)?;
         rep.restore(&st)?;
         step.restore(st.count("inner_steps")?, &st.tensors)?;
         applied_steps = st.count("applied_steps")?;

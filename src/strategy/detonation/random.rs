@@ -13,7 +13,7 @@
 use super::{Budget, Exchange, Replicator};
 use crate::comm::WireDtype;
 use crate::runtime::Group;
-use anyhow::{ensure, Result};
+use anyhow::Result;
 use rand::{Rng, SeedableRng};
 
 /// The Random replicator of one shard.
@@ -107,14 +107,6 @@ impl Replicator for RandomReplicator {
     }
 
     fn restore(&mut self, from: &crate::strategy::StrategyState) -> Result<()> {
-        let d = from.tensor("delta")?;
-        ensure!(
-            d.len() == self.delta.len(),
-            "checkpointed momentum has {} values, this shard {}",
-            d.len(),
-            self.delta.len()
-        );
-        self.delta.copy_from_slice(d);
-        Ok(())
+        from.copy_into("delta", &mut self.delta)
     }
 }

@@ -13,7 +13,7 @@
 use super::{Budget, Exchange, Replicator};
 use crate::comm::WireDtype;
 use crate::runtime::Group;
-use anyhow::{ensure, Result};
+use anyhow::Result;
 
 /// The Striding replicator of one shard.
 pub struct StridingReplicator {
@@ -81,14 +81,6 @@ impl Replicator for StridingReplicator {
     }
 
     fn restore(&mut self, from: &crate::strategy::StrategyState) -> Result<()> {
-        let d = from.tensor("delta")?;
-        ensure!(
-            d.len() == self.delta.len(),
-            "checkpointed momentum has {} values, this shard {}",
-            d.len(),
-            self.delta.len()
-        );
-        self.delta.copy_from_slice(d);
-        Ok(())
+        from.copy_into("delta", &mut self.delta)
     }
 }
