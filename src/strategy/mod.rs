@@ -8,6 +8,8 @@ pub mod co2;
 pub mod co2_sharded;
 pub mod ddp;
 pub mod detonation;
+pub mod diloco;
+pub mod diloco_settings;
 pub mod dpu;
 pub mod journal;
 pub mod local;
@@ -20,6 +22,7 @@ pub mod slowmo;
 mod worker;
 pub mod zero1;
 
+pub use diloco_settings::DilocoSettings;
 pub use journal::{Checkpointing, Journal, Observer, PartSink, SavedPart, StepPoint, StrategyState};
 pub use local_settings::{Clip, Co2Settings, InnerState, LocalSgdSettings, OverlapLocalSgdSettings, SlowMoSettings};
 pub use method::{DemoSettings, DpuSettings, InnerKind, Method, ReplicatorKind};
@@ -52,6 +55,7 @@ pub async fn run_worker<C: Ctx>(
         Method::OverlapLocalSgd(s) => overlap_local_sgd::run(ctx, w, plan, s, &mut j).await?,
         Method::SlowMo(s) => slowmo::run(ctx, w, plan, s, &mut j).await?,
         Method::Co2(s) => co2::run(ctx, w, plan, s, &mut j).await?,
+        Method::Diloco(s) => diloco::run(ctx, w, plan, s, &mut j).await?,
     };
     Ok(WorkerReport {
         rank: ctx.rank(),
@@ -149,6 +153,8 @@ mod tests;
 mod tests_co2;
 #[cfg(test)]
 mod tests_delayed;
+#[cfg(test)]
+mod tests_diloco;
 #[cfg(test)]
 mod tests_local;
 #[cfg(test)]
