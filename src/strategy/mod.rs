@@ -17,6 +17,7 @@ pub mod local_settings;
 pub mod local_sgd;
 pub mod method;
 pub mod overlap_local_sgd;
+pub mod param_server;
 pub mod sharded;
 pub mod slowmo;
 mod worker;
