@@ -4,6 +4,7 @@
 
 pub mod acco;
 pub mod acco_wp;
+pub mod async_diloco;
 pub mod co2;
 pub mod co2_sharded;
 pub mod ddp;
@@ -150,6 +151,8 @@ pub fn run_rank(
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_async_diloco;
 #[cfg(test)]
 mod tests_co2;
 #[cfg(test)]
