@@ -74,26 +74,48 @@ pub async fn worker<C: Ctx>(ctx: &mut C, w: &mut Worker, plan: &Plan, j: &mut Jo
     Ok(Outcome { exchange: None, optimizer_steps: inner.steps, memory: memory(n, &inner, 0, 0), model: None })
 }
 
+/// The server's options beyond the outer optimizer.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct ServerOptions {
+    /// Grace period tau_grace in seconds, >= 0.
+    pub grace_s: f64,
+    /// DyLU (eq. 6): the workers' speeds; `None` runs H steps everywhere.
+    pub dylu_speeds: Option<Vec<f64>>,
+}
+
 /// The server side (Algorithm 2); returns theta and the outer optimizer's steps.
 pub async fn server<C: Ctx>(
     ctx: &mut C,
     theta0: Vec<f32>,
     plan: &Plan,
     s: &DilocoSettings,
-    grace_s: f64,
+    o: &ServerOptions,
 ) -> Result<(Vec<f32>, u64)> {
     let k = ctx.topology().workers;
     let n = theta0.len();
     let mut theta = theta0;
     let mut outer = OuterOpt::new(s.outer_config(), n);
-    let mut grace = Grace::new(grace_s);
+    let mut grace = Grace::new(o.grace_s);
     let t_max = plan.steps * k as u64;
     let (mut t_local, mut out) = (0u64, 0usize);
-    let model =
-        |theta: &[f32]| Message::new(MODEL).with_scalars(vec![s.h as f64]).with_values(theta.to_vec(), plan.wire);
+    // Algorithm 4 line 5: each worker's local steps (DyLU, eq. 6, or H).
+    let steps = match &o.dylu_speeds {
+        Some(v) => {
+            ensure!(
+                v.len() == k,
+                "dylu: {} speeds for {k} workers; give one per worker, e.g. speeds = [1, 1, 0.5, 0.25]",
+                v.len()
+            );
+            super::param_server::dylu_steps(v, s.h)
+        }
+        None => vec![s.h; k],
+    };
+    let model = |to: usize, theta: &[f32]| {
+        Message::new(MODEL).with_scalars(vec![steps[to] as f64]).with_values(theta.to_vec(), plan.wire)
+    };
     // Line 9: train(W, theta).
     for to in 0..k {
-        ctx.run(Send { to, msg: model(&theta) }).await;
+        ctx.run(Send { to, msg: model(to, &theta) }).await;
         out += 1;
     }
     let mut completed: Vec<usize> = Vec::new();
@@ -116,7 +138,7 @@ pub async fn server<C: Ctx>(
                 grace.close();
                 if t_local < t_max {
                     for to in completed.drain(..) {
-                        ctx.run(Send { to, msg: model(&theta) }).await;
+                        ctx.run(Send { to, msg: model(to, &theta) }).await;
                         out += 1;
                     }
                 }
@@ -125,7 +147,7 @@ pub async fn server<C: Ctx>(
         if out == 0 && t_local < t_max {
             grace.close();
             for to in completed.drain(..) {
-                ctx.run(Send { to, msg: model(&theta) }).await;
+                ctx.run(Send { to, msg: model(to, &theta) }).await;
                 out += 1;
             }
         }
@@ -151,9 +173,9 @@ pub fn run_with_server(
     workers: Vec<Worker>,
     plan: &Plan,
     s: &DilocoSettings,
-    grace_s: f64,
+    o: &ServerOptions,
 ) -> Result<Vec<WorkerReport>> {
-    ensure!(grace_s >= 0.0, "grace must be >= 0 seconds, got {grace_s}; e.g. grace = 0.5");
+    ensure!(o.grace_s >= 0.0, "grace must be >= 0 seconds, got {}; e.g. grace = 0.5", o.grace_s);
     let theta0 = workers.first().map(|w| w.model.params.clone()).unwrap_or_default();
     let slots: Vec<Mutex<Option<Worker>>> = workers.into_iter().map(|w| Mutex::new(Some(w))).collect();
     let take = |rank: usize| slots.get(rank).map(|s| s.lock().expect("slot").take().expect("each worker runs once"));
@@ -162,14 +184,14 @@ pub fn run_with_server(
             spec.topology.server = true;
             sim::run(spec, |mut ctx| {
                 let (w, theta0) = (take(ctx.rank()), theta0.clone());
-                async move { participant(&mut ctx, w, theta0, plan, s, grace_s).await }
+                async move { participant(&mut ctx, w, theta0, plan, s, o).await }
             })
         }
         Rt::Real(mut spec) => {
             spec.topology.server = true;
             real::run(spec, |mut ctx| {
                 let (w, theta0) = (take(ctx.rank()), theta0.clone());
-                async move { participant(&mut ctx, w, theta0, plan, s, grace_s).await }
+                async move { participant(&mut ctx, w, theta0, plan, s, o).await }
             })
         }
     }
@@ -181,7 +203,7 @@ async fn participant<C: Ctx>(
     theta0: Vec<f32>,
     plan: &Plan,
     s: &DilocoSettings,
-    grace_s: f64,
+    o: &ServerOptions,
 ) -> Result<WorkerReport> {
     let mut j = Journal::new(ctx.rank(), None, Checkpointing::default(), None);
     let (params, steps, mem) = match w {
@@ -191,7 +213,7 @@ async fn participant<C: Ctx>(
         }
         None => {
             let n = theta0.len();
-            let (theta, steps) = server(ctx, theta0, plan, s, grace_s).await?;
+            let (theta, steps) = server(ctx, theta0, plan, s, o).await?;
             (theta, steps, MemoryBytes { params: 4 * n, ..MemoryBytes::default() })
         }
     };
