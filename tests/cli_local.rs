@@ -214,3 +214,40 @@ fn a_stopped_co2_run_resumes_at_its_outer_round_and_gives_the_same_bits() {
     };
     assert_eq!(curve("whole"), curve("part"));
 }
+
+#[test]
+fn diloco_from_the_command_line_writes_its_keys_and_refuses_bad_values() {
+    let tmp = tempdir();
+    let cfg = config(tmp.path(), "");
+    let run = |extra: &[&str]| {
+        let mut args = vec!["train", "--config", &cfg, "--workers", "2", "--steps", "4", "--method", "diloco"];
+        args.extend(extra);
+        lowcomm(tmp.path(), &args)
+    };
+    let clap_error = |o: Output, needles: &[&str]| {
+        assert!(!o.status.success());
+        assert_mentions(stderr(&o).lines().next().unwrap_or(""), needles);
+    };
+    clap_error(run(&["--h", "0"]), &["--h", "at least 1"]);
+    clap_error(run(&["--dn-buffer", "0"]), &["--dn-buffer", "at least 1"]);
+    one_error(
+        run(&["--outer", "dn", "--dn-buffer", "4", "--dn-c", "0.5"]),
+        &["[methods.diloco]", "dn_c must be in [0, 1/N]"],
+    );
+    one_error(run(&["--outer", "adam"]), &["[methods.diloco]", "outer \"adam\" does not exist", "--outer nesterov"]);
+    one_error(run(&["--outer-momentum", "1"]), &["[methods.diloco]", "outer_momentum must be in [0, 1)", "0.9"]);
+    one_error(
+        run(&["--tau", "2"]),
+        &["`tau` is a setting of local-sgd, overlap-local-sgd, slowmo, co2, not of diloco"],
+    );
+    let o = run(&["--runtime", "sim", "--h", "2", "--outer", "dn", "--dn-buffer", "2", "--dn-c", "0.25"]);
+    let err = stderr(&o);
+    assert!(o.status.success(), "{err}");
+    assert_mentions(&err, &["diloco (h 2, outer dn lr 0.7, beta 0.9, N 2, c 0.25)", "outer state"]);
+    assert_eq!(records(&read_metrics(&tmp.path().join("run")), "train").len(), 4, "one record per inner step");
+    let saved = std::fs::read_to_string(tmp.path().join("run/config.toml")).unwrap();
+    assert!(
+        saved.contains("[methods.diloco]") && saved.contains("h = 2") && saved.contains("outer = \"dn\""),
+        "{saved}"
+    );
+}

@@ -133,6 +133,8 @@ fn local_update_methods_over_mpi_give_the_in_process_bits() {
             ("slowmo", &["--tau", "2"][..]),
             ("co2", &["--tau", "2"][..]),
             ("co2", &["--tau", "2", "--shard-outer"][..]),
+            ("diloco", &["--h", "2"][..]),
+            ("diloco", &["--h", "2", "--outer", "dn", "--dn-buffer", "2", "--dn-c", "0.25", "--wire", "bf16"][..]),
         ] {
             let (local, local_losses) = train_with(tmp.path(), "local", method, np, extra);
             let (mpi, mpi_losses) = train_with(tmp.path(), "mpi", method, np, extra);

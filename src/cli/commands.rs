@@ -175,6 +175,10 @@ pub(super) fn method_flags(a: &TrainArgs) -> Vec<(&'static str, toml::Value)> {
     put("compression", a.compression.map(Float));
     put("inner", a.inner.clone().map(Text));
     put("overlap", a.overlap.then_some(Boolean(true)));
+    put("h", a.h.map(|x| Integer(x as i64)));
+    put("outer", a.outer.clone().map(Text));
+    put("dn_buffer", a.dn_buffer.map(|x| Integer(x as i64)));
+    put("dn_c", a.dn_c.map(Float));
     v
 }
 
@@ -205,6 +209,10 @@ pub(super) fn flags_for(a: &TrainArgs, method: &str, methods: &[String]) -> Resu
                 "compression" => out.compression = None,
                 "inner" => out.inner = None,
                 "overlap" => out.overlap = false,
+                "h" => out.h = None,
+                "outer" => out.outer = None,
+                "dn_buffer" => out.dn_buffer = None,
+                "dn_c" => out.dn_c = None,
                 other => unreachable!("method flag {other} has no field"),
             }
         }

@@ -17,11 +17,13 @@
 mod adamw;
 mod clip;
 pub mod dct;
+mod outer;
 mod schedule;
 mod sgd;
 
 pub use adamw::{AdamW, AdamWConfig};
 pub use clip::{clip_global_norm, global_norm};
+pub use outer::{OuterConfig, OuterKind, OuterOpt};
 pub use schedule::LrSchedule;
 pub use sgd::{Sgd, SgdConfig};
 

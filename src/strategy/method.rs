@@ -12,6 +12,7 @@
 //! warmup_steps = 10
 //! ```
 
+use super::diloco_settings::DilocoSettings;
 use super::local_settings::{Co2Settings, LocalSgdSettings, OverlapLocalSgdSettings, SlowMoSettings};
 use anyhow::{bail, Result};
 use serde::{Deserialize, Serialize};
@@ -186,10 +187,12 @@ pub enum Method {
     SlowMo(SlowMoSettings),
     /// CO2: local steps, asynchronous average, one-step-stale outer momentum.
     Co2(Co2Settings),
+    /// DiLoCo: H inner steps, averaged pseudo-gradient, outer optimizer (Algorithm 1).
+    Diloco(DilocoSettings),
 }
 
 /// Every method's name and the keys its `[methods.NAME]` section accepts.
-const SETTINGS: [(&str, &[&str]); 11] = [
+const SETTINGS: [(&str, &[&str]); 12] = [
     ("ddp", &[]),
     ("zero1", &[]),
     ("dpu", &["warmup_steps"]),
@@ -201,6 +204,7 @@ const SETTINGS: [(&str, &[&str]); 11] = [
     ("co2", &["tau", "outer_lr", "outer_momentum", "penalty", "clip", "shard_outer"]),
     ("demo", DEMO_KEYS),
     ("flexdemo", DEMO_KEYS),
+    ("diloco", &["h", "outer", "outer_lr", "outer_momentum", "dn_buffer", "dn_c"]),
 ];
 
 /// The keys of `[methods.demo]` and `[methods.flexdemo]`.
@@ -220,7 +224,7 @@ const DEMO_KEYS: &[&str] = &[
 
 impl Method {
     /// Names accepted on the command line, in the order `compare` runs them.
-    pub const NAMES: [&'static str; 11] = [
+    pub const NAMES: [&'static str; 12] = [
         "ddp",
         "zero1",
         "dpu",
@@ -232,6 +236,7 @@ impl Method {
         "co2",
         "demo",
         "flexdemo",
+        "diloco",
     ];
 
     /// The method's name, as on the command line.
@@ -248,6 +253,7 @@ impl Method {
             Method::Co2(_) => "co2",
             Method::Demo(_) => "demo",
             Method::FlexDemo(_) => "flexdemo",
+            Method::Diloco(_) => "diloco",
         }
     }
 
@@ -286,6 +292,7 @@ impl Method {
             "overlap-local-sgd" => Method::OverlapLocalSgd(super::local_settings::checked(parse(name, table)?)?),
             "slowmo" => Method::SlowMo(super::local_settings::checked(parse(name, table)?)?),
             "co2" => Method::Co2(super::local_settings::checked(parse(name, table)?)?),
+            "diloco" => Method::Diloco(super::diloco_settings::parse(table)?),
             "demo" | "flexdemo" => {
                 let s = demo_settings(name, table)?;
                 if name == "demo" {
@@ -333,6 +340,7 @@ impl Method {
             Method::OverlapLocalSgd(s) => Some(s.tau),
             Method::SlowMo(s) => Some(s.tau),
             Method::Co2(s) => Some(s.tau),
+            Method::Diloco(s) => Some(s.h),
             _ => None,
         }
     }
@@ -379,6 +387,7 @@ impl std::fmt::Display for Method {
             Method::LocalSgd(_) | Method::OverlapLocalSgd(_) | Method::SlowMo(_) | Method::Co2(_) => {
                 super::local_settings::describe(self, f)
             }
+            Method::Diloco(s) => super::diloco_settings::describe(s, f),
             m => f.write_str(m.name()),
         }
     }

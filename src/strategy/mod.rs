@@ -4,10 +4,13 @@
 
 pub mod acco;
 pub mod acco_wp;
+pub mod async_diloco;
 pub mod co2;
 pub mod co2_sharded;
 pub mod ddp;
 pub mod detonation;
+pub mod diloco;
+pub mod diloco_settings;
 pub mod dpu;
 pub mod journal;
 pub mod local;
@@ -15,11 +18,13 @@ pub mod local_settings;
 pub mod local_sgd;
 pub mod method;
 pub mod overlap_local_sgd;
+pub mod param_server;
 pub mod sharded;
 pub mod slowmo;
 mod worker;
 pub mod zero1;
 
+pub use diloco_settings::DilocoSettings;
 pub use journal::{Checkpointing, Journal, Observer, PartSink, SavedPart, StepPoint, StrategyState};
 pub use local_settings::{Clip, Co2Settings, InnerState, LocalSgdSettings, OverlapLocalSgdSettings, SlowMoSettings};
 pub use method::{DemoSettings, DpuSettings, InnerKind, Method, ReplicatorKind};
@@ -52,6 +57,7 @@ pub async fn run_worker<C: Ctx>(
         Method::OverlapLocalSgd(s) => overlap_local_sgd::run(ctx, w, plan, s, &mut j).await?,
         Method::SlowMo(s) => slowmo::run(ctx, w, plan, s, &mut j).await?,
         Method::Co2(s) => co2::run(ctx, w, plan, s, &mut j).await?,
+        Method::Diloco(s) => diloco::run(ctx, w, plan, s, &mut j).await?,
     };
     Ok(WorkerReport {
         rank: ctx.rank(),
@@ -146,9 +152,13 @@ pub fn run_rank(
 #[cfg(test)]
 mod tests;
 #[cfg(test)]
+mod tests_async_diloco;
+#[cfg(test)]
 mod tests_co2;
 #[cfg(test)]
 mod tests_delayed;
+#[cfg(test)]
+mod tests_diloco;
 #[cfg(test)]
 mod tests_local;
 #[cfg(test)]

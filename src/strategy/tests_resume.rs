@@ -49,6 +49,15 @@ fn every_method() -> Vec<Method> {
     // the resumed run's outer steps use every saved tensor (momentum m_1
     // included; a round-trip through 2 rounds would leave m_0 = 0 untested).
     v.extend(super::tests_local::local_methods(1));
+    // DiLoCo with momentum and with DN's buffer half full at the checkpoint (N = 2, stop at round 3).
+    v.push(super::tests_diloco::diloco(1, crate::optim::OuterKind::Nesterov, 0.7));
+    v.push(Method::Diloco(DilocoSettings {
+        h: 1,
+        outer: crate::optim::OuterKind::Dn,
+        dn_buffer: 2,
+        dn_c: 0.25,
+        ..DilocoSettings::default()
+    }));
     v
 }
 

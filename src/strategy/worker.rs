@@ -229,7 +229,8 @@ pub async fn accumulate<C: Ctx>(ctx: &mut C, w: &mut Worker, k: usize) -> f32 {
 /// bf16 parameters, gradients and communication buffer (2 bytes each) and
 /// an optimizer costing `k` bytes per parameter (12 for mixed-precision
 /// AdamW: fp32 master copy, m and v), `psi` parameters, `n` workers; NaN
-/// for methods the table does not cover (DeMo, FlexDeMo).
+/// for methods the table does not cover (DeMo, FlexDeMo); DiLoCo by the same
+/// reasoning as SlowMo (its outer copies).
 pub fn table1_bytes(method: &super::Method, psi: f64, n: f64, k: f64) -> f64 {
     use super::Method::*;
     psi * match method {
@@ -244,5 +245,9 @@ pub fn table1_bytes(method: &super::Method, psi: f64, n: f64, k: f64) -> f64 {
         // Not in Table 1: the anchor and the average in flight, like SlowMo's two copies.
         OverlapLocalSgd(_) => 2.0 + 2.0 + 2.0 * 2.0 + k,
         Demo(_) | FlexDemo(_) => f64::NAN,
+        // Not in Table 1: theta and the outer momentum, two copies like SlowMo (dn: one more, Delta).
+        Diloco(s) if s.outer == crate::optim::OuterKind::Dn => 2.0 + 2.0 + 3.0 * 2.0 + k,
+        Diloco(s) if s.outer == crate::optim::OuterKind::Sgd => 2.0 + 2.0 + 2.0 + k,
+        Diloco(_) => 2.0 + 2.0 + 2.0 * 2.0 + k,
     }
 }

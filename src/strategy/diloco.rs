@@ -1,0 +1,127 @@
+//! DiLoCo, synchronous (async-local-sgd.txt, Algorithm 1; Douillard et al.
+//! 2023), as an all-reduce among the workers: no server.
+//!
+//! ```text
+//! theta = theta^(0), equal on every worker                         line 1
+//! for t in 1..T:                                                    line 5
+//!     theta_i = theta                                               line 7
+//!     H inner steps of InnerOpt on worker i's own data              lines 8-12 (local.rs)
+//!     delta_i = theta - theta_i                                     line 13: old minus new
+//!     Delta   = (1/k) sum_i delta_i                                 line 15: all-reduce mean
+//!     theta   = OuterOpt(theta, Delta)                              line 16 (optim/outer.rs)
+//! ```
+//!
+//! - The pseudo-gradient's sign is `theta_old - theta_i` (line 13): it
+//!   points like a gradient, so an outer SGD step with lr 1 lands on the
+//!   average of the workers' parameters. (torchft once had it reversed,
+//!   which walks the model away from where the workers went; the test
+//!   `diloco_h1_sgd_outer_lr1_is_ddp_with_sgd` fails with that sign.)
+//! - Each worker keeps its inner optimizer state across rounds; it is never
+//!   reset or sent (App. 10.1).
+//! - The pseudo-gradient travels in the run's wire dtype: it is a small
+//!   difference, so bf16 rounds it far less than it would the parameters.
+//! - Every worker holds the outer state (theta and the outer optimizer) and
+//!   applies the same outer step to the same average: replicas stay equal.
+//!   The checkpoint's model is theta; the outer state goes into each part.
+//! - `--steps` counts inner steps (as for the other local-update methods):
+//!   rounds of H, the last one possibly shorter.
+
+use super::diloco_settings::DilocoSettings;
+use super::journal::{Journal, StrategyState};
+use super::local::{memory, Inner, Rounds};
+use super::worker::{replica_piece, Outcome, Plan, Worker};
+use crate::optim::OuterOpt;
+use crate::runtime::{AllReduce, Ctx, Group, Work};
+use anyhow::Result;
+
+/// Line 13, in place: `theta_i` becomes `delta_i = theta_old - theta_i`.
+pub fn pseudo_gradient(theta_i: &mut [f32], theta_old: &[f32]) {
+    theta_i.iter_mut().zip(theta_old).for_each(|(x, old)| *x = old - *x);
+}
+
+/// Saves `outer` into `st` (`outer.NAME` tensors, `outer_steps`).
+pub(super) fn save_outer(outer: &OuterOpt, st: &mut StrategyState) {
+    for (name, t) in outer.state_tensors() {
+        st.tensors.push((format!("outer.{name}"), t.to_vec()));
+    }
+    if let Some(o) = st.scalars.as_object_mut() {
+        o.insert("outer_steps".into(), serde_json::json!(outer.steps_taken()));
+    } else {
+        st.scalars = serde_json::json!({ "outer_steps": outer.steps_taken() });
+    }
+}
+
+/// Restores what [`save_outer`] wrote.
+pub(super) fn restore_outer(outer: &mut OuterOpt, st: &StrategyState) -> Result<()> {
+    outer.load_state(st.count("outer_steps")?, |name| Ok(st.tensor(&format!("outer.{name}"))?.to_vec()))
+}
+
+/// Run synchronous DiLoCo on one worker.
+pub async fn run<C: Ctx>(
+    ctx: &mut C,
+    w: &mut Worker,
+    plan: &Plan,
+    s: &DilocoSettings,
+    j: &mut Journal,
+) -> Result<Outcome> {
+    let (n, rank) = (w.model.num_params(), ctx.rank());
+    let rounds = Rounds::new(s.h, plan.steps);
+    let end = rounds.round_up(plan.end);
+    let mut inner = Inner::new(plan, n)?;
+    let mut outer = OuterOpt::new(s.outer_config(), n);
+    // theta^(t-1): the replica at the start of every round (the checkpoint's model when resuming).
+    let mut theta = w.model.params.clone();
+    let mut t = 0;
+    if let Some(st) = j.take_resumed() {
+        inner.restore(&st)?;
+        restore_outer(&mut outer, &st)?;
+        t = rounds.ending_at(j.first_round())? + 1;
+    }
+    while rounds.range(t).0 < end {
+        let (lo, hi) = rounds.range(t);
+        // Lines 8-12: H inner steps from theta (the replica holds theta here).
+        for step in lo..hi {
+            inner.step(ctx, w, plan, step, j).await;
+        }
+        // Line 13, then line 15: the mean pseudo-gradient.
+        let mut delta = std::mem::take(&mut w.model.params);
+        ctx.compute(Work::Elementwise { name: "diloco pseudo-gradient", elems: n }, || {
+            pseudo_gradient(&mut delta, &theta)
+        })
+        .await;
+        delta = ctx.run(AllReduce::mean(Group::World, delta, plan.wire)).await;
+        // Line 16: the outer step, the same on every worker.
+        ctx.compute(Work::Elementwise { name: "diloco outer step", elems: 3 * n }, || outer.step(&mut theta, &delta))
+            .await;
+        // Line 7 of the next round: every worker restarts from theta (the buffer is reused).
+        delta.copy_from_slice(&theta);
+        w.model.params = delta;
+        j.round_end(ctx, Some(w), hi, end, || {
+            let mut st = StrategyState { model: replica_piece(rank, &theta), ..StrategyState::default() };
+            inner.save(&mut st);
+            save_outer(&outer, &mut st);
+            st
+        })
+        .await?;
+        t += 1;
+    }
+    Ok(Outcome {
+        exchange: None,
+        optimizer_steps: inner.steps,
+        memory: memory(n, &inner, 0, theta.len() + outer.state_len()),
+        model: replica_piece(rank, &theta),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn pseudo_gradient_is_old_minus_new() {
+        // Line 13: theta_old = (1, 2), theta_i = (0.5, 3): delta = (0.5, -1).
+        let mut x = [0.5, 3.0];
+        pseudo_gradient(&mut x, &[1.0, 2.0]);
+        assert_eq!(x, [0.5, -1.0]);
+    }
+}

@@ -1,0 +1,125 @@
+//! Settings of DiLoCo (`[methods.diloco]`).
+//!
+//! Defaults are the DiLoCo setting async-local-sgd.txt builds on: `h = 50`
+//! inner steps per round (Sec. 4: "We use inner steps = 50 across all
+//! workers in all experiments by default"), Nesterov outer optimizer with
+//! outer lr 0.7 and momentum 0.9 (see `optim/outer.rs` for the sources).
+//! The inner optimizer is the run's optimizer (`[train.optimizer]`, AdamW
+//! by default, App. 10.1).
+
+use crate::optim::{OuterConfig, OuterKind};
+use anyhow::{bail, Result};
+use serde::{Deserialize, Serialize};
+
+/// DiLoCo's settings (`[methods.diloco]`).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct DilocoSettings {
+    /// Inner steps per outer round H, >= 1. Flag `--h`. Default 50 (the paper's).
+    pub h: u64,
+    /// Outer optimizer: `nesterov`, `sgd`, `sgd-momentum` or `dn` (Delayed
+    /// Nesterov, Algorithm 3). Flag `--outer`. Default `nesterov`.
+    pub outer: OuterKind,
+    /// Outer learning rate eps, > 0. Flag `--outer-lr`. Default 0.7 (DiLoCo's).
+    pub outer_lr: f32,
+    /// Outer momentum beta, in [0, 1). Flag `--outer-momentum`. Default 0.9 (DiLoCo's).
+    pub outer_momentum: f32,
+    /// `dn`: buffer size N >= 1. Flag `--dn-buffer`. Default 4 (our choice:
+    /// the number of workers of the paper's main runs; its Table 5 tried 4, 8, 16).
+    pub dn_buffer: u64,
+    /// `dn`: momentum activation c in [0, 1/N]. Flag `--dn-c`. Default 0 (Algorithm 3).
+    pub dn_c: f32,
+}
+
+impl Default for DilocoSettings {
+    fn default() -> Self {
+        let o = OuterConfig::default();
+        DilocoSettings {
+            h: 50,
+            outer: o.kind,
+            outer_lr: o.lr,
+            outer_momentum: o.momentum,
+            dn_buffer: o.dn_buffer,
+            dn_c: o.dn_c,
+        }
+    }
+}
+
+impl DilocoSettings {
+    /// The outer optimizer's configuration.
+    pub fn outer_config(&self) -> OuterConfig {
+        OuterConfig {
+            kind: self.outer,
+            lr: self.outer_lr,
+            momentum: self.outer_momentum,
+            dn_buffer: self.dn_buffer,
+            dn_c: self.dn_c,
+        }
+    }
+}
+
+impl super::local_settings::Validate for DilocoSettings {
+    fn validate(&self) -> Result<()> {
+        if self.h == 0 {
+            bail!("[methods.diloco]: h must be at least 1 (inner steps per outer round), e.g. h = 50 (flag --h 50)");
+        }
+        self.outer_config().validate("diloco")
+    }
+}
+
+/// Parses `[methods.diloco]`; an outer optimizer that does not exist is
+/// named with the valid ones.
+pub fn parse(table: toml::Table) -> Result<DilocoSettings> {
+    if let Some(v) = table.get("outer") {
+        if !v.as_str().is_some_and(|s| OuterKind::NAMES.contains(&s)) {
+            bail!(
+                "[methods.diloco]: outer {v} does not exist: choose one of {}, e.g. outer = \"nesterov\" (flag --outer nesterov)",
+                OuterKind::NAMES.join(", ")
+            );
+        }
+    }
+    let s: DilocoSettings =
+        table.try_into().map_err(|e: toml::de::Error| anyhow::anyhow!("[methods.diloco]: {}", e.message()))?;
+    super::local_settings::checked(s)
+}
+
+/// How DiLoCo is shown (banner, summaries).
+pub fn describe(s: &DilocoSettings, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+    write!(f, "diloco (h {}, outer {} lr {}", s.h, s.outer.name(), s.outer_lr)?;
+    match s.outer {
+        OuterKind::Sgd => {}
+        OuterKind::Dn => write!(f, ", beta {}, N {}, c {}", s.outer_momentum, s.dn_buffer, s.dn_c)?,
+        _ => write!(f, ", beta {}", s.outer_momentum)?,
+    }
+    f.write_str(")")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn err(text: &str) -> String {
+        format!("{:#}", parse(text.parse().unwrap()).unwrap_err())
+    }
+
+    #[test]
+    fn defaults_and_bad_values_name_the_key_and_an_example() {
+        let d = parse(toml::Table::new()).unwrap();
+        assert_eq!((d.h, d.outer, d.outer_lr, d.outer_momentum), (50, OuterKind::Nesterov, 0.7, 0.9));
+        let s = parse("outer = \"dn\"\ndn_buffer = 2\ndn_c = 0.5\nh = 3".parse().unwrap()).unwrap();
+        assert_eq!((s.outer, s.dn_buffer, s.dn_c, s.h), (OuterKind::Dn, 2, 0.5, 3));
+        for (text, needles) in [
+            ("h = 0", &["[methods.diloco]: h must be at least 1", "h = 50"][..]),
+            ("dn_buffer = 0", &["dn_buffer must be at least 1", "--dn-buffer 4"]),
+            ("dn_c = 0.3", &["dn_c must be in [0, 1/N] = [0, 0.25]"]),
+            ("outer_lr = -1.0", &["outer_lr must be > 0"]),
+            ("outer = \"adam\"", &["outer \"adam\" does not exist: choose one of sgd, sgd-momentum, nesterov, dn"]),
+            ("h = -1", &["[methods.diloco]:"]),
+        ] {
+            let e = err(text);
+            for n in needles {
+                assert!(e.contains(n), "{text}: {e}");
+            }
+        }
+    }
+}
