@@ -158,6 +158,14 @@ fn compare_runs_the_local_methods_next_to_zero1_on_both_runtimes() {
     let o = lowcomm(tmp.path(), &["compare", "--methods", "zero1,ddp", "--config", &cfg, "--tau", "2", "--quiet"]);
     assert!(!o.status.success());
     assert_mentions(&stderr(&o), &["`tau`", "zero1, ddp"]);
+    // A bad variant is refused before the first method runs.
+    let results = tmp.path().join("bad-variant");
+    let o = lowcomm(
+        tmp.path(),
+        &["compare", "--methods", "zero1,co2:penalty=off", "--config", &cfg, "--results", results.to_str().unwrap()],
+    );
+    one_error(o, &["--methods co2:penalty=off", "values are TOML", "expected a boolean"]);
+    assert!(!results.join("runs/zero1").exists(), "zero1 ran before the bad variant was refused");
 }
 
 #[test]

@@ -51,11 +51,14 @@ pub fn compare(methods: &[String], out: &PathBuf, train: &TrainArgs) -> Result<(
             eprintln!("{s}");
         }
     };
-    for (i, m) in methods.iter().enumerate() {
+    // Every variant's configuration is built and checked before the first
+    // run, so a typo in the last one does not cost the runs before it.
+    let names = methods.iter().map(|m| variant(m).map(|(n, _)| n)).collect::<Result<Vec<_>>>()?;
+    let mut configs = Vec::with_capacity(methods.len());
+    for m in methods {
         let (name, settings) = variant(m)?;
         let dir = m.replace([':', '=', '/'], "_");
         // Method flags go to the methods that take them (--tau to the local-update ones).
-        let names = methods.iter().map(|m| variant(m).map(|(n, _)| n)).collect::<Result<Vec<_>>>()?;
         let mut args = super::commands::flags_for(train, &name, &names)?;
         args.method = Some(name.clone());
         args.out = Some(out.join("runs").join(&dir));
@@ -64,6 +67,11 @@ pub fn compare(methods: &[String], out: &PathBuf, train: &TrainArgs) -> Result<(
         for (k, v) in settings {
             cfg.methods.entry(name.clone()).or_default().insert(k, v);
         }
+        crate::strategy::Method::from_config(&name, cfg.methods.get(&name))
+            .with_context(|| format!("--methods {m} (values are TOML: true/false, numbers, \"strings\")"))?;
+        configs.push(cfg);
+    }
+    for (i, (m, cfg)) in methods.iter().zip(configs).enumerate() {
         say(format!("compare [{}/{}]: {m} ({} to go after it)", i + 1, methods.len(), methods.len() - i - 1));
         let opts = crate::train::RunOptions { quiet: train.quiet, ..Default::default() };
         let Some(s) = (runner.run)(cfg, &opts)? else {
