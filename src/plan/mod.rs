@@ -20,9 +20,9 @@ pub mod model;
 pub mod rank;
 pub mod setup;
 pub mod table;
-pub mod time;
 #[cfg(test)]
 mod tests_sim;
+pub mod time;
 
 pub use model::ModelSpec;
 

@@ -62,7 +62,10 @@ impl ModelSpec {
                 name: arg.to_string(),
                 params: p.round(),
                 flops_per_token: 6.0 * p.round(),
-                formula: format!("{p:.4e} parameters (given); FLOPs/token = 6 N = {:.4e} (attention scores left out)", 6.0 * p),
+                formula: format!(
+                    "{p:.4e} parameters (given); FLOPs/token = 6 N = {:.4e} (attention scores left out)",
+                    6.0 * p
+                ),
             });
         }
         let path = Path::new(arg);
@@ -185,7 +188,8 @@ mod tests {
         // Llama-2-7B: 6,738,415,616.
         assert_eq!(ModelSpec::parse("llama-7b").unwrap().params, 6_738_415_616.0);
         // FLOPs by hand for GPT-2: 6 (12 x (4 x 768^2 + 2 x 768 x 3072) + 50257 x 768) + 12 x 12 x 1024 x 768.
-        let want = 6.0 * (12.0 * (4.0 * 768.0f64.powi(2) + 2.0 * 768.0 * 3072.0) + 50257.0 * 768.0) + 12.0 * 12.0 * 1024.0 * 768.0;
+        let want = 6.0 * (12.0 * (4.0 * 768.0f64.powi(2) + 2.0 * 768.0 * 3072.0) + 50257.0 * 768.0)
+            + 12.0 * 12.0 * 1024.0 * 768.0;
         assert_eq!(ModelSpec::parse("gpt2").unwrap().flops_per_token, want);
     }
 
@@ -210,8 +214,11 @@ mod tests {
         std::fs::write(&yaml, "n_embd: 768").unwrap();
         assert!(e(yaml.to_str().unwrap()).contains("unknown model file format"));
         let json = dir.join("config.json");
-        std::fs::write(&json, r#"{"model_type":"gpt2","n_embd":768,"n_head":12,"vocab_size":50257,"n_positions":1024}"#)
-            .unwrap();
+        std::fs::write(
+            &json,
+            r#"{"model_type":"gpt2","n_embd":768,"n_head":12,"vocab_size":50257,"n_positions":1024}"#,
+        )
+        .unwrap();
         let msg = e(json.to_str().unwrap());
         assert!(msg.contains("missing field `n_layer`") && msg.contains("\"n_layer\": 12"), "{msg}");
         std::fs::write(&json, r#"{"model_type":"bert","hidden_size":768}"#).unwrap();

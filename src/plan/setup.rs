@@ -19,7 +19,9 @@ pub const DEFAULT_TOKENS_PER_MICRO_BATCH: usize = 24 * 1024;
 
 /// `--batch`: `SEQUENCESxLENGTH` (e.g. `24x1024`) or a token count (`24576`).
 pub fn parse_batch(s: &str) -> Result<usize> {
-    let err = || format!("--batch {s}: give sequences x length or tokens per micro-batch, e.g. --batch 24x1024 or --batch 24576");
+    let err = || {
+        format!("--batch {s}: give sequences x length or tokens per micro-batch, e.g. --batch 24x1024 or --batch 24576")
+    };
     let n = match s.split_once(['x', 'X']) {
         Some((a, b)) => {
             let a: usize = a.trim().parse().ok().with_context(err)?;
@@ -52,10 +54,8 @@ pub struct Knobs {
 /// The costing of `model` on `profile`.
 pub fn costing(model: &ModelSpec, profile: &ClusterProfile, k: &Knobs) -> Result<Costing> {
     profile.validate()?;
-    let tokens = k
-        .tokens_per_micro_batch
-        .or(profile.timing.tokens_per_micro_batch)
-        .unwrap_or(DEFAULT_TOKENS_PER_MICRO_BATCH);
+    let tokens =
+        k.tokens_per_micro_batch.or(profile.timing.tokens_per_micro_batch).unwrap_or(DEFAULT_TOKENS_PER_MICRO_BATCH);
     let micro_batch_s = match (profile.timing.seconds_per_micro_batch, &profile.device) {
         (Some(s), _) => s,
         (None, Some(d)) => model.flops_per_token * tokens as f64 / (d.peak_flops * d.utilization),
@@ -93,8 +93,7 @@ pub fn costing(model: &ModelSpec, profile: &ClusterProfile, k: &Knobs) -> Result
 /// methods that take them; a knob out of range is the method's own error.
 pub fn methods(names: &[String], tau: Option<u64>, compression: Option<f64>) -> Result<Vec<Method>> {
     let all = names.iter().any(|n| n == "all");
-    let names: Vec<String> =
-        if all { Method::NAMES.iter().map(|s| s.to_string()).collect() } else { names.to_vec() };
+    let names: Vec<String> = if all { Method::NAMES.iter().map(|s| s.to_string()).collect() } else { names.to_vec() };
     names
         .iter()
         .map(|name| {

@@ -16,12 +16,7 @@ pub fn render(r: &Report) -> String {
     let _ = writeln!(
         s,
         "cluster  {}: {} workers ({} per node), wire {:?}, {} tokens per micro-batch, {:.4} s per micro-batch",
-        r.cluster,
-        r.workers,
-        r.workers_per_node,
-        r.wire,
-        r.tokens_per_micro_batch,
-        r.micro_batch_s
+        r.cluster, r.workers, r.workers_per_node, r.wire, r.tokens_per_micro_batch, r.micro_batch_s
     );
     let mem = r.device_memory.map_or("unknown (no [device] memory in the profile)".to_string(), gb);
     let _ = writeln!(s, "memory   {precision}; device memory {mem}");

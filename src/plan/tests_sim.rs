@@ -105,7 +105,14 @@ fn plan_predicts_the_simulator_within_5_percent_and_its_memory_exactly() {
             let p = plan_method(&method, &costing).unwrap();
             assert!(p.time.exact, "{method}");
             let err = (p.time.round_s - sim_s).abs() / sim_s;
-            assert!(err < 0.05, "{} on {}: plan {} s vs sim {sim_s} s per round ({:.2}%)", method, prof.name, p.time.round_s, 100.0 * err);
+            assert!(
+                err < 0.05,
+                "{} on {}: plan {} s vs sim {sim_s} s per round ({:.2}%)",
+                method,
+                prof.name,
+                p.time.round_s,
+                100.0 * err
+            );
             let m = &p.memory;
             assert_eq!(
                 (m.params, m.grads, m.comm_buffers, m.optimizer, m.outer),

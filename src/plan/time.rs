@@ -174,7 +174,14 @@ pub fn timing(method: &Method, c: &Costing) -> Result<Timing> {
         // Blocking all-reduce after the micro-batches, then the step: nothing hidden.
         Method::Ddp => {
             let compute = k * mb + opt_n;
-            t(compute + ar_n.s, 1, k, compute, ar_n, "none: the all-reduce waits for the last micro-batch and the step waits for it")
+            t(
+                compute + ar_n.s,
+                1,
+                k,
+                compute,
+                ar_n,
+                "none: the all-reduce waits for the last micro-batch and the step waits for it",
+            )
         }
         // The sharded round (RS, shard step, AG) blocks the next micro-batch.
         Method::Zero1 => {
@@ -205,11 +212,25 @@ pub fn timing(method: &Method, c: &Costing) -> Result<Timing> {
                 extra = net.work(Work::Elementwise { name: "load averaged inner state", elems: state });
             }
             let compute = inner(s.tau) + extra;
-            t(compute + x.s, s.tau, s.tau as f64 * k, compute, x, "none: the average blocks, but only once every tau steps")
+            t(
+                compute + x.s,
+                s.tau,
+                s.tau as f64 * k,
+                compute,
+                x,
+                "none: the average blocks, but only once every tau steps",
+            )
         }
         Method::SlowMo(s) => {
             let compute = inner(s.tau) + net.work(Work::Elementwise { name: "slowmo outer step", elems: 2 * n });
-            t(compute + ar_n.s, s.tau, s.tau as f64 * k, compute, ar_n, "none: the exact average blocks, once every tau steps")
+            t(
+                compute + ar_n.s,
+                s.tau,
+                s.tau as f64 * k,
+                compute,
+                ar_n,
+                "none: the exact average blocks, once every tau steps",
+            )
         }
         // The average of round t-1 runs during round t's inner steps; then the pull.
         Method::OverlapLocalSgd(s) => {
@@ -230,7 +251,8 @@ pub fn timing(method: &Method, c: &Costing) -> Result<Timing> {
             let ag = net.dense(Op::AllGather, padded, c.wire, Group::World);
             let rs = net.dense(Op::ReduceScatter, padded, c.wire, Group::World);
             let compute = outer + inner(s.tau);
-            let rule = "partly: the reduce-scatter runs behind the next tau steps, the all-gather of x_{t+1,0} is exposed";
+            let rule =
+                "partly: the reduce-scatter runs behind the next tau steps, the all-gather of x_{t+1,0} is exposed";
             t(outer + ag.s + inner(s.tau).max(rs.s), s.tau, s.tau as f64 * k, compute, ag + rs, rule)
         }
         Method::Demo(s) => demo(&net, c, s, false),
