@@ -14,6 +14,7 @@ pub mod export;
 pub mod metrics;
 pub mod model;
 pub mod optim;
+pub mod plan;
 pub mod runtime;
 pub mod sample;
 pub mod strategy;

@@ -4,6 +4,7 @@
 mod commands;
 mod compare;
 mod mpi;
+mod plan;
 mod values;
 
 use clap::{Args, Parser, Subcommand};
@@ -34,6 +35,9 @@ pub enum Command {
     Bench(BenchArgs),
     /// Run several data-parallel methods on the same setup; table + plots.
     Compare(CompareArgs),
+    /// Which method for this model on this cluster: memory, time, tokens/s, fit, ranked
+    /// (analytical, no training: `lowcomm plan --model 7.5e9 --cluster configs/clusters/a100-4x8-100g.toml`).
+    Plan(PlanArgs),
     /// Check a communication backend against the conformance suite
     /// (`mpirun -np 4 lowcomm comm-check --backend mpi`).
     CommCheck(CommCheckArgs),
@@ -60,6 +64,44 @@ pub struct CompareArgs {
     /// Every `train` flag applies to each run (--method is set per run).
     #[command(flatten)]
     pub train: TrainArgs,
+}
+
+#[derive(Args, Debug)]
+pub struct PlanArgs {
+    /// A preset (nano, micro, small, gpt2, gpt-neo-125m, llama-7b), a parameter
+    /// count (`7.5e9`) or a Hugging Face config.json (GPT-2, GPT-Neo, Llama style).
+    #[arg(long)]
+    pub model: String,
+    /// Cluster profile (configs/clusters/*.toml); its `[timing]` model is replaced by --model.
+    #[arg(long)]
+    pub cluster: PathBuf,
+    /// `all`, or methods separated by commas.
+    #[arg(long, value_delimiter = ',', default_value = "all")]
+    pub methods: Vec<String>,
+    /// Tokens per micro-batch: `SEQUENCESxLENGTH` (`24x1024`) or a count; default the profile's, else 24x1024.
+    #[arg(long)]
+    pub batch: Option<String>,
+    /// Memory rows: `mixed` (the ACCO paper's Table 1 accounting) or `f32` (this engine's buffers).
+    #[arg(long, default_value = "mixed")]
+    pub precision: String,
+    /// Also write the plan as JSON to this file.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// Local steps per round of the local-update methods (default: each method's, 12).
+    #[arg(long, allow_negative_numbers = true, value_parser = values::count_u64)]
+    pub tau: Option<u64>,
+    /// DeMo / FlexDeMo: bytes sent per step over f32 gradient bytes, in (0, 1].
+    #[arg(long, allow_negative_numbers = true, value_parser = values::finite_f64)]
+    pub compression: Option<f64>,
+    /// Micro-batches per optimizer step of the synchronous methods.
+    #[arg(long, default_value_t = 1, allow_negative_numbers = true, value_parser = values::positive_usize)]
+    pub grad_accum: usize,
+    /// Wire dtype `f32` or `bf16` (default: the profile's, else f32).
+    #[arg(long)]
+    pub wire: Option<String>,
+    /// Fail when the profile has no `[device] memory` (otherwise fit is reported as unknown).
+    #[arg(long)]
+    pub require_fit: bool,
 }
 
 #[derive(Subcommand, Debug)]
@@ -332,6 +374,7 @@ pub fn main() -> anyhow::Result<()> {
         Command::Export(a) => commands::export(a),
         Command::Bench(a) => commands::bench(a),
         Command::Compare(a) => compare::compare(&a.methods, &a.results, &a.train),
+        Command::Plan(a) => plan::plan(&a),
         Command::CommCheck(a) => mpi::comm_check(&a),
     }
 }

@@ -49,6 +49,10 @@ pub struct DeviceProfile {
     pub peak_flops: f64,
     /// Share of the peak a training step really reaches, in (0, 1] (model FLOPs utilisation).
     pub utilization: f64,
+    /// Device memory in bytes (A100-80GB: 80e9); optional: `lowcomm plan`
+    /// says whether a method fits in it, and that fit is unknown without it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory: Option<f64>,
 }
 
 /// The two link tiers, as `Tier` specs such as `"100gbit,20us"` or `"300GB/s,3us"`.
@@ -132,6 +136,7 @@ impl ClusterProfile {
                 "device.utilization must be in (0, 1], got {} (e.g. 0.4)",
                 d.utilization
             );
+            positive("device.memory", d.memory, "80e9 for an A100-80GB")?;
         }
         positive("timing.params", t.params, "125e6 for GPT-Neo-125M")?;
         positive("timing.flops_per_token", t.flops_per_token, "7.5e8 = 6 x 125e6 for GPT-Neo-125M")?;
@@ -326,6 +331,7 @@ mod tests {
         assert!(e(&format!("{}{links}", two.replace("1e12", "0")))
             .starts_with("device.peak_flops must be > 0, got 0 (e.g. 312e12"));
         assert!(e(&format!("{}{links}", two.replace("0.5", "1.5"))).starts_with("device.utilization must be in (0, 1]"));
+        assert!(e(&format!("{}memory = 0\n{links}", two)).starts_with("device.memory must be > 0, got 0 (e.g. 80e9"));
         assert!(e("name = \"t\"\nnodes = 0\nworkers_per_node = 8\n[links]\nintra = \"1GB/s\"\n")
             .starts_with("nodes must be at least 1"));
         assert!(profile("[links]\nintra = \"1GB/s\"\n")

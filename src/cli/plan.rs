@@ -1,0 +1,39 @@
+//! `lowcomm plan`: the analytical plan of every method for a model on a
+//! cluster profile (src/plan/), printed as one table and written as JSON.
+
+use super::PlanArgs;
+use crate::comm::WireDtype;
+use crate::plan::setup::{self, Knobs};
+use crate::plan::{plan_all, table, ModelSpec, Precision};
+use crate::runtime::cluster::ClusterProfile;
+use anyhow::{bail, Context, Result};
+
+/// Runs `lowcomm plan`.
+pub fn plan(a: &PlanArgs) -> Result<()> {
+    let model = ModelSpec::parse(&a.model)?;
+    let profile = ClusterProfile::from_file(&a.cluster)?;
+    let wire = match a.wire.as_deref() {
+        None => None,
+        Some("f32") => Some(WireDtype::F32),
+        Some("bf16") => Some(WireDtype::Bf16),
+        Some(w) => bail!("--wire must be f32 or bf16, got `{w}`; e.g. --wire bf16"),
+    };
+    let knobs = Knobs {
+        tokens_per_micro_batch: a.batch.as_deref().map(setup::parse_batch).transpose()?,
+        wire,
+        grad_accum: a.grad_accum,
+        precision: a.precision.parse::<Precision>()?,
+        require_fit: a.require_fit,
+    };
+    let methods = setup::methods(&a.methods, a.tau, a.compression)?;
+    let costing = setup::costing(&model, &profile, &knobs)?;
+    let report = plan_all(model, &profile.name, &methods, &costing)?;
+    print!("{}", table::render(&report));
+    if let Some(path) = &a.json {
+        let text = serde_json::to_string_pretty(&report)?;
+        crate::util::fsio::atomic_write(path, text.as_bytes())
+            .with_context(|| format!("cannot write {}", path.display()))?;
+        println!("\nwrote {}", path.display());
+    }
+    Ok(())
+}

@@ -1,0 +1,192 @@
+//! `lowcomm plan`: an analytical model, no training, of what every method
+//! costs on a cluster: memory per worker by category, time per optimizer
+//! step or outer round, tokens/s, scalability, bytes per tier, whether it
+//! fits in device memory, and a ranked recommendation.
+//!
+//! The time model is the simulator's own cost model (`runtime::sim::SimSpec`:
+//! micro-batch seconds, the alpha-beta `LinkModel` on each group's route,
+//! `comm_scale`, costed local work) applied to each method's schedule of
+//! collectives in closed form (time.rs, one rule per method with why).
+//! It is checked against `--runtime sim` runs in tests_sim.rs: within 5% of
+//! the simulated time per round, and the memory the run measures.
+//!
+//! - model.rs: the model (preset, parameter count or Hugging Face config.json)
+//! - memory.rs: bytes per worker by category, in mixed precision or f32
+//! - time.rs: time, bytes per tier and overlap rule per method
+//! - rank.rs: the recommendation; table.rs: the printed table
+
+pub mod memory;
+pub mod model;
+pub mod rank;
+pub mod setup;
+pub mod table;
+#[cfg(test)]
+mod tests_sim;
+pub mod time;
+
+pub use model::ModelSpec;
+
+use crate::comm::WireDtype;
+use crate::optim::OptimizerConfig;
+use crate::runtime::sim::SimSpec;
+use crate::strategy::{MemoryBytes, Method};
+use anyhow::Result;
+use serde::Serialize;
+
+/// How model states are stored, for the memory rows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Precision {
+    /// The ACCO paper's Table 1 accounting: bf16 parameters, gradients and
+    /// communication buffers (2 bytes), an fp32 master copy plus the
+    /// optimizer's fp32 state (AdamW: K = 12 bytes per parameter).
+    Mixed,
+    /// What this engine allocates: every buffer in f32, exactly the
+    /// `Outcome.memory` a run measures.
+    F32,
+}
+
+impl std::str::FromStr for Precision {
+    type Err = anyhow::Error;
+    fn from_str(s: &str) -> Result<Precision> {
+        match s {
+            "mixed" => Ok(Precision::Mixed),
+            "f32" => Ok(Precision::F32),
+            _ => anyhow::bail!("--precision must be mixed or f32, got `{s}`; e.g. --precision mixed"),
+        }
+    }
+}
+
+/// Everything the plan costs: a model's size, the cluster's cost model and the run's shared settings.
+#[derive(Clone, Debug)]
+pub struct Costing {
+    /// Parameters of the model, psi (the elements a gradient exchange carries before `spec.comm_scale`).
+    pub params: usize,
+    /// Tokens in one micro-batch.
+    pub tokens_per_micro_batch: usize,
+    /// The simulator's cost model: micro-batch seconds, links, topology, `comm_scale`, costed work.
+    pub spec: SimSpec,
+    /// What gradients and parameters travel as.
+    pub wire: WireDtype,
+    /// Micro-batches per step of the synchronous methods (and per inner step).
+    pub grad_accum: usize,
+    /// Whether a global-norm gradient clip is on (the sharded round then all-reduces a norm).
+    pub grad_clip: bool,
+    /// The (inner) optimizer: its state per parameter enters the memory rows.
+    pub optimizer: OptimizerConfig,
+    /// Overlapping methods: micro-batches per stage when fixed (`--fixed-micro-batches`), else as many as fit.
+    pub fixed_micro_batches: Option<usize>,
+    /// Device memory in bytes, if the profile says (`[device] memory`).
+    pub device_memory: Option<f64>,
+    /// How the memory rows are stored.
+    pub precision: Precision,
+}
+
+impl Costing {
+    /// Workers in the cluster.
+    pub fn workers(&self) -> usize {
+        self.spec.topology.workers
+    }
+
+    /// Optimizer state values per parameter (AdamW 2: m and v; SGD 0 or 1).
+    pub fn state_per_param(&self) -> Result<usize> {
+        Ok(self.optimizer.try_build(1)?.state_len())
+    }
+}
+
+/// The plan of one method.
+#[derive(Clone, Debug, Serialize)]
+pub struct MethodPlan {
+    /// The method as named on the command line.
+    pub method: String,
+    /// The method with its knobs (`co2 (tau 12, ...)`).
+    pub label: String,
+    /// Bytes per worker by category, in `precision`.
+    pub memory: MemoryBytes,
+    /// Their sum.
+    pub memory_total: f64,
+    /// Whether `memory_total` fits in device memory (`None`: the profile does not say).
+    pub fits: Option<bool>,
+    /// Time, traffic and overlap of one step or round.
+    pub time: time::Timing,
+    /// Tokens per second, whole cluster (applied tokens only).
+    pub tokens_per_s: f64,
+    /// Tokens/s at N workers over N x the tokens/s of one worker alone.
+    pub scalability: f64,
+    /// One line: why it ranks where it does.
+    pub reason: String,
+}
+
+/// The whole plan: the model, the cluster and every method, ranked.
+#[derive(Clone, Debug, Serialize)]
+pub struct Report {
+    /// The model and how its size and FLOPs were derived.
+    pub model: ModelSpec,
+    /// The cluster's name.
+    pub cluster: String,
+    /// Workers.
+    pub workers: usize,
+    /// Workers per node.
+    pub workers_per_node: usize,
+    /// Tokens per micro-batch.
+    pub tokens_per_micro_batch: usize,
+    /// Seconds of one micro-batch.
+    pub micro_batch_s: f64,
+    /// Wire dtype of gradients and parameters.
+    pub wire: WireDtype,
+    /// Precision of the memory rows.
+    pub precision: Precision,
+    /// Device memory, bytes, if known.
+    pub device_memory: Option<f64>,
+    /// Methods, best first.
+    pub methods: Vec<MethodPlan>,
+}
+
+/// Tokens/s of one worker training alone (no communication): the reference of scalability.
+pub fn single_worker_tokens_per_s(c: &Costing) -> f64 {
+    let k = c.grad_accum.max(1) as f64;
+    let step = k * c.spec.cost(crate::runtime::Work::MicroBatch, 1.0)
+        + c.spec.cost(crate::runtime::Work::Optimizer { params: c.params }, 1.0);
+    k * c.tokens_per_micro_batch as f64 / step
+}
+
+/// The plan of `method` under `c`.
+pub fn plan_method(method: &Method, c: &Costing) -> Result<MethodPlan> {
+    let memory = memory::memory(method, c)?;
+    let total = memory.total() as f64;
+    let time = time::timing(method, c)?;
+    let tokens_per_s = c.workers() as f64 * time.micro_batches * c.tokens_per_micro_batch as f64 / time.round_s;
+    let scalability = tokens_per_s / (c.workers() as f64 * single_worker_tokens_per_s(c));
+    let fits = c.device_memory.map(|m| total <= m);
+    let mut p = MethodPlan {
+        method: method.name().to_string(),
+        label: method.to_string(),
+        memory,
+        memory_total: total,
+        fits,
+        time,
+        tokens_per_s,
+        scalability,
+        reason: String::new(),
+    };
+    p.reason = rank::reason(&p, c);
+    Ok(p)
+}
+
+/// Plans every method of `methods` and ranks them (rank.rs).
+pub fn plan_all(model: ModelSpec, cluster: &str, methods: &[Method], c: &Costing) -> Result<Report> {
+    let mut plans = methods.iter().map(|m| plan_method(m, c)).collect::<Result<Vec<_>>>()?;
+    rank::rank(&mut plans);
+    Ok(Report {
+        model,
+        cluster: cluster.to_string(),
+        workers: c.workers(),
+        workers_per_node: c.spec.topology.per_node,
+        tokens_per_micro_batch: c.tokens_per_micro_batch,
+        micro_batch_s: c.spec.micro_batch_s,
+        wire: c.wire,
+        precision: c.precision,
+        device_memory: c.device_memory,
+        methods: plans,
+    })
+}
