@@ -87,7 +87,7 @@ pub struct PlanArgs {
     /// Also write the plan as JSON to this file.
     #[arg(long)]
     pub json: Option<PathBuf>,
-    /// Local steps per round of the local-update methods (default: each method's, 12).
+    /// Local steps per round of the local-update methods and DiLoCo (its H; default: each method's, tau 12, H 50).
     #[arg(long, allow_negative_numbers = true, value_parser = values::count_u64)]
     pub tau: Option<u64>,
     /// DeMo / FlexDeMo: bytes sent per step over f32 gradient bytes, in (0, 1].

@@ -46,6 +46,16 @@ impl OuterKind {
     pub fn name(self) -> &'static str {
         Self::NAMES[self as usize]
     }
+
+    /// Copies of the parameters this optimizer keeps as state: none for
+    /// sgd, the momentum m, and for dn also its buffer Delta.
+    pub fn state_copies(self) -> usize {
+        match self {
+            OuterKind::Sgd => 0,
+            OuterKind::SgdMomentum | OuterKind::Nesterov => 1,
+            OuterKind::Dn => 2,
+        }
+    }
 }
 
 /// An outer optimizer's hyper-parameters.
@@ -111,8 +121,8 @@ pub struct OuterOpt {
 impl OuterOpt {
     /// Fresh state (m_0 = 0, Delta = 0, t = 0) for `n` parameters.
     pub fn new(cfg: OuterConfig, n: usize) -> OuterOpt {
-        let m = if cfg.kind == OuterKind::Sgd { 0 } else { n };
-        let d = if cfg.kind == OuterKind::Dn { n } else { 0 };
+        let m = if cfg.kind.state_copies() >= 1 { n } else { 0 };
+        let d = if cfg.kind.state_copies() == 2 { n } else { 0 };
         OuterOpt { cfg, m: vec![0.0; m], delta: vec![0.0; d], t: 0 }
     }
 

@@ -77,8 +77,10 @@ pub fn memory(method: &Method, c: &Costing) -> Result<MemoryBytes> {
         }
         Method::Demo(d) => demo(d, c, false)?,
         Method::FlexDemo(d) => demo(d, c, true)?,
-        // diloco and async-diloco (issue 11): the outer optimizer's state and the
-        // saved parameters go into `outer` here.
+        // theta (the round's start) and the outer optimizer's state; the
+        // pseudo-gradient reuses the replica's buffer.
+        Method::Diloco(s) => Copies { outer: (1 + s.outer.state_copies()) as f64 * nf, ..Copies::new(nf) },
+        // async-diloco: not a method of the CLI yet (its server is not wired into runs).
     };
     let (small, opt_k) = if mixed { (2.0, 4.0 + 4.0 * s) } else { (4.0, 4.0 * s + if cp.master { 4.0 } else { 0.0 }) };
     let bytes = |x: f64| x.round() as usize;

@@ -90,7 +90,8 @@ pub fn costing(model: &ModelSpec, profile: &ClusterProfile, k: &Knobs) -> Result
 }
 
 /// `--methods all|a,b` with `--tau` and `--compression` given to the
-/// methods that take them; a knob out of range is the method's own error.
+/// methods that take them (`--tau` is DiLoCo's H: its inner steps per
+/// round); a knob out of range is the method's own error.
 pub fn methods(names: &[String], tau: Option<u64>, compression: Option<f64>) -> Result<Vec<Method>> {
     let all = names.iter().any(|n| n == "all");
     let names: Vec<String> = if all { Method::NAMES.iter().map(|s| s.to_string()).collect() } else { names.to_vec() };
@@ -98,8 +99,10 @@ pub fn methods(names: &[String], tau: Option<u64>, compression: Option<f64>) -> 
         .iter()
         .map(|name| {
             let mut t = toml::Table::new();
-            if let Some(tau) = tau.filter(|_| Method::takes(name, "tau")) {
-                t.insert("tau".into(), toml::Value::Integer(i64::try_from(tau).unwrap_or(i64::MAX)));
+            for key in ["tau", "h"] {
+                if let Some(tau) = tau.filter(|_| Method::takes(name, key)) {
+                    t.insert(key.into(), toml::Value::Integer(i64::try_from(tau).unwrap_or(i64::MAX)));
+                }
             }
             if let Some(c) = compression.filter(|_| Method::takes(name, "compression")) {
                 t.insert("compression".into(), toml::Value::Float(c));

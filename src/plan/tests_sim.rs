@@ -11,8 +11,8 @@ use crate::model::{Gpt, GptConfig};
 use crate::optim::{AdamWConfig, DecaySegments, LrSchedule, OptimizerConfig};
 use crate::runtime::cluster::ClusterProfile;
 use crate::strategy::{
-    run_cluster, Co2Settings, DpuSettings, Hooks, LocalSgdSettings, Method, OverlapLocalSgdSettings, Plan, Runtime,
-    SlowMoSettings, Worker,
+    run_cluster, Co2Settings, DilocoSettings, DpuSettings, Hooks, LocalSgdSettings, Method, OverlapLocalSgdSettings,
+    Plan, Runtime, SlowMoSettings, Worker,
 };
 use std::path::Path;
 use std::sync::Arc;
@@ -51,6 +51,8 @@ fn methods() -> Vec<Method> {
         Method::SlowMo(SlowMoSettings { tau: TAU, ..SlowMoSettings::default() }),
         Method::Co2(Co2Settings { tau: TAU, ..Co2Settings::default() }),
         Method::Co2(Co2Settings { tau: TAU, shard_outer: true, ..Co2Settings::default() }),
+        Method::Diloco(DilocoSettings { h: TAU, ..DilocoSettings::default() }),
+        Method::Diloco(DilocoSettings { h: TAU, outer: crate::optim::OuterKind::Dn, ..DilocoSettings::default() }),
     ]
 }
 

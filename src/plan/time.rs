@@ -257,9 +257,21 @@ pub fn timing(method: &Method, c: &Costing) -> Result<Timing> {
         }
         Method::Demo(s) => demo(&net, c, s, false),
         Method::FlexDemo(s) => demo(&net, c, s, true),
-        // diloco and async-diloco (issue 11) get their rows here: one outer
-        // round of H inner steps, the pseudo-gradient all-reduce (blocking
-        // for diloco; async-diloco's arrivals are not analytical: state the bound).
+        // H inner steps, the pseudo-gradient, its blocking all-reduce, the outer step.
+        Method::Diloco(s) => {
+            let local = net.work(Work::Elementwise { name: "diloco pseudo-gradient", elems: n })
+                + net.work(Work::Elementwise { name: "diloco outer step", elems: 3 * n });
+            let compute = inner(s.h) + local;
+            t(
+                compute + ar_n.s,
+                s.h,
+                s.h as f64 * k,
+                compute,
+                ar_n,
+                "none: the pseudo-gradient's average blocks, once every H steps",
+            )
+        } // async-diloco: its arrivals are not analytical; when it becomes a
+          // method of the CLI its row states the bound it uses.
     })
 }
 
