@@ -18,19 +18,11 @@ import json
 import sys
 from statistics import mean
 
-
-def merge(iv):
-    out = []
-    for a, b in sorted(iv):
-        if out and a <= out[-1][1]:
-            out[-1][1] = max(out[-1][1], b)
-        else:
-            out.append([a, b])
-    return out
+from co2_overlap import covered, merge  # the same interval arithmetic as experiment 2
 
 
 def inside(union, a, b):
-    return sum(max(0.0, min(b, y) - max(x, a)) for x, y in union)
+    return covered((a, b), union)
 
 
 def analyse(path, tau):
