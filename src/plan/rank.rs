@@ -40,6 +40,7 @@ pub fn reason(p: &MethodPlan, c: &Costing) -> String {
     let caveat = match p.method.as_str() {
         "dpu" | "acco-wp" => ", gradients one step stale",
         "local-sgd" | "overlap-local-sgd" | "slowmo" | "co2" => ", averages every tau steps (check the loss)",
+        "diloco" => ", an outer step every H steps (check the loss)",
         "demo" | "flexdemo" => ", compressed exchange (check the loss)",
         _ => "",
     };
