@@ -8,7 +8,7 @@
 # ("memory per worker (f32): params, grads, comm buffers, optimizer, outer state; Table 1 formula").
 # The numbers do not depend on the steps; nano has 667,136 parameters (Psi).
 set -euo pipefail
-LOWCOMM=${1:-/work/bin/lowcomm}
+LOWCOMM=${1:-target/release/lowcomm}
 tmp=$(mktemp -d)
 for m in zero1 "local-sgd --tau 12" "overlap-local-sgd --tau 12" "slowmo --tau 12" "co2 --tau 12" \
          "co2 --tau 12 --penalty off" "co2 --tau 12 --shard-outer"; do

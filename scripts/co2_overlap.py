@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Overlap ratio of CO2 vs tau (the CO2 paper's Table 8), docs/results/co2.md experiment 2.
 
-    python3 scripts/co2_overlap.py [--lowcomm /work/bin/lowcomm] [--out docs/results/co2-overlap]
+    python3 scripts/co2_overlap.py [--lowcomm target/release/lowcomm] [--out docs/results/co2-overlap]
 
 For tau in 1, 3, 6, 12, 24, 48 it runs (288 inner steps: 288/tau outer rounds)
 
@@ -76,7 +76,7 @@ def analyse(path):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--lowcomm", default="/work/bin/lowcomm")
+    ap.add_argument("--lowcomm", default="target/release/lowcomm")
     ap.add_argument("--out", default="docs/results/co2-overlap")
     ap.add_argument("--steps", type=int, default=288)
     ap.add_argument("--no-run", action="store_true", help="only analyse existing runs")

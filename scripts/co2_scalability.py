@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Scalability of AdamW (zero1) and CO2 on the 16x8 TCP profile (CO2 paper's Table 3), co2.md experiment 3.
 
-    python3 scripts/co2_scalability.py [--lowcomm /work/bin/lowcomm] [--out docs/results/co2-scalability] [--nodes 1,2,4,8,16]
+    python3 scripts/co2_scalability.py [--lowcomm target/release/lowcomm] [--out docs/results/co2-scalability] [--nodes 1,2,4,8,16]
 
 configs/clusters/tcp-16x8-80g.toml has 16 nodes; for m nodes the script writes OUT/profiles/tcp-Mx8-80g.toml,
 the same file with `nodes = M` (same device, links and [timing]: GPT-Neo-125M, 0.148 s per micro-batch of
@@ -48,7 +48,7 @@ def throughput(events, n, tau, steps):
 
 def main():
     ap = argparse.ArgumentParser()
-    ap.add_argument("--lowcomm", default="/work/bin/lowcomm")
+    ap.add_argument("--lowcomm", default="target/release/lowcomm")
     ap.add_argument("--out", default="docs/results/co2-scalability")
     ap.add_argument("--nodes", default="1,2,4,8,16")
     ap.add_argument("--no-run", action="store_true", help="only analyse existing runs")

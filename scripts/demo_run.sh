@@ -9,7 +9,7 @@
 # inter-node bytes plot). Virtual time (--runtime sim), so results do not
 # depend on the machine's load. Delete the runs/ directories before committing.
 set -euo pipefail
-L=${LOWCOMM:-/work/bin/lowcomm}
+L=${LOWCOMM:-target/release/lowcomm}
 R=docs/results/demo
 COMMON="--runtime sim --preset nano --steps 300 --batch-size 8 --eval-every 0 --quiet"
 FULL=flexdemo:replicator=full:sign=false:inner=decoupled-adamw
