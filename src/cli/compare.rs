@@ -53,10 +53,10 @@ pub fn compare(methods: &[String], out: &PathBuf, train: &TrainArgs) -> Result<(
     };
     // Every variant's configuration is built and checked before the first
     // run, so a typo in the last one does not cost the runs before it.
-    let names = methods.iter().map(|m| variant(m).map(|(n, _)| n)).collect::<Result<Vec<_>>>()?;
+    let variants = methods.iter().map(|m| variant(m)).collect::<Result<Vec<_>>>()?;
+    let names: Vec<String> = variants.iter().map(|(n, _)| n.clone()).collect();
     let mut configs = Vec::with_capacity(methods.len());
-    for m in methods {
-        let (name, settings) = variant(m)?;
+    for (m, (name, settings)) in methods.iter().zip(variants) {
         let dir = m.replace([':', '=', '/'], "_");
         // Method flags go to the methods that take them (--tau to the local-update ones).
         let mut args = super::commands::flags_for(train, &name, &names)?;

@@ -161,6 +161,23 @@ impl Outer {
     }
 }
 
+/// Where a resumed CO2 worker (sharded or not) stands: its inner state,
+/// outer state and x_{b,tau} restored from the checkpoint, and the round b
+/// whose inner loop was done when it was saved (`None`: a fresh run).
+pub(super) fn resume(
+    j: &mut Journal,
+    inner: &mut Inner,
+    outer: &mut Outer,
+    x_tau: &mut [f32],
+    rounds: &Rounds,
+) -> Result<Option<u64>> {
+    let Some(st) = j.take_resumed() else { return Ok(None) };
+    inner.restore(&st)?;
+    outer.restore(&st)?;
+    st.copy_into("x_tau", x_tau)?;
+    Ok(Some(rounds.ending_at(j.first_round())?))
+}
+
 /// Run CO2 on one worker.
 pub async fn run<C: Ctx>(
     ctx: &mut C,
@@ -186,13 +203,7 @@ pub async fn run<C: Ctx>(
     let mut spare: Option<Vec<f32>> = None;
     let mut pending = None;
     // The boundary this worker stands at (inner loop done, AAR(t-1) waited).
-    let mut at: Option<u64> = None;
-    if let Some(st) = j.take_resumed() {
-        inner.restore(&st)?;
-        outer.restore(&st)?;
-        st.copy_into("x_tau", &mut w.model.params)?;
-        at = Some(rounds.ending_at(j.first_round())?);
-    }
+    let mut at = resume(j, &mut inner, &mut outer, &mut w.model.params, &rounds)?;
     let mut t = 0;
     loop {
         if let Some(b) = at {

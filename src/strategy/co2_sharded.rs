@@ -74,14 +74,16 @@ pub async fn run<C: Ctx>(
     let mut reference = if delta { vec![0.0; m] } else { Vec::new() };
     // A padded buffer: the all-gather's output, then the next reduce-scatter's input.
     let mut free = vec![0.0; padded];
+    // Lines 7-10, sharded: the mean of every worker's padded x, this worker's slice of it.
+    let average = |input: Vec<f32>, output: Vec<f32>| ReduceScatter {
+        group: Group::World,
+        input,
+        output,
+        op: ReduceOp::Mean,
+        wire,
+    };
     let mut pending = None;
-    let mut at: Option<u64> = None;
-    if let Some(st) = j.take_resumed() {
-        inner.restore(&st)?;
-        outer.restore(&st)?;
-        st.copy_into("x_tau", &mut w.model.params)?;
-        at = Some(rounds.ending_at(j.first_round())?);
-    }
+    let mut at = super::co2::resume(j, &mut inner, &mut outer, &mut w.model.params, &rounds)?;
     let mut t = 0;
     loop {
         if let Some(b) = at {
@@ -107,14 +109,7 @@ pub async fn run<C: Ctx>(
             w.model.params.truncate(n);
             Form::Delta.encode(wire, &mut x, &w.model.params);
             x.resize(padded, 0.0);
-            let rs = ReduceScatter {
-                group: Group::World,
-                input: x,
-                output: std::mem::take(&mut synced),
-                op: ReduceOp::Mean,
-                wire,
-            };
-            pending = Some(ctx.start(rs));
+            pending = Some(ctx.start(average(x, std::mem::take(&mut synced))));
             free = Vec::new();
             t = b + 1;
         }
@@ -141,14 +136,7 @@ pub async fn run<C: Ctx>(
             x.resize(padded, 0.0);
             x[..n].copy_from_slice(&w.model.params);
             x[n..].fill(0.0);
-            let rs = ReduceScatter {
-                group: Group::World,
-                input: x,
-                output: std::mem::take(&mut synced),
-                op: ReduceOp::Mean,
-                wire,
-            };
-            (free, synced) = ctx.run(rs).await;
+            (free, synced) = ctx.run(average(x, std::mem::take(&mut synced))).await;
         }
         j.round_end(ctx, Some(w), hi, end, || {
             let mut st = StrategyState { model: Some(piece(&synced)), ..StrategyState::default() };

@@ -24,6 +24,7 @@ pub mod demo;
 pub mod diloco;
 pub mod flexdemo;
 pub mod full;
+pub mod indexed;
 pub mod random;
 pub mod shard;
 pub mod step;
