@@ -69,7 +69,7 @@ def summary_rows(d):
     out = defaultdict(dict)
     for line in open(os.path.join(d, "summary.md")):
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
-        if len(cells) == 11 and cells[1].isdigit():
+        if len(cells) == 14 and cells[1].isdigit():
             out[cells[0]]["val"] = float(cells[4])
         if len(cells) == 6 and cells[0] in out:
             out[cells[0]]["compression"] = cells[5]

@@ -1,182 +1,227 @@
-//! `lowcomm compare`: run several methods on the same model, data and
-//! cluster; write a table, the curves (CSV) and plots (SVG) to a directory.
+//! `lowcomm compare`: run several methods (`--methods all`: every one) on
+//! the same model, data and cluster; write a table (summary.md), the curves
+//! (curves.csv), three plots (SVG) and one self-contained report.html to a
+//! directory. Each finished method leaves `runs/DIR/result.json`, so the
+//! same command run again reuses it (`--fresh`: rerun everything).
 
-use super::TrainArgs;
-use crate::metrics::plot::{line_plot, Series};
-use crate::train::parallel::ParallelSummary;
-use anyhow::{Context, Result};
-use std::fmt::Write as _;
-use std::path::PathBuf;
+use super::compare_methods::{expand, misfit, Entry};
+use super::compare_store::MethodResult;
+use super::compare_table::{curves_csv, plots, tables, target_loss, SMOOTH};
+use super::CompareArgs;
+use crate::train::RunConfig;
+use anyhow::{bail, Context, Result};
+use std::path::Path;
+use std::time::Instant;
 
-/// Moving average over `w` rounds (the per-round training loss is noisy).
-fn smooth(x: &[f32], w: usize) -> Vec<f64> {
-    (0..x.len())
-        .map(|i| x[i.saturating_sub(w - 1)..=i].iter().map(|&v| v as f64).sum::<f64>() / (i.min(w - 1) + 1) as f64)
-        .collect()
+/// One method of the sweep, configured.
+struct Planned {
+    entry: Entry,
+    cfg: RunConfig,
+    /// The configuration as TOML: a stored result counts only under the same one.
+    config: String,
+    /// A complete result from an earlier invocation.
+    done: Option<MethodResult>,
 }
 
-/// `NAME:key=value:...`: a method and settings written into its
-/// `[methods.NAME]` section for this run only (e.g.
-/// `flexdemo:replicator=random:compression=0.05`), so one comparison can
-/// hold one method several ways. Values are TOML (`true`, `0.05`,
-/// `"random"`); a bare word is taken as a string.
-fn variant(spec: &str) -> Result<(String, Vec<(String, toml::Value)>)> {
-    let mut parts = spec.split(':');
-    let name = parts.next().unwrap_or_default().to_string();
-    let mut kvs = Vec::new();
-    for kv in parts {
-        let Some((k, v)) = kv.split_once('=') else {
-            anyhow::bail!(
-                "--methods {spec}: `{kv}` is not key=value; e.g. flexdemo:replicator=random:compression=0.05"
-            );
-        };
-        let value = format!("v = {v}")
-            .parse::<toml::Table>()
-            .ok()
-            .and_then(|mut t| t.remove("v"))
-            .unwrap_or_else(|| toml::Value::String(v.to_string()));
-        kvs.push((k.to_string(), value));
+/// Builds and checks every entry's configuration before the first run, so a
+/// typo in the last one does not cost the runs before it. Misfits that
+/// `all` added are skipped (with a note); named ones are refused.
+fn configure(a: &CompareArgs, out: &Path, notes: &mut Vec<String>) -> Result<Vec<Planned>> {
+    let entries = expand(&a.methods)?;
+    let names: Vec<String> = entries.iter().map(|e| e.name.clone()).collect();
+    let mut planned = Vec::with_capacity(entries.len());
+    for entry in entries {
+        let dir = out.join("runs").join(entry.dir());
+        // Method flags go to the methods that take them (--tau to the local-update ones).
+        let mut args = super::commands::flags_for(&a.train, &entry.name, &names)?;
+        args.method = Some(entry.name.clone());
+        args.out = Some(dir.clone());
+        args.trace = Some(dir.join("trace.json"));
+        let (mut cfg, _) = super::commands::run_config(&args)?;
+        for (k, v) in &entry.settings {
+            cfg.methods.entry(entry.name.clone()).or_default().insert(k.clone(), v.clone());
+        }
+        let method = crate::strategy::Method::from_config(&entry.name, cfg.methods.get(&entry.name))
+            .with_context(|| format!("--methods {} (values are TOML: true/false, numbers, \"strings\")", entry.spec))?;
+        if let Some(why) = misfit(&method, &cfg) {
+            if !entry.implied {
+                bail!("--methods {}: {} does not fit this setup: {why}", entry.spec, entry.name);
+            }
+            notes.push(format!("{}: skipped: {why}", entry.spec));
+            continue;
+        }
+        let config = cfg.to_toml();
+        let done = if a.fresh { None } else { MethodResult::load(&dir, &config) };
+        planned.push(Planned { entry, cfg, config, done });
     }
-    Ok((name, kvs))
+    Ok(planned)
 }
 
-/// Run each method in `methods` with the flags of `train`; write to `out`.
-pub fn compare(methods: &[String], out: &PathBuf, train: &TrainArgs) -> Result<()> {
+/// The sweep's remaining time: seconds per step of the methods run so far
+/// times the steps of those still to run; `None` before the first finishes.
+fn eta_s(finished: &[(f64, u64)], remaining_steps: u64) -> Option<f64> {
+    let (secs, steps) = finished.iter().fold((0.0, 0u64), |(s, n), (t, k)| (s + t, n + k));
+    (steps > 0).then(|| secs / steps as f64 * remaining_steps as f64)
+}
+
+/// Runs `lowcomm compare`.
+pub fn compare(a: &CompareArgs) -> Result<()> {
+    let out = &a.results;
     std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
-    let mut runs: Vec<(String, ParallelSummary)> = Vec::new();
-    let mut runner = super::mpi::runner(train.backend.as_deref().unwrap_or("local"))?;
+    let mut runner = super::mpi::runner(a.train.backend.as_deref().unwrap_or("local"))?;
     let root = runner.root;
     let say = |s: String| {
         if root {
             eprintln!("{s}");
         }
     };
-    // Every variant's configuration is built and checked before the first
-    // run, so a typo in the last one does not cost the runs before it.
-    let variants = methods.iter().map(|m| variant(m)).collect::<Result<Vec<_>>>()?;
-    let names: Vec<String> = variants.iter().map(|(n, _)| n.clone()).collect();
-    let mut configs = Vec::with_capacity(methods.len());
-    for (m, (name, settings)) in methods.iter().zip(variants) {
-        let dir = m.replace([':', '=', '/'], "_");
-        // Method flags go to the methods that take them (--tau to the local-update ones).
-        let mut args = super::commands::flags_for(train, &name, &names)?;
-        args.method = Some(name.clone());
-        args.out = Some(out.join("runs").join(&dir));
-        args.trace = Some(out.join("runs").join(&dir).join("trace.json"));
-        let (mut cfg, _) = super::commands::run_config(&args)?;
-        for (k, v) in settings {
-            cfg.methods.entry(name.clone()).or_default().insert(k, v);
-        }
-        crate::strategy::Method::from_config(&name, cfg.methods.get(&name))
-            .with_context(|| format!("--methods {m} (values are TOML: true/false, numbers, \"strings\")"))?;
-        configs.push(cfg);
+    let mut notes = Vec::new();
+    let planned = configure(a, out, &mut notes)?;
+    for n in &notes {
+        say(format!("compare: {n}"));
     }
-    for (i, (m, cfg)) in methods.iter().zip(configs).enumerate() {
-        say(format!("compare [{}/{}]: {m} ({} to go after it)", i + 1, methods.len(), methods.len() - i - 1));
-        let opts = crate::train::RunOptions { quiet: train.quiet, ..Default::default() };
-        let Some(s) = (runner.run)(cfg, &opts)? else {
+    if planned.is_empty() {
+        bail!("--methods {}: no method fits this setup (see the lines above)", a.methods.join(","));
+    }
+    let n = planned.len();
+    let mut results = Vec::with_capacity(n);
+    let mut finished: Vec<(f64, u64)> = Vec::new();
+    for (i, p) in planned.iter().enumerate() {
+        let spec = &p.entry.spec;
+        let dir = p.cfg.train.out_dir.clone();
+        if let Some(r) = &p.done {
+            say(format!("compare [{}/{n}] {spec}: done earlier, reused ({})", i + 1, dir.display()));
+            notes.push(format!(
+                "{spec}: done earlier, reused ({})",
+                dir.join(super::compare_store::RESULT_FILE).display()
+            ));
+            results.push(r.clone());
+            continue;
+        }
+        let remaining: u64 = planned[i..].iter().filter(|q| q.done.is_none()).map(|q| q.cfg.train.steps).sum();
+        let eta = eta_s(&finished, remaining)
+            .map_or("sweep ETA after the first method".into(), |s| format!("sweep ETA {s:.0} s"));
+        say(format!("compare [{}/{n}] {spec}: running ({eta})", i + 1));
+        // A run left unfinished (no result.json) or made under other settings is started over.
+        if root && dir.exists() {
+            std::fs::remove_dir_all(&dir).with_context(|| format!("cannot clear {}", dir.display()))?;
+        }
+        let opts = crate::train::RunOptions { quiet: a.train.quiet, ..Default::default() };
+        let started = Instant::now();
+        let Some(s) = (runner.run)(p.cfg.clone(), &opts)? else {
             continue; // an MPI rank other than 0: rank 0 writes the results
         };
+        let took = started.elapsed().as_secs_f64();
+        finished.push((took, p.cfg.train.steps));
+        let r = MethodResult::from_run(spec, p.config.clone(), &s, took);
+        r.save(&dir)?;
         say(format!(
-            "compare: {m}: final loss {:.4}, val loss {:.4}, {:.2} s",
-            s.final_loss, s.val_loss, s.summary.wall_s
+            "compare [{}/{n}] {spec}: final loss {:.4}, val loss {:.4}, {:.2} s run time ({took:.1} s here)",
+            i + 1,
+            s.final_loss,
+            s.val_loss,
+            s.summary.wall_s
         ));
-        runs.push((m.clone(), s));
+        results.push(r);
     }
     if !root {
         return Ok(());
     }
-    // Time for each method to reach the baseline's final (smoothed) training loss.
-    const W: usize = 10;
-    let base = runs.iter().position(|(m, _)| m == "zero1").unwrap_or(0);
-    let base_loss: Vec<f32> = runs[base].1.rounds.iter().map(|r| r.loss).collect();
-    let target = *smooth(&base_loss, W).last().unwrap_or(&f64::NAN);
-    let reach = |s: &ParallelSummary| {
-        let l: Vec<f32> = s.rounds.iter().map(|r| r.loss).collect();
-        smooth(&l, W).iter().zip(&s.rounds).find(|(v, _)| **v <= target).map(|(_, r)| r.wall_s)
+    write_report(a, &results, &notes)
+}
+
+/// The machine and the (simulated) cluster, as the report shows them.
+fn machine(cfg: &RunConfig) -> Vec<(String, String)> {
+    let p = &cfg.parallel;
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|s| s.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown".into());
+    let cores = std::thread::available_parallelism().map_or("unknown".into(), |c| c.to_string());
+    let opt = |v: Option<String>| v.unwrap_or_else(|| "-".into());
+    vec![
+        ("host".into(), format!("{cpu}, {cores} logical CPUs, {} {}", std::env::consts::OS, std::env::consts::ARCH)),
+        (
+            "runtime".into(),
+            match p.runtime.as_str() {
+                "sim" => "sim (simulated cluster, virtual time)".into(),
+                other => format!("{other} (this machine, wall-clock time), backend {}", p.backend),
+            },
+        ),
+        ("workers".into(), opt(p.workers.map(|w| w.to_string()))),
+        ("nodes".into(), opt(p.nodes.map(|w| w.to_string()))),
+        ("cluster profile".into(), opt(p.cluster.as_ref().map(|c| c.display().to_string()))),
+        ("link".into(), opt(p.link.clone())),
+        ("wire".into(), opt(p.wire.map(|w| format!("{w:?}")))),
+        ("speeds".into(), opt(p.speeds.as_ref().map(|s| format!("{s:?}")))),
+        ("model".into(), opt(cfg.model.preset.clone())),
+        (
+            "steps x batch".into(),
+            format!(
+                "{} steps, {} sequences per micro-batch, grad accum {}",
+                cfg.train.steps, cfg.train.batch_size, cfg.train.grad_accum
+            ),
+        ),
+    ]
+}
+
+/// summary.md, curves.csv, the three SVGs and report.html, each atomically.
+fn write_report(a: &CompareArgs, results: &[MethodResult], notes: &[String]) -> Result<()> {
+    let out = &a.results;
+    let first: RunConfig = toml::from_str(&results[0].config).context("a stored result's config does not parse")?;
+    let clock = if first.parallel.runtime == "sim" { "virtual" } else { "wall" };
+    let target = target_loss(results, a.target_loss);
+    let t = tables(results, target, clock);
+    let command = format!("lowcomm {}", std::env::args().skip(1).collect::<Vec<_>>().join(" "));
+    let target_says = match a.target_loss {
+        Some(v) => format!("--target-loss {v}"),
+        None => format!("the worst method's final training loss, {target:.4}, which every method reaches (set it with --target-loss)"),
     };
-    let base_reach = reach(&runs[base].1);
-    let mut md = String::new();
-    writeln!(md, "command: `lowcomm {}`\n", std::env::args().skip(1).collect::<Vec<_>>().join(" "))?;
-    writeln!(md, "| method | rounds | tokens | final train loss | val loss | time (s) | time to {}'s final loss (s) | vs {} | overlap | idle | micro-batches/round |", runs[base].0, runs[base].0)?;
-    writeln!(md, "|---|---|---|---|---|---|---|---|---|---|---|")?;
-    let mut csv = String::from("method,step,tokens,wall_s,loss\n");
-    for (m, s) in &runs {
-        let last = s.rounds.last();
-        let r = reach(s);
-        let ratio = match (r, base_reach) {
-            (Some(a), Some(b)) if b > 0.0 => format!("{:.2}x", a / b),
-            _ => "-".into(),
-        };
-        let mbr = s.summary.workers.iter().filter_map(|w| w.micro_batches.as_ref().map(|m| m.mean)).sum::<f64>()
-            / s.world as f64;
-        let pct = |x: Option<f64>| x.map_or("-".into(), |v| format!("{:.0}%", 100.0 * v));
-        writeln!(
-            md,
-            "| {m} | {} | {} | {:.4} | {:.4} | {:.2} | {} | {ratio} | {} | {} | {mbr:.2} |",
-            s.rounds.len(),
-            last.map_or(0, |r| r.tokens),
-            *smooth(&s.rounds.iter().map(|r| r.loss).collect::<Vec<_>>(), W).last().unwrap_or(&f64::NAN),
-            s.val_loss,
-            s.summary.wall_s,
-            r.map_or("not reached".into(), |t| format!("{t:.2}")),
-            pct(s.summary.overlap_ratio),
-            pct(s.summary.idle_share),
-        )?;
-        for rec in &s.rounds {
-            writeln!(csv, "{m},{},{},{},{}", rec.step, rec.tokens, rec.wall_s, rec.loss)?;
-        }
-    }
-    writeln!(md, "\nTraining loss is a {W}-round moving average of the mean over workers; time is virtual under `--runtime sim`.")?;
-    writeln!(md, "\nPer round, averaged over workers (c = compute, m = communication):\n")?;
-    writeln!(md, "| method | round (s) | c (s) | m (s) | round / max(c, m) | round / (c + m) |")?;
-    writeln!(md, "|---|---|---|---|---|---|")?;
-    for (m, s) in &runs {
-        let r = s.rounds.len().max(1) as f64;
-        let n = s.world as f64;
-        let c = s.summary.workers.iter().map(|w| w.compute_s).sum::<f64>() / n / r;
-        let k = s.summary.workers.iter().map(|w| w.comm_s).sum::<f64>() / n / r;
-        let round = s.summary.wall_s / r;
-        writeln!(md, "| {m} | {round:.4} | {c:.4} | {k:.4} | {:.2} | {:.2} |", round / c.max(k), round / (c + k))?;
-    }
-    writeln!(md, "\nBytes per worker per round (ring model; between nodes = one member per node):\n")?;
-    writeln!(
-        md,
-        "| method | all (kB) | inside nodes (kB) | between nodes (kB) | exchange payload (B) | compression |"
-    )?;
-    writeln!(md, "|---|---|---|---|---|---|")?;
-    for (m, s) in &runs {
-        let per = |b: u64| b as f64 / s.world.max(1) as f64 / s.rounds.len().max(1) as f64 / 1e3;
-        let ex = s.reports.first().and_then(|r| r.exchange);
-        writeln!(
-            md,
-            "| {m} | {:.1} | {:.1} | {:.1} | {} | {} |",
-            per(s.summary.bytes_sent),
-            per(s.summary.bytes_intra),
-            per(s.summary.bytes_inter),
-            ex.map_or("-".into(), |b| b.payload_bytes.to_string()),
-            ex.map_or("-".into(), |b| format!("{:.4}", b.compression())),
-        )?;
+    let legend = vec![
+        format!("Training loss is a {SMOOTH}-round moving average of the mean over workers."),
+        format!("Time is {clock}-clock seconds{}.", if clock == "virtual" { " of the simulated cluster" } else { " on this machine" }),
+        format!("Time to loss: when the training loss first got to the target: {target_says}."),
+        "Sent per worker: bytes each worker sent over the run, all and by tier (ring model; between nodes = one member per node).".into(),
+        "Memory: one worker's model states (parameters, gradients, communication buffers, optimizer and outer state), f32.".into(),
+    ];
+    let mut md = format!("command: `{command}`\n\n");
+    md += &t.main.markdown();
+    md += &legend.iter().map(|l| format!("\n{l}")).collect::<String>();
+    md += "\n\nPer round, averaged over workers (c = compute, m = communication):\n\n";
+    md += &t.per_round.markdown();
+    md += "\nBytes per worker per round (ring model; between nodes = one member per node):\n\n";
+    md += &t.bytes.markdown();
+    if !notes.is_empty() {
+        md += &format!("\nNotes:\n\n{}", notes.iter().map(|n| format!("- {n}\n")).collect::<String>());
     }
     crate::util::atomic_write(&out.join("summary.md"), md.as_bytes())?;
-    crate::util::atomic_write(&out.join("curves.csv"), csv.as_bytes())?;
-    let series = |x: fn(&crate::train::parallel::RoundRecord) -> f64| -> Vec<Series> {
-        runs.iter()
-            .map(|(m, s)| {
-                let sm = smooth(&s.rounds.iter().map(|r| r.loss).collect::<Vec<_>>(), W);
-                Series { name: m.clone(), points: s.rounds.iter().zip(sm).map(|(r, l)| (x(r), l)).collect() }
-            })
-            .collect()
-    };
-    line_plot(
-        &out.join("loss_vs_tokens.svg"),
-        "training loss vs tokens",
-        "tokens",
-        "loss",
-        &series(|r| r.tokens as f64),
-    )?;
-    line_plot(&out.join("loss_vs_time.svg"), "training loss vs time", "seconds", "loss", &series(|r| r.wall_s))?;
+    crate::util::atomic_write(&out.join("curves.csv"), curves_csv(results)?.as_bytes())?;
+    let svgs = plots(results, clock)?;
+    for (name, svg) in &svgs {
+        crate::util::atomic_write(&out.join(name), svg.as_bytes())?;
+    }
+    let machine = machine(&first);
+    let page = super::compare_html::Page { command: &command, machine: &machine, plots: &svgs, legend: &legend, notes };
+    crate::util::atomic_write(&out.join("report.html"), super::compare_html::render(&page, &t).as_bytes())?;
     print!("{md}");
-    eprintln!("wrote {}/summary.md, curves.csv, loss_vs_tokens.svg, loss_vs_time.svg", out.display());
+    eprintln!(
+        "wrote {}/report.html, summary.md, curves.csv, loss_vs_tokens.svg, loss_vs_time.svg, loss_vs_bytes.svg",
+        out.display()
+    );
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_eta_is_seconds_per_finished_step_times_the_steps_to_go() {
+        assert_eq!(super::eta_s(&[], 40), None);
+        // 10 s for 20 steps and 20 s for 20 steps: 0.75 s per step; 40 to go.
+        assert_eq!(super::eta_s(&[(10.0, 20), (20.0, 20)], 40), Some(30.0));
+    }
 }

@@ -3,6 +3,10 @@
 
 mod commands;
 mod compare;
+mod compare_html;
+mod compare_methods;
+mod compare_store;
+mod compare_table;
 mod mpi;
 mod plan;
 mod values;
@@ -55,12 +59,23 @@ pub struct CommCheckArgs {
 
 #[derive(Args, Debug)]
 pub struct CompareArgs {
-    /// Methods to run, in order (the table compares against zero1 if present).
+    /// Methods to run, in order: names, `NAME:key=value:...` variants (e.g.
+    /// `co2:tau=24`), or `all` (every method with its documented defaults;
+    /// a variant next to it replaces that method's default run:
+    /// `all,co2:tau=24`). Under `all`, a method that does not fit the setup
+    /// is skipped with a line saying why.
     #[arg(long, value_delimiter = ',', default_value = "ddp,zero1,dpu,acco-wp,acco")]
     pub methods: Vec<String>,
-    /// Output directory: summary.md, curves.csv, loss_vs_tokens.svg, loss_vs_time.svg, runs/.
+    /// Output directory: report.html, summary.md, curves.csv, loss_vs_{tokens,time,bytes}.svg,
+    /// runs/METHOD/ (a finished method's result.json is reused by the next compare here).
     #[arg(long = "results", default_value = "docs/results/compare")]
     pub results: PathBuf,
+    /// Training loss each method is timed to (default: the worst method's final training loss).
+    #[arg(long, allow_negative_numbers = true, value_parser = values::finite_f64)]
+    pub target_loss: Option<f64>,
+    /// Rerun every method, even those whose result in --results is complete.
+    #[arg(long)]
+    pub fresh: bool,
     /// Every `train` flag applies to each run (--method is set per run).
     #[command(flatten)]
     pub train: TrainArgs,
@@ -373,7 +388,7 @@ pub fn main() -> anyhow::Result<()> {
         Command::Generate(a) => commands::generate(a),
         Command::Export(a) => commands::export(a),
         Command::Bench(a) => commands::bench(a),
-        Command::Compare(a) => compare::compare(&a.methods, &a.results, &a.train),
+        Command::Compare(a) => compare::compare(&a),
         Command::Plan(a) => plan::plan(&a),
         Command::CommCheck(a) => mpi::comm_check(&a),
     }

@@ -14,6 +14,13 @@ pub struct Series {
 
 /// Plot `series` as lines into an SVG file at `path`.
 pub fn line_plot(path: &Path, title: &str, x_label: &str, y_label: &str, series: &[Series]) -> Result<()> {
+    let svg = line_svg(title, x_label, y_label, series).map_err(|e| anyhow!("{}: {e}", path.display()))?;
+    // Written like every other output: a reader never sees half a plot.
+    crate::util::atomic_write(path, svg.as_bytes())
+}
+
+/// Plot `series` as lines; the SVG document as text.
+pub fn line_svg(title: &str, x_label: &str, y_label: &str, series: &[Series]) -> Result<String> {
     let pts = series.iter().flat_map(|s| s.points.iter());
     let (mut x0, mut x1, mut y0, mut y1) = (f64::MAX, f64::MIN, f64::MAX, f64::MIN);
     for &(x, y) in pts {
@@ -22,7 +29,7 @@ pub fn line_plot(path: &Path, title: &str, x_label: &str, y_label: &str, series:
         }
     }
     if x0 > x1 {
-        return Err(anyhow!("nothing to plot for {}", path.display()));
+        return Err(anyhow!("nothing to plot ({title})"));
     }
     let pad = ((y1 - y0) * 0.05).max(1e-6);
     let mut svg = String::new();
@@ -53,8 +60,7 @@ pub fn line_plot(path: &Path, title: &str, x_label: &str, y_label: &str, series:
             .map_err(|e| anyhow!("{e}"))?;
         root.present().map_err(|e| anyhow!("{e}"))?;
     }
-    // Written like every other output: a reader never sees half a plot.
-    crate::util::atomic_write(path, svg.as_bytes())
+    Ok(svg)
 }
 
 #[cfg(test)]

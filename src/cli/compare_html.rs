@@ -1,0 +1,131 @@
+//! `report.html` of a `lowcomm compare` sweep: one self-contained file
+//! (CSS and the SVG plots inline, no script, no link, no URL of any kind),
+//! so it opens in a browser with no network and can be mailed as is.
+
+use super::compare_table::{Table, Tables};
+use std::fmt::Write as _;
+
+/// What the report shows besides the tables.
+pub struct Page<'a> {
+    /// The command line that made it.
+    pub command: &'a str,
+    /// The machine and simulated cluster, as (what, value).
+    pub machine: &'a [(String, String)],
+    /// The plots, `(file name, SVG document)`.
+    pub plots: &'a [(&'static str, String)],
+    /// Lines about the table (target loss, clock).
+    pub legend: &'a [String],
+    /// Per-method notes: skipped (and why), reused.
+    pub notes: &'a [String],
+}
+
+/// `s` with `&`, `<`, `>` and `"` escaped (text and attribute values).
+pub fn escape(s: &str) -> String {
+    s.replace('&', "&amp;").replace('<', "&lt;").replace('>', "&gt;").replace('"', "&quot;")
+}
+
+/// An SVG document as an element to put inside HTML: no XML declaration,
+/// and no namespace attribute (HTML puts `<svg>` in the SVG namespace
+/// itself; the attribute's value is a URL the report must not hold).
+fn inline_svg(svg: &str) -> String {
+    let body = match svg.find("<svg") {
+        Some(i) => &svg[i..],
+        None => svg,
+    };
+    let mut out = String::with_capacity(body.len());
+    let mut rest = body;
+    while let Some(i) = rest.find(" xmlns") {
+        out += &rest[..i];
+        let after = &rest[i + 1..];
+        // Skip ` xmlns[:x]="..."`.
+        match after.find('"').and_then(|q| after[q + 1..].find('"').map(|e| q + 1 + e + 1)) {
+            Some(end) => rest = &after[end..],
+            None => {
+                rest = after;
+                break;
+            }
+        }
+    }
+    out + rest
+}
+
+fn table_html(t: &Table) -> String {
+    let cells = |tag: &str, row: &[String]| -> String {
+        row.iter().map(|c| format!("<{tag}>{}</{tag}>", escape(c))).collect::<String>()
+    };
+    let mut s = format!("<table>\n<thead><tr>{}</tr></thead>\n<tbody>\n", cells("th", &t.head));
+    for r in &t.rows {
+        s += &format!("<tr>{}</tr>\n", cells("td", r));
+    }
+    s + "</tbody>\n</table>\n"
+}
+
+const STYLE: &str = "body{font-family:sans-serif;margin:2em;max-width:1200px;color:#222}\
+table{border-collapse:collapse;margin:1em 0;font-size:0.9em}\
+th,td{border:1px solid #bbb;padding:0.3em 0.6em;text-align:right}\
+th{background:#eee}td:first-child,th:first-child{text-align:left}\
+pre{background:#f4f4f4;padding:0.8em;white-space:pre-wrap;word-break:break-all}\
+figure{margin:1em 0}figcaption{font-size:0.9em;color:#555}";
+
+/// The whole report.
+pub fn render(page: &Page, tables: &Tables) -> String {
+    let mut h = String::new();
+    let _ = write!(
+        h,
+        "<!DOCTYPE html>\n<html lang=\"en\">\n<head>\n<meta charset=\"utf-8\">\n<title>lowcomm compare</title>\n<style>{STYLE}</style>\n</head>\n<body>\n<h1>lowcomm compare</h1>\n"
+    );
+    let _ = write!(h, "<h2>Command</h2>\n<pre>{}</pre>\n", escape(page.command));
+    h += "<h2>Machine and cluster</h2>\n<table>\n<tbody>\n";
+    for (k, v) in page.machine {
+        let _ = writeln!(h, "<tr><th>{}</th><td>{}</td></tr>", escape(k), escape(v));
+    }
+    h += "</tbody>\n</table>\n<h2>Results</h2>\n";
+    h += &table_html(&tables.main);
+    h += "<ul>\n";
+    for l in page.legend {
+        let _ = writeln!(h, "<li>{}</li>", escape(l));
+    }
+    h += "</ul>\n<h2>Plots</h2>\n";
+    for (name, svg) in page.plots {
+        let _ = write!(h, "<figure>\n{}\n<figcaption>{}</figcaption>\n</figure>\n", inline_svg(svg), escape(name));
+    }
+    h += "<h2>Time per round</h2>\n<p>Averaged over workers: c = compute, m = communication.</p>\n";
+    h += &table_html(&tables.per_round);
+    h += "<h2>Bytes per worker per round</h2>\n<p>Ring model; between nodes = one member per node.</p>\n";
+    h += &table_html(&tables.bytes);
+    h += "<h2>Notes</h2>\n<ul>\n";
+    if page.notes.is_empty() {
+        h += "<li>Every method ran in this invocation.</li>\n";
+    }
+    for n in page.notes {
+        let _ = writeln!(h, "<li>{}</li>", escape(n));
+    }
+    h + "</ul>\n</body>\n</html>\n"
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn text_is_escaped_and_svgs_lose_their_namespace_url() {
+        assert_eq!(escape("a<b & \"c\">"), "a&lt;b &amp; &quot;c&quot;&gt;");
+        let svg = "<?xml version=\"1.0\"?>\n<svg width=\"8\" xmlns=\"http://www.w3.org/2000/svg\" height=\"5\"><path d=\"M0 0\"/></svg>";
+        assert_eq!(inline_svg(svg), "<svg width=\"8\" height=\"5\"><path d=\"M0 0\"/></svg>");
+        let plots = [("p.svg", svg.to_string())];
+        let t = || Table { head: vec!["method".into()], rows: vec![vec!["<co2>".into()]] };
+        let tables = Tables { main: t(), per_round: t(), bytes: t() };
+        let notes = ["acco: skipped: <why>".to_string()];
+        let machine = [("cpu".to_string(), "x".to_string())];
+        let page = Page {
+            command: "lowcomm compare --methods all",
+            machine: &machine,
+            plots: &plots,
+            legend: &[],
+            notes: &notes,
+        };
+        let html = render(&page, &tables);
+        assert!(!html.contains("http") && !html.contains("<?xml"), "{html}");
+        assert!(html.contains("<td>&lt;co2&gt;</td>") && html.contains("skipped: &lt;why&gt;"), "{html}");
+    }
+}

@@ -1,0 +1,155 @@
+//! One method's result in a `lowcomm compare` sweep, kept as
+//! `runs/DIR/result.json` (written atomically once the run has finished),
+//! so a sweep run again reuses what is complete and reruns what is not.
+
+use crate::metrics::{Lane, Summary};
+use crate::strategy::MemoryBytes;
+use crate::train::parallel::ParallelSummary;
+use anyhow::{Context, Result};
+use serde::{Deserialize, Serialize};
+use std::path::Path;
+
+/// The file a finished method leaves in its run directory.
+pub const RESULT_FILE: &str = "result.json";
+
+/// One round of a method's curve.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Round {
+    /// Rounds completed, this one included.
+    pub step: u64,
+    /// Tokens applied so far, all workers.
+    pub tokens: u64,
+    /// When the round's last worker ended it (virtual under `sim`).
+    pub wall_s: f64,
+    /// Mean training loss over the workers.
+    pub loss: f32,
+    /// Bytes sent per worker by the time the round ended.
+    pub bytes: f64,
+}
+
+/// What the comparison needs of one finished method.
+#[derive(Clone, Debug, Serialize, Deserialize)]
+pub struct MethodResult {
+    /// The `--methods` entry (`co2:tau=4`).
+    pub spec: String,
+    /// The method with its settings, as the run printed it.
+    pub label: String,
+    /// The run's whole configuration (TOML): a result made under another
+    /// one is not reused.
+    pub config: String,
+    /// Data-parallel workers.
+    pub world: usize,
+    /// The curve.
+    pub rounds: Vec<Round>,
+    /// Validation loss of the final model.
+    pub val_loss: f32,
+    /// Times, overlap, idle share and bytes (metrics::summary).
+    pub summary: Summary,
+    /// Worker 0's model states by category.
+    pub memory: MemoryBytes,
+    /// A compressing method's exchange: payload bytes and compression.
+    pub exchange: Option<(usize, f64)>,
+    /// Wall-clock seconds the run took here (for the sweep's ETA).
+    pub run_s: f64,
+}
+
+impl MethodResult {
+    /// From a finished run of `spec` under `config` that took `run_s` seconds.
+    pub fn from_run(spec: &str, config: String, s: &ParallelSummary, run_s: f64) -> MethodResult {
+        let mut sent: Vec<(f64, u64)> = s
+            .reports
+            .iter()
+            .flat_map(|r| r.events.spans())
+            .filter(|sp| sp.lane == Lane::Comm && sp.bytes > 0)
+            .map(|sp| (sp.end_s, sp.bytes))
+            .collect();
+        sent.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let ends: Vec<f64> = s.rounds.iter().map(|r| r.wall_s).collect();
+        let bytes = bytes_by(&sent, &ends, s.world);
+        MethodResult {
+            spec: spec.to_string(),
+            label: s.method.to_string(),
+            config,
+            world: s.world,
+            rounds: s
+                .rounds
+                .iter()
+                .zip(bytes)
+                .map(|(r, bytes)| Round { step: r.step, tokens: r.tokens, wall_s: r.wall_s, loss: r.loss, bytes })
+                .collect(),
+            val_loss: s.val_loss,
+            summary: s.summary.clone(),
+            memory: s.reports.first().map(|r| r.memory).unwrap_or_default(),
+            exchange: s.reports.first().and_then(|r| r.exchange).map(|b| (b.payload_bytes, b.compression())),
+            run_s,
+        }
+    }
+
+    /// The result in `dir` if it is complete and was made under `config`.
+    pub fn load(dir: &Path, config: &str) -> Option<MethodResult> {
+        let text = std::fs::read_to_string(dir.join(RESULT_FILE)).ok()?;
+        let r: MethodResult = serde_json::from_str(&text).ok()?;
+        (r.config == config).then_some(r)
+    }
+
+    /// Writes `dir/result.json` atomically: it exists only once complete.
+    pub fn save(&self, dir: &Path) -> Result<()> {
+        let text = serde_json::to_string(self)?;
+        let path = dir.join(RESULT_FILE);
+        crate::util::atomic_write(&path, text.as_bytes()).with_context(|| format!("cannot write {}", path.display()))
+    }
+}
+
+/// Bytes per worker sent by each time in `ends` (ascending): the sum of the
+/// transfers `(end_s, bytes)` (sorted by end) ended by then, over `world`.
+fn bytes_by(sent: &[(f64, u64)], ends: &[f64], world: usize) -> Vec<f64> {
+    let mut i = 0;
+    let mut total = 0u64;
+    ends.iter()
+        .map(|&t| {
+            while i < sent.len() && sent[i].0 <= t {
+                total += sent[i].1;
+                i += 1;
+            }
+            total as f64 / world.max(1) as f64
+        })
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn bytes_by_a_round_are_the_transfers_ended_by_then_per_worker() {
+        // Two workers; transfers of 100 B at 1 s, 300 B at 2 s, 50 B at 5 s.
+        let sent = [(1.0, 100), (2.0, 300), (5.0, 50)];
+        // By 0.5 s nothing; by 2 s 400 B / 2; by 4 s still 200; by 5 s 450 / 2.
+        assert_eq!(bytes_by(&sent, &[0.5, 2.0, 4.0, 5.0], 2), [0.0, 200.0, 200.0, 225.0]);
+        assert_eq!(bytes_by(&[], &[1.0], 0), [0.0]);
+    }
+
+    #[test]
+    fn a_result_is_reused_only_when_complete_and_made_under_the_same_config() {
+        let dir = tempfile::tempdir().unwrap();
+        let json = |r: Option<MethodResult>| r.map(|r| serde_json::to_string(&r).unwrap());
+        assert_eq!(json(MethodResult::load(dir.path(), "x")), None, "no file: not done");
+        let r = MethodResult {
+            spec: "co2".into(),
+            label: "co2 (tau 12)".into(),
+            config: "[train]\nsteps = 4\n".into(),
+            world: 2,
+            rounds: vec![Round { step: 1, tokens: 64, wall_s: 0.5, loss: 3.0, bytes: 10.0 }],
+            val_loss: 2.9,
+            summary: crate::metrics::summarize(&[], 2, 0).unwrap(),
+            memory: MemoryBytes::default(),
+            exchange: None,
+            run_s: 1.0,
+        };
+        r.save(dir.path()).unwrap();
+        assert_eq!(json(MethodResult::load(dir.path(), &r.config)), json(Some(r.clone())));
+        assert_eq!(json(MethodResult::load(dir.path(), "[train]\nsteps = 8\n")), None, "other settings: rerun");
+        std::fs::write(dir.path().join(RESULT_FILE), "{\"spec\": \"co2\"").unwrap();
+        assert_eq!(json(MethodResult::load(dir.path(), &r.config)), None, "a torn file: rerun");
+    }
+}
