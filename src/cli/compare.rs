@@ -100,7 +100,7 @@ pub fn compare(a: &CompareArgs) -> Result<()> {
         }
         let remaining: u64 = planned[i..].iter().filter(|q| q.done.is_none()).map(|q| q.cfg.train.steps).sum();
         let eta = eta_s(&finished, remaining)
-            .map_or("sweep ETA after the first method".into(), |s| format!("sweep ETA {s:.0} s"));
+            .map_or("sweep ETA after the first method".into(), |s| format!("sweep ETA {s:.1} s"));
         say(format!("compare [{}/{n}] {spec}: running ({eta})", i + 1));
         // A run left unfinished (no result.json) or made under other settings is started over.
         if root && dir.exists() {
@@ -131,7 +131,7 @@ pub fn compare(a: &CompareArgs) -> Result<()> {
 }
 
 /// The machine and the (simulated) cluster, as the report shows them.
-fn machine(cfg: &RunConfig) -> Vec<(String, String)> {
+fn machine(cfg: &RunConfig, world: usize) -> Vec<(String, String)> {
     let p = &cfg.parallel;
     let cpu = std::fs::read_to_string("/proc/cpuinfo")
         .ok()
@@ -153,8 +153,15 @@ fn machine(cfg: &RunConfig) -> Vec<(String, String)> {
                 other => format!("{other} (this machine, wall-clock time), backend {}", p.backend),
             },
         ),
-        ("workers".into(), opt(p.workers.map(|w| w.to_string()))),
-        ("nodes".into(), opt(p.nodes.map(|w| w.to_string()))),
+        ("workers".into(), world.to_string()),
+        (
+            "nodes".into(),
+            match (p.nodes, &p.cluster) {
+                (Some(n), _) => n.to_string(),
+                (None, Some(_)) => "the cluster profile's".into(),
+                (None, None) => "1".into(),
+            },
+        ),
         ("cluster profile".into(), opt(p.cluster.as_ref().map(|c| c.display().to_string()))),
         ("link".into(), opt(p.link.clone())),
         ("wire".into(), opt(p.wire.map(|w| format!("{w:?}")))),
@@ -186,7 +193,7 @@ fn write_report(a: &CompareArgs, results: &[MethodResult], notes: &[String]) -> 
         format!("Training loss is a {SMOOTH}-round moving average of the mean over workers."),
         format!("Time is {clock}-clock seconds{}.", if clock == "virtual" { " of the simulated cluster" } else { " on this machine" }),
         format!("Time to loss: when the training loss first got to the target: {target_says}."),
-        "Sent per worker: bytes each worker sent over the run, all and by tier (ring model; between nodes = one member per node).".into(),
+        "Sent per worker: bytes each worker sent over the run, all and by tier (ring model; between nodes = one member per node; a collective over several nodes with several members each counts in neither tier).".into(),
         "Memory: one worker's model states (parameters, gradients, communication buffers, optimizer and outer state), f32.".into(),
     ];
     let mut md = format!("command: `{command}`\n\n");
@@ -205,7 +212,7 @@ fn write_report(a: &CompareArgs, results: &[MethodResult], notes: &[String]) -> 
     for (name, svg) in &svgs {
         crate::util::atomic_write(&out.join(name), svg.as_bytes())?;
     }
-    let machine = machine(&first);
+    let machine = machine(&first, results[0].world);
     let page = super::compare_html::Page { command: &command, machine: &machine, plots: &svgs, legend: &legend, notes };
     crate::util::atomic_write(&out.join("report.html"), super::compare_html::render(&page, &t).as_bytes())?;
     print!("{md}");
