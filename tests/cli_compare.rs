@@ -131,7 +131,16 @@ fn compare_all_writes_a_self_contained_report_and_reuses_finished_methods() {
     for external in ["http", "src=", "<link", "@import", "<script", "url(", "xmlns"] {
         assert!(!lower.contains(external), "report.html references an external resource ({external})");
     }
-    assert_mentions(&html, &["lowcomm compare --methods all", "sim (simulated cluster, virtual time)", "100mbit,1ms"]);
+    assert_mentions(
+        &html,
+        &[
+            "lowcomm compare --methods all",
+            "sim (simulated cluster, virtual time)",
+            "100mbit,1ms",
+            "<th>virtual time (s)</th>",
+            "co2: ran as co2",
+        ],
+    );
 
     // Again: every method is reused, its result file untouched.
     let co2 = results.join("runs/co2/result.json");

@@ -196,6 +196,10 @@ fn write_report(a: &CompareArgs, results: &[MethodResult], notes: &[String]) -> 
         "Sent per worker: bytes each worker sent over the run, all and by tier (ring model; between nodes = one member per node; a collective over several nodes with several members each counts in neither tier).".into(),
         "Memory: one worker's model states (parameters, gradients, communication buffers, optimizer and outer state), f32.".into(),
     ];
+    // Per-method notes: what each ran as, then what was skipped or reused.
+    let notes: Vec<String> =
+        results.iter().map(|r| format!("{}: ran as {}", r.spec, r.label)).chain(notes.iter().cloned()).collect();
+    let notes = &notes[..];
     let mut md = format!("command: `{command}`\n\n");
     md += &t.main.markdown();
     md += &legend.iter().map(|l| format!("\n{l}")).collect::<String>();
@@ -203,9 +207,7 @@ fn write_report(a: &CompareArgs, results: &[MethodResult], notes: &[String]) -> 
     md += &t.per_round.markdown();
     md += "\nBytes per worker per round (ring model; between nodes = one member per node):\n\n";
     md += &t.bytes.markdown();
-    if !notes.is_empty() {
-        md += &format!("\nNotes:\n\n{}", notes.iter().map(|n| format!("- {n}\n")).collect::<String>());
-    }
+    md += &format!("\nNotes:\n\n{}", notes.iter().map(|n| format!("- {n}\n")).collect::<String>());
     crate::util::atomic_write(&out.join("summary.md"), md.as_bytes())?;
     crate::util::atomic_write(&out.join("curves.csv"), curves_csv(results)?.as_bytes())?;
     let svgs = plots(results, clock)?;

@@ -15,7 +15,7 @@ pub struct Page<'a> {
     pub plots: &'a [(&'static str, String)],
     /// Lines about the table (target loss, clock).
     pub legend: &'a [String],
-    /// Per-method notes: skipped (and why), reused.
+    /// Per-method notes: the settings each ran with, skipped (and why), reused.
     pub notes: &'a [String],
 }
 
@@ -60,6 +60,12 @@ fn table_html(t: &Table) -> String {
     s + "</tbody>\n</table>\n"
 }
 
+/// Each line of `items` as a list item.
+fn list_html(items: &[String]) -> String {
+    let li: String = items.iter().map(|l| format!("<li>{}</li>\n", escape(l))).collect();
+    format!("<ul>\n{li}</ul>\n")
+}
+
 const STYLE: &str = "body{font-family:sans-serif;margin:2em;max-width:1200px;color:#222}\
 table{border-collapse:collapse;margin:1em 0;font-size:0.9em}\
 th,td{border:1px solid #bbb;padding:0.3em 0.6em;text-align:right}\
@@ -81,11 +87,8 @@ pub fn render(page: &Page, tables: &Tables) -> String {
     }
     h += "</tbody>\n</table>\n<h2>Results</h2>\n";
     h += &table_html(&tables.main);
-    h += "<ul>\n";
-    for l in page.legend {
-        let _ = writeln!(h, "<li>{}</li>", escape(l));
-    }
-    h += "</ul>\n<h2>Plots</h2>\n";
+    h += &list_html(page.legend);
+    h += "<h2>Plots</h2>\n";
     for (name, svg) in page.plots {
         let _ = write!(h, "<figure>\n{}\n<figcaption>{}</figcaption>\n</figure>\n", inline_svg(svg), escape(name));
     }
@@ -93,14 +96,9 @@ pub fn render(page: &Page, tables: &Tables) -> String {
     h += &table_html(&tables.per_round);
     h += "<h2>Bytes per worker per round</h2>\n<p>Ring model; between nodes = one member per node.</p>\n";
     h += &table_html(&tables.bytes);
-    h += "<h2>Notes</h2>\n<ul>\n";
-    if page.notes.is_empty() {
-        h += "<li>Every method ran in this invocation.</li>\n";
-    }
-    for n in page.notes {
-        let _ = writeln!(h, "<li>{}</li>", escape(n));
-    }
-    h + "</ul>\n</body>\n</html>\n"
+    h += "<h2>Notes</h2>\n";
+    h += &list_html(page.notes);
+    h + "</body>\n</html>\n"
 }
 
 #[cfg(test)]
