@@ -168,7 +168,7 @@ fn compare_all_writes_a_self_contained_report_and_reuses_finished_methods() {
 fn a_misfit_is_skipped_under_all_and_refused_when_named() {
     let tmp = tempdir();
     let results = tmp.path().join("cmp");
-    let o = compare_all(tmp.path(), &results, &["--grad-accum", "2"]);
+    let o = compare_all(tmp.path(), &results, &["--grad-accum", "2", "--target-loss", "100"]);
     let err = stderr(&o);
     assert!(o.status.success(), "{err}");
     for m in ["dpu", "acco-wp", "acco"] {
@@ -177,6 +177,9 @@ fn a_misfit_is_skipped_under_all_and_refused_when_named() {
     }
     let html = std::fs::read_to_string(results.join("report.html")).unwrap();
     assert!(html.contains("acco: skipped: ") && !html.contains("<tr><td>acco</td>"), "acco in the table");
+    // Every method is below a target of 100 from its first round on.
+    assert_mentions(&html, &["<th>time to loss 100.0000 (s)</th>", "--target-loss 100"]);
+    assert!(!html.contains("not reached"), "a target of 100 is reached by every method");
     // Named, the same method is refused before anything runs.
     let cfg = tmp.path().join("run.toml").display().to_string();
     let named = tmp.path().join("named");
