@@ -37,7 +37,8 @@ pub enum Command {
     Export(ExportArgs),
     /// Benchmark one training step (tokens/s, peak memory).
     Bench(BenchArgs),
-    /// Run several data-parallel methods on the same setup; table + plots.
+    /// Run several data-parallel methods (`--methods all`: every one) on the same setup;
+    /// table, plots and a self-contained report.html.
     Compare(CompareArgs),
     /// Which method for this model on this cluster: memory, time, tokens/s, fit, ranked
     /// (analytical, no training: `lowcomm plan --model 7.5e9 --cluster configs/clusters/a100-4x8-100g.toml`).
