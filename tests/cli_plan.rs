@@ -37,21 +37,89 @@ fn plan_bad_input_gives_one_clear_error() {
     std::fs::write(&yaml, "n_embd: 768").unwrap();
     let json = dir.join("config.json");
     std::fs::write(&json, r#"{"model_type":"llama","hidden_size":4096}"#).unwrap();
+    let safetensors = dir.join("model.safetensors");
+    std::fs::write(&safetensors, [0u8; 8]).unwrap();
+    let gpt2 = dir.join("gpt2.json");
+    std::fs::write(&gpt2, r#"{"model_type":"gpt2","n_embd":768,"n_head":12,"vocab_size":50257,"n_positions":1024}"#)
+        .unwrap();
     let tcp = "configs/clusters/tcp-4x1-10g.toml";
-    let cases: [(Vec<&str>, &str); 5] = [
-        (vec!["--model", yaml.to_str().unwrap(), "--cluster", A100], "unknown model file format"),
-        (vec!["--model", json.to_str().unwrap(), "--cluster", A100], "missing field `num_hidden_layers`"),
-        (vec!["--model", "gpt2", "--cluster", tcp, "--require-fit"], "no [device] memory"),
-        (vec!["--model", "gpt2", "--cluster", tcp, "--methods", "co2", "--tau", "0"], "tau must be at least 1"),
-        (vec!["--model", "gpt2", "--cluster", tcp, "--precision", "fp8"], "--precision must be mixed or f32"),
+    // Each: the arguments, what names the field or flag, and the valid example the error gives.
+    let cases: [(Vec<&str>, &str, &str); 10] = [
+        (vec!["--model", yaml.to_str().unwrap(), "--cluster", A100], "unknown model file format", "config.json"),
+        (vec!["--model", safetensors.to_str().unwrap(), "--cluster", A100], "unknown model file format", "config.json"),
+        (
+            vec!["--model", json.to_str().unwrap(), "--cluster", A100],
+            "missing field `num_hidden_layers`",
+            "\"num_hidden_layers\": 32",
+        ),
+        (vec!["--model", gpt2.to_str().unwrap(), "--cluster", A100], "missing field `n_layer`", "\"n_layer\": 12"),
+        (vec!["--model", "gpt2", "--cluster", tcp, "--require-fit"], "no [device] memory", "memory = 80e9"),
+        (
+            vec!["--model", "gpt2", "--cluster", tcp, "--methods", "co2", "--tau", "0"],
+            "tau must be at least 1",
+            "tau = 12",
+        ),
+        (
+            vec!["--model", "gpt2", "--cluster", tcp, "--methods", "demo", "--compression", "1.5"],
+            "compression must be in (0, 1]",
+            "compression = ",
+        ),
+        (vec!["--model", "gpt2", "--cluster", tcp, "--batch", "0"], "--batch 0", "e.g. --batch 24x1024"),
+        (
+            vec!["--model", "gpt2", "--cluster", tcp, "--precision", "fp8"],
+            "--precision must be mixed or f32",
+            "e.g. --precision mixed",
+        ),
+        (vec!["--model", "gpt2", "--cluster", tcp, "--wire", "fp8"], "--wire must be f32 or bf16", "e.g. --wire bf16"),
     ];
-    for (args, want) in cases {
+    for (args, field, example) in cases {
         let out = lowcomm(&[&["plan"], &args[..]].concat());
         let err = String::from_utf8_lossy(&out.stderr);
-        assert!(!out.status.success() && err.contains(want), "{args:?}: {err}");
+        assert!(!out.status.success() && err.contains(field) && err.contains(example), "{args:?}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "one clear error, not a trace: {err}");
     }
     // Without device memory and without --require-fit, fit is unknown, not an error.
     let out = lowcomm(&["plan", "--model", "gpt2", "--cluster", tcp]);
     assert!(out.status.success() && String::from_utf8_lossy(&out.stdout).contains("fit unknown"));
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn plan_memory_rows_are_acco_table_1_on_its_own_example() {
+    // ACCO paper, Table 1, last column: K = 12 (AdamW), N = 64, Psi = 7.5B,
+    // printed rounded: DDP 120 GB, ZeRO-1 31 GB, SlowMo 150 GB, CO2 180 GB, ACCO 46 GB.
+    let json = std::env::temp_dir().join(format!("lowcomm-plan-table1-{}.json", std::process::id()));
+    let cluster = "configs/clusters/acco-table1-8x8.toml";
+    let methods = "ddp,zero1,slowmo,co2,acco";
+    let out = lowcomm(&[
+        "plan",
+        "--model",
+        "7.5e9",
+        "--cluster",
+        cluster,
+        "--methods",
+        methods,
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    std::fs::remove_file(&json).unwrap();
+    assert_eq!(v["workers"], 64);
+    let total = |name: &str| {
+        let m = v["methods"].as_array().unwrap().iter().find(|m| m["method"] == name).unwrap();
+        m["memory_total"].as_f64().unwrap()
+    };
+    // By hand: (2 + 2 + 12) x 7.5e9; (2 + 2 + 12/64) x 7.5e9; (2 + 2 + 2 x 2 + 12) x 7.5e9; (2 + 2 + 2 + 12/64) x 7.5e9.
+    assert_eq!(total("ddp"), 120e9);
+    assert_eq!(total("zero1"), 31.40625e9);
+    assert_eq!(total("slowmo"), 150e9);
+    assert_eq!(total("acco"), 46.40625e9);
+    // CO2 as the engine runs it by default keeps its staleness penalty's two
+    // extra copies (x_{t-1,1}, x_{t,1}: 2 x 2 bytes), which Table 1 does not
+    // count: (2 + 2 + 4 x 2 + 12) x 7.5e9 = 180 GB, plus 30 GB.
+    assert_eq!(total("co2"), 180e9 + 30e9);
+    // The paper's rounded figures, from the same numbers.
+    let rounded: Vec<f64> = ["ddp", "zero1", "slowmo", "acco"].iter().map(|m| (total(m) / 1e9).round()).collect();
+    assert_eq!(rounded, [120.0, 31.0, 150.0, 46.0]);
 }
