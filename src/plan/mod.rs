@@ -13,8 +13,10 @@
 //! - model.rs: the model (preset, parameter count or Hugging Face config.json)
 //! - memory.rs: bytes per worker by category, in mixed precision or f32
 //! - time.rs: time, bytes per tier and overlap rule per method
+//! - demo.rs: DeMo and FlexDeMo (shards, payloads, DCT FLOPs)
 //! - rank.rs: the recommendation; table.rs: the printed table
 
+pub mod demo;
 pub mod memory;
 pub mod model;
 pub mod rank;
@@ -80,6 +82,8 @@ pub struct Costing {
     pub device_memory: Option<f64>,
     /// How the memory rows are stored.
     pub precision: Precision,
+    /// The model's tensors, when known (DeMo's shards and payloads follow them).
+    pub layout: Option<crate::model::ParamLayout>,
 }
 
 impl Costing {

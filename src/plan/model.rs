@@ -25,6 +25,10 @@ pub struct ModelSpec {
     pub flops_per_token: f64,
     /// How `params` and `flops_per_token` were derived, with the numbers.
     pub formula: String,
+    /// The model's shape as lowcomm's GPT, when it is one (a lowcomm preset
+    /// or a GPT-2 config.json): its tensor layout makes DeMo's rows exact.
+    #[serde(skip)]
+    pub gpt: Option<GptConfig>,
 }
 
 /// Well-known shapes, as Hugging Face config.json text (GPT-2 small, GPT-Neo-125M, Llama-2-7B).
@@ -66,6 +70,7 @@ impl ModelSpec {
                     "{p:.4e} parameters (given); FLOPs/token = 6 N = {:.4e} (attention scores left out)",
                     6.0 * p
                 ),
+                gpt: None,
             });
         }
         let path = Path::new(arg);
@@ -94,6 +99,7 @@ impl ModelSpec {
                 "{params} parameters (lowcomm layout); FLOPs/token = 6 (12 L d^2 + V d) + 12 L T d with L {l}, d {d}, V {v}, T {t} = {:.4e}",
                 cfg.flops_per_token()
             ),
+            gpt: Some(cfg.clone()),
         }
     }
 
@@ -164,6 +170,16 @@ impl ModelSpec {
             other => bail!("{name}: model_type `{other}` is not supported; use a gpt2, gpt_neo or llama config.json, or give the parameter count (e.g. --model 7.5e9)"),
         };
         let flops = 6.0 * matmul + 12.0 * l * t * d;
+        // A GPT-2 config is lowcomm's GPT of the same shape (checked by its parameter count).
+        let size = |f: &str| v.get(f).and_then(Value::as_u64).map(|x| x as usize);
+        let gpt = match (kind.as_str(), size("vocab_size"), size("n_embd"), size("n_layer"), size("n_head")) {
+            ("gpt2", Some(vocab_size), Some(n_embd), Some(n_layer), Some(n_head)) => {
+                let ctx = t as usize;
+                Some(GptConfig { vocab_size, n_embd, n_layer, n_head, ctx, dropout: 0.0 })
+                    .filter(|c| ParamLayout::new(c).len as f64 == params)
+            }
+            _ => None,
+        };
         Ok(ModelSpec {
             name: name.to_string(),
             params,
@@ -171,6 +187,7 @@ impl ModelSpec {
             formula: format!(
                 "{kind}: params = {detail} = {params:.4e}; FLOPs/token = 6 (matmul params {matmul:.4e}) + 12 L T d (L {l}, T {t}, d {d}) = {flops:.4e}"
             ),
+            gpt,
         })
     }
 }
@@ -187,6 +204,10 @@ mod tests {
         assert_eq!(ModelSpec::parse("gpt-neo-125m").unwrap().params, 125_198_592.0);
         // Llama-2-7B: 6,738,415,616.
         assert_eq!(ModelSpec::parse("llama-7b").unwrap().params, 6_738_415_616.0);
+        // GPT-2's config is lowcomm's GPT shape (its layout counts the same); Llama's is not.
+        let gpt2 = ModelSpec::parse("gpt2").unwrap().gpt.unwrap();
+        assert_eq!(ParamLayout::new(&gpt2).len, 124_439_808);
+        assert_eq!(ModelSpec::parse("llama-7b").unwrap().gpt, None);
         // FLOPs by hand for GPT-2: 6 (12 x (4 x 768^2 + 2 x 768 x 3072) + 50257 x 768) + 12 x 12 x 1024 x 768.
         let want = 6.0 * (12.0 * (4.0 * 768.0f64.powi(2) + 2.0 * 768.0 * 3072.0) + 50257.0 * 768.0)
             + 12.0 * 12.0 * 1024.0 * 768.0;

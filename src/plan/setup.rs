@@ -86,6 +86,7 @@ pub fn costing(model: &ModelSpec, profile: &ClusterProfile, k: &Knobs) -> Result
         fixed_micro_batches: None,
         device_memory,
         precision: k.precision,
+        layout: super::demo::layout_for(model),
     })
 }
 
