@@ -14,14 +14,18 @@
 //! - memory.rs: bytes per worker by category, in mixed precision or f32
 //! - time.rs: time, bytes per tier and overlap rule per method
 //! - demo.rs: DeMo and FlexDeMo (shards, payloads, DCT FLOPs)
+//! - hetero.rs: workers of different speeds (`--speeds`)
 //! - rank.rs: the recommendation; table.rs: the printed table
 
 pub mod demo;
+pub mod hetero;
 pub mod memory;
 pub mod model;
 pub mod rank;
 pub mod setup;
 pub mod table;
+#[cfg(test)]
+mod tests_hetero;
 #[cfg(test)]
 mod tests_sim;
 pub mod time;
@@ -173,6 +177,7 @@ pub fn plan_method(method: &Method, c: &Costing) -> Result<MethodPlan> {
         scalability,
         reason: String::new(),
     };
+    hetero::adjust(&mut p, c);
     p.reason = rank::reason(&p, c);
     Ok(p)
 }
