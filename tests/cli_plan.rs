@@ -42,9 +42,25 @@ fn plan_bad_input_gives_one_clear_error() {
     let gpt2 = dir.join("gpt2.json");
     std::fs::write(&gpt2, r#"{"model_type":"gpt2","n_embd":768,"n_head":12,"vocab_size":50257,"n_positions":1024}"#)
         .unwrap();
+    let text = dir.join("text.json");
+    std::fs::write(
+        &text,
+        r#"{"model_type":"llama","hidden_size":"4096","num_hidden_layers":32,"num_attention_heads":32,"intermediate_size":11008,"vocab_size":32000,"max_position_embeddings":4096}"#,
+    )
+    .unwrap();
     let tcp = "configs/clusters/tcp-4x1-10g.toml";
     // Each: the arguments, what names the field or flag, and the valid example the error gives.
-    let cases: [(Vec<&str>, &str, &str); 10] = [
+    let cases: [(Vec<&str>, &str, &str); 12] = [
+        (
+            vec!["--model", text.to_str().unwrap(), "--cluster", A100],
+            "field `hidden_size` must be a number",
+            "\"hidden_size\": 4096",
+        ),
+        (
+            vec!["--model", "gpt2", "--cluster", tcp, "--speeds", "1,0.5"],
+            "--speeds has 2 values but the cluster has 4 workers",
+            "e.g. --speeds 1,1,1,0.4",
+        ),
         (vec!["--model", yaml.to_str().unwrap(), "--cluster", A100], "unknown model file format", "config.json"),
         (vec!["--model", safetensors.to_str().unwrap(), "--cluster", A100], "unknown model file format", "config.json"),
         (
@@ -122,4 +138,42 @@ fn plan_memory_rows_are_acco_table_1_on_its_own_example() {
     // The paper's rounded figures, from the same numbers.
     let rounded: Vec<f64> = ["ddp", "zero1", "slowmo", "acco"].iter().map(|m| (total(m) / 1e9).round()).collect();
     assert_eq!(rounded, [120.0, 31.0, 150.0, 46.0]);
+}
+
+#[test]
+fn plan_with_speeds_paces_by_the_slowest_and_bounds_acco() {
+    let json = std::env::temp_dir().join(format!("lowcomm-plan-speeds-{}.json", std::process::id()));
+    let cluster = "configs/clusters/hetero-2x8-mixed-100g.toml";
+    let slow_node = "1,1,1,1,1,1,1,1,0.4,0.4,0.4,0.4,0.4,0.4,0.4,0.4";
+    let args = ["plan", "--model", "gpt2", "--cluster", cluster, "--methods", "ddp,acco", "--speeds", slow_node];
+    let out = lowcomm(&[&args[..], &["--json", json.to_str().unwrap()]].concat());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && text.starts_with("speeds   1,1"), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    std::fs::remove_file(&json).unwrap();
+    // Micro-batch time of the slowest worker: the A100's over 0.4.
+    let even = std::env::temp_dir().join(format!("lowcomm-plan-even-{}.json", std::process::id()));
+    let out = lowcomm(&[
+        "plan",
+        "--model",
+        "gpt2",
+        "--cluster",
+        cluster,
+        "--methods",
+        "ddp",
+        "--json",
+        even.to_str().unwrap(),
+    ]);
+    assert!(out.status.success());
+    let e: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&even).unwrap()).unwrap();
+    std::fs::remove_file(&even).unwrap();
+    let ratio = v["micro_batch_s"].as_f64().unwrap() / e["micro_batch_s"].as_f64().unwrap();
+    assert!((ratio - 2.5).abs() < 1e-9, "{ratio}");
+    let row = |name: &str| v["methods"].as_array().unwrap().iter().find(|m| m["method"] == name).unwrap().clone();
+    let (ddp, acco) = (row("ddp"), row("acco"));
+    assert_eq!(ddp["time"]["exact"], true);
+    assert_eq!(acco["time"]["exact"], false);
+    assert!(acco["time"]["rule"].as_str().unwrap().contains("upper bound"));
+    // ACCO counts the fast node's extra micro-batches: (8 x 2.5 + 8) / 16 = 1.75 x the paced rate.
+    assert!(acco["tokens_per_s"].as_f64().unwrap() > 1.7 * ddp["tokens_per_s"].as_f64().unwrap());
 }

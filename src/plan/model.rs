@@ -115,10 +115,17 @@ impl ModelSpec {
             None => bail!("{name}: missing field `model_type` (e.g. \"model_type\": \"gpt2\"; supported: gpt2, gpt_neo, llama, mistral)"),
         };
         let get = |field: &str, example: &str| -> Result<f64> {
-            match v.get(field).and_then(Value::as_f64) {
-                Some(x) if x >= 1.0 => Ok(x),
-                Some(x) => bail!("{name}: field `{field}` must be at least 1, got {x} (e.g. \"{field}\": {example})"),
-                None => bail!("{name}: missing field `{field}` for model_type {kind} (e.g. \"{field}\": {example})"),
+            match v.get(field) {
+                None | Some(Value::Null) => {
+                    bail!("{name}: missing field `{field}` for model_type {kind} (e.g. \"{field}\": {example})")
+                }
+                Some(raw) => match raw.as_f64() {
+                    Some(x) if x >= 1.0 => Ok(x),
+                    Some(x) => {
+                        bail!("{name}: field `{field}` must be at least 1, got {x} (e.g. \"{field}\": {example})")
+                    }
+                    None => bail!("{name}: field `{field}` must be a number, got {raw} (e.g. \"{field}\": {example})"),
+                },
             }
         };
         let opt = |field: &str| v.get(field).and_then(Value::as_f64).filter(|x| *x >= 1.0);
@@ -242,6 +249,17 @@ mod tests {
         .unwrap();
         let msg = e(json.to_str().unwrap());
         assert!(msg.contains("missing field `n_layer`") && msg.contains("\"n_layer\": 12"), "{msg}");
+        // A field given as text is named as such, not as missing.
+        std::fs::write(
+            &json,
+            r#"{"model_type":"gpt2","n_embd":"768","n_layer":12,"n_head":12,"vocab_size":50257,"n_positions":1024}"#,
+        )
+        .unwrap();
+        let msg = e(json.to_str().unwrap());
+        assert!(
+            msg.contains("field `n_embd` must be a number, got \"768\"") && msg.contains("\"n_embd\": 768"),
+            "{msg}"
+        );
         std::fs::write(&json, r#"{"model_type":"bert","hidden_size":768}"#).unwrap();
         assert!(e(json.to_str().unwrap()).contains("model_type `bert` is not supported"));
         std::fs::write(&json, "{not json").unwrap();
