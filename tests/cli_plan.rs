@@ -23,7 +23,12 @@ fn plan_prints_a_ranked_table_and_writes_every_method_as_json() {
     let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     std::fs::remove_file(&json).unwrap();
     let methods = v["methods"].as_array().unwrap();
-    assert_eq!(methods.len(), lowcomm::strategy::Method::NAMES.len());
+    // Every method, plus async DiLoCo's bound row (not a `Method` of this build yet).
+    assert_eq!(methods.len(), lowcomm::strategy::Method::NAMES.len() + 1);
+    let asy = methods.iter().find(|m| m["method"] == "async-diloco").unwrap();
+    assert_eq!(asy["time"]["exact"].as_bool(), Some(false));
+    assert!(asy["time"]["rule"].as_str().unwrap().starts_with("bound"), "{asy}");
+    assert!(asy["server"]["params"].as_u64().unwrap() > 0, "{asy}");
     // DDP at 7.5e9 in Table 1's mixed precision: (2 + 2 + 12) x 7.5e9 = 120 GB, which does not fit in 80 GB.
     let ddp = methods.iter().find(|m| m["method"] == "ddp").unwrap();
     assert_eq!((ddp["memory_total"].as_f64(), ddp["fits"].as_bool()), (Some(120e9), Some(false)));

@@ -14,9 +14,11 @@
 //! - memory.rs: bytes per worker by category, in mixed precision or f32
 //! - time.rs: time, bytes per tier and overlap rule per method
 //! - demo.rs: DeMo and FlexDeMo (shards, payloads, DCT FLOPs)
+//! - async_diloco.rs: async DiLoCo's bounds (asynchronous arrivals)
 //! - hetero.rs: workers of different speeds (`--speeds`)
 //! - rank.rs: the recommendation; table.rs: the printed table
 
+pub mod async_diloco;
 pub mod demo;
 pub mod hetero;
 pub mod memory;
@@ -123,6 +125,9 @@ pub struct MethodPlan {
     pub scalability: f64,
     /// One line: why it ranks where it does.
     pub reason: String,
+    /// The parameter server's memory, for a method that has one (async-diloco).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server: Option<MemoryBytes>,
 }
 
 /// The whole plan: the model, the cluster and every method, ranked.
@@ -176,6 +181,7 @@ pub fn plan_method(method: &Method, c: &Costing) -> Result<MethodPlan> {
         tokens_per_s,
         scalability,
         reason: String::new(),
+        server: None,
     };
     hetero::adjust(&mut p, c);
     p.reason = rank::reason(&p, c);
@@ -183,8 +189,18 @@ pub fn plan_method(method: &Method, c: &Costing) -> Result<MethodPlan> {
 }
 
 /// Plans every method of `methods` and ranks them (rank.rs).
-pub fn plan_all(model: ModelSpec, cluster: &str, methods: &[Method], c: &Costing) -> Result<Report> {
+/// `async_diloco`: its bound row too (not a `Method` of this build; async_diloco.rs).
+pub fn plan_all(
+    model: ModelSpec,
+    cluster: &str,
+    methods: &[Method],
+    async_diloco: Option<&crate::strategy::DilocoSettings>,
+    c: &Costing,
+) -> Result<Report> {
     let mut plans = methods.iter().map(|m| plan_method(m, c)).collect::<Result<Vec<_>>>()?;
+    if let Some(s) = async_diloco {
+        plans.push(async_diloco::plan(s, c)?);
+    }
     rank::rank(&mut plans);
     Ok(Report {
         model,
