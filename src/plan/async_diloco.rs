@@ -127,19 +127,8 @@ mod tests {
     fn costing(workers: usize, precision: Precision) -> Costing {
         let mut spec = SimSpec::flat(workers, 0.5, Some(LinkModel::flat("1gbit,1ms".parse::<Tier>().unwrap())));
         spec.topology = Topology { workers, per_node: 1, server: false };
-        Costing {
-            params: 1_000_000,
-            tokens_per_micro_batch: 1000,
-            spec,
-            wire: crate::comm::WireDtype::F32,
-            grad_accum: 1,
-            grad_clip: false,
-            optimizer: crate::optim::OptimizerConfig::default(),
-            fixed_micro_batches: None,
-            device_memory: None,
-            precision,
-            layout: None,
-        }
+        let f32 = crate::comm::WireDtype::F32;
+        Costing { tokens_per_micro_batch: 1000, ..Costing::for_test(1_000_000, spec, f32, precision) }
     }
 
     #[test]

@@ -249,19 +249,8 @@ mod tests {
     fn costing(workers: usize, per_node: usize, layout: Option<ParamLayout>, params: usize) -> Costing {
         let mut spec = SimSpec::flat(workers, 1.0, None);
         spec.topology = Topology { workers, per_node, server: false };
-        Costing {
-            params,
-            tokens_per_micro_batch: 1,
-            spec,
-            wire: crate::comm::WireDtype::F32,
-            grad_accum: 1,
-            grad_clip: false,
-            optimizer: crate::optim::OptimizerConfig::default(),
-            fixed_micro_batches: None,
-            device_memory: None,
-            precision: super::super::Precision::F32,
-            layout,
-        }
+        let f32 = crate::comm::WireDtype::F32;
+        Costing { layout, ..Costing::for_test(params, spec, f32, super::super::Precision::F32) }
     }
 
     #[test]

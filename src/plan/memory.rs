@@ -106,19 +106,7 @@ mod tests {
     use crate::strategy::{table1_bytes, Co2Settings};
 
     fn costing(params: usize, workers: usize, precision: Precision) -> Costing {
-        Costing {
-            params,
-            tokens_per_micro_batch: 1,
-            spec: SimSpec::flat(workers, 1.0, None),
-            wire: WireDtype::Bf16,
-            grad_accum: 1,
-            grad_clip: false,
-            optimizer: crate::optim::OptimizerConfig::default(),
-            fixed_micro_batches: None,
-            device_memory: None,
-            precision,
-            layout: None,
-        }
+        Costing::for_test(params, SimSpec::flat(workers, 1.0, None), WireDtype::Bf16, precision)
     }
 
     #[test]

@@ -93,6 +93,26 @@ pub struct Costing {
 }
 
 impl Costing {
+    /// A costing for unit tests: `spec`'s cluster, `params` parameters,
+    /// one token per micro-batch, one micro-batch per step, AdamW, no clip,
+    /// no device memory, no layout; tests change what they need.
+    #[cfg(test)]
+    pub(crate) fn for_test(params: usize, spec: SimSpec, wire: WireDtype, precision: Precision) -> Costing {
+        Costing {
+            params,
+            tokens_per_micro_batch: 1,
+            spec,
+            wire,
+            grad_accum: 1,
+            grad_clip: false,
+            optimizer: OptimizerConfig::default(),
+            fixed_micro_batches: None,
+            device_memory: None,
+            precision,
+            layout: None,
+        }
+    }
+
     /// Workers in the cluster.
     pub fn workers(&self) -> usize {
         self.spec.topology.workers
