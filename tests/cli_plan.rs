@@ -23,7 +23,12 @@ fn plan_prints_a_ranked_table_and_writes_every_method_as_json() {
     let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
     std::fs::remove_file(&json).unwrap();
     let methods = v["methods"].as_array().unwrap();
-    assert_eq!(methods.len(), lowcomm::strategy::Method::NAMES.len());
+    // Every method, plus async DiLoCo's bound row (not a `Method` of this build yet).
+    assert_eq!(methods.len(), lowcomm::strategy::Method::NAMES.len() + 1);
+    let asy = methods.iter().find(|m| m["method"] == "async-diloco").unwrap();
+    assert_eq!(asy["time"]["exact"].as_bool(), Some(false));
+    assert!(asy["time"]["rule"].as_str().unwrap().starts_with("bound"), "{asy}");
+    assert!(asy["server"]["params"].as_u64().unwrap() > 0, "{asy}");
     // DDP at 7.5e9 in Table 1's mixed precision: (2 + 2 + 12) x 7.5e9 = 120 GB, which does not fit in 80 GB.
     let ddp = methods.iter().find(|m| m["method"] == "ddp").unwrap();
     assert_eq!((ddp["memory_total"].as_f64(), ddp["fits"].as_bool()), (Some(120e9), Some(false)));
@@ -37,21 +42,143 @@ fn plan_bad_input_gives_one_clear_error() {
     std::fs::write(&yaml, "n_embd: 768").unwrap();
     let json = dir.join("config.json");
     std::fs::write(&json, r#"{"model_type":"llama","hidden_size":4096}"#).unwrap();
+    let safetensors = dir.join("model.safetensors");
+    std::fs::write(&safetensors, [0u8; 8]).unwrap();
+    let gpt2 = dir.join("gpt2.json");
+    std::fs::write(&gpt2, r#"{"model_type":"gpt2","n_embd":768,"n_head":12,"vocab_size":50257,"n_positions":1024}"#)
+        .unwrap();
+    let text = dir.join("text.json");
+    std::fs::write(
+        &text,
+        r#"{"model_type":"llama","hidden_size":"4096","num_hidden_layers":32,"num_attention_heads":32,"intermediate_size":11008,"vocab_size":32000,"max_position_embeddings":4096}"#,
+    )
+    .unwrap();
     let tcp = "configs/clusters/tcp-4x1-10g.toml";
-    let cases: [(Vec<&str>, &str); 5] = [
-        (vec!["--model", yaml.to_str().unwrap(), "--cluster", A100], "unknown model file format"),
-        (vec!["--model", json.to_str().unwrap(), "--cluster", A100], "missing field `num_hidden_layers`"),
-        (vec!["--model", "gpt2", "--cluster", tcp, "--require-fit"], "no [device] memory"),
-        (vec!["--model", "gpt2", "--cluster", tcp, "--methods", "co2", "--tau", "0"], "tau must be at least 1"),
-        (vec!["--model", "gpt2", "--cluster", tcp, "--precision", "fp8"], "--precision must be mixed or f32"),
+    // Each: the arguments, what names the field or flag, and the valid example the error gives.
+    let cases: [(Vec<&str>, &str, &str); 12] = [
+        (
+            vec!["--model", text.to_str().unwrap(), "--cluster", A100],
+            "field `hidden_size` must be a number",
+            "\"hidden_size\": 4096",
+        ),
+        (
+            vec!["--model", "gpt2", "--cluster", tcp, "--speeds", "1,0.5"],
+            "--speeds has 2 values but the cluster has 4 workers",
+            "e.g. --speeds 1,1,1,0.4",
+        ),
+        (vec!["--model", yaml.to_str().unwrap(), "--cluster", A100], "unknown model file format", "config.json"),
+        (vec!["--model", safetensors.to_str().unwrap(), "--cluster", A100], "unknown model file format", "config.json"),
+        (
+            vec!["--model", json.to_str().unwrap(), "--cluster", A100],
+            "missing field `num_hidden_layers`",
+            "\"num_hidden_layers\": 32",
+        ),
+        (vec!["--model", gpt2.to_str().unwrap(), "--cluster", A100], "missing field `n_layer`", "\"n_layer\": 12"),
+        (vec!["--model", "gpt2", "--cluster", tcp, "--require-fit"], "no [device] memory", "memory = 80e9"),
+        (
+            vec!["--model", "gpt2", "--cluster", tcp, "--methods", "co2", "--tau", "0"],
+            "tau must be at least 1",
+            "tau = 12",
+        ),
+        (
+            vec!["--model", "gpt2", "--cluster", tcp, "--methods", "demo", "--compression", "1.5"],
+            "compression must be in (0, 1]",
+            "compression = ",
+        ),
+        (vec!["--model", "gpt2", "--cluster", tcp, "--batch", "0"], "--batch 0", "e.g. --batch 24x1024"),
+        (
+            vec!["--model", "gpt2", "--cluster", tcp, "--precision", "fp8"],
+            "--precision must be mixed or f32",
+            "e.g. --precision mixed",
+        ),
+        (vec!["--model", "gpt2", "--cluster", tcp, "--wire", "fp8"], "--wire must be f32 or bf16", "e.g. --wire bf16"),
     ];
-    for (args, want) in cases {
+    for (args, field, example) in cases {
         let out = lowcomm(&[&["plan"], &args[..]].concat());
         let err = String::from_utf8_lossy(&out.stderr);
-        assert!(!out.status.success() && err.contains(want), "{args:?}: {err}");
+        assert!(!out.status.success() && err.contains(field) && err.contains(example), "{args:?}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "one clear error, not a trace: {err}");
     }
     // Without device memory and without --require-fit, fit is unknown, not an error.
     let out = lowcomm(&["plan", "--model", "gpt2", "--cluster", tcp]);
     assert!(out.status.success() && String::from_utf8_lossy(&out.stdout).contains("fit unknown"));
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn plan_memory_rows_are_acco_table_1_on_its_own_example() {
+    // ACCO paper, Table 1, last column: K = 12 (AdamW), N = 64, Psi = 7.5B,
+    // printed rounded: DDP 120 GB, ZeRO-1 31 GB, SlowMo 150 GB, CO2 180 GB, ACCO 46 GB.
+    let json = std::env::temp_dir().join(format!("lowcomm-plan-table1-{}.json", std::process::id()));
+    let cluster = "configs/clusters/acco-table1-8x8.toml";
+    let methods = "ddp,zero1,slowmo,co2,acco";
+    let out = lowcomm(&[
+        "plan",
+        "--model",
+        "7.5e9",
+        "--cluster",
+        cluster,
+        "--methods",
+        methods,
+        "--json",
+        json.to_str().unwrap(),
+    ]);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    std::fs::remove_file(&json).unwrap();
+    assert_eq!(v["workers"], 64);
+    let total = |name: &str| {
+        let m = v["methods"].as_array().unwrap().iter().find(|m| m["method"] == name).unwrap();
+        m["memory_total"].as_f64().unwrap()
+    };
+    // By hand: (2 + 2 + 12) x 7.5e9; (2 + 2 + 12/64) x 7.5e9; (2 + 2 + 2 x 2 + 12) x 7.5e9; (2 + 2 + 2 + 12/64) x 7.5e9.
+    assert_eq!(total("ddp"), 120e9);
+    assert_eq!(total("zero1"), 31.40625e9);
+    assert_eq!(total("slowmo"), 150e9);
+    assert_eq!(total("acco"), 46.40625e9);
+    // CO2 as the engine runs it by default keeps its staleness penalty's two
+    // extra copies (x_{t-1,1}, x_{t,1}: 2 x 2 bytes), which Table 1 does not
+    // count: (2 + 2 + 4 x 2 + 12) x 7.5e9 = 180 GB, plus 30 GB.
+    assert_eq!(total("co2"), 180e9 + 30e9);
+    // The paper's rounded figures, from the same numbers.
+    let rounded: Vec<f64> = ["ddp", "zero1", "slowmo", "acco"].iter().map(|m| (total(m) / 1e9).round()).collect();
+    assert_eq!(rounded, [120.0, 31.0, 150.0, 46.0]);
+}
+
+#[test]
+fn plan_with_speeds_paces_by_the_slowest_and_bounds_acco() {
+    let json = std::env::temp_dir().join(format!("lowcomm-plan-speeds-{}.json", std::process::id()));
+    let cluster = "configs/clusters/hetero-2x8-mixed-100g.toml";
+    let slow_node = "1,1,1,1,1,1,1,1,0.4,0.4,0.4,0.4,0.4,0.4,0.4,0.4";
+    let args = ["plan", "--model", "gpt2", "--cluster", cluster, "--methods", "ddp,acco", "--speeds", slow_node];
+    let out = lowcomm(&[&args[..], &["--json", json.to_str().unwrap()]].concat());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && text.starts_with("speeds   1,1"), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    std::fs::remove_file(&json).unwrap();
+    // Micro-batch time of the slowest worker: the A100's over 0.4.
+    let even = std::env::temp_dir().join(format!("lowcomm-plan-even-{}.json", std::process::id()));
+    let out = lowcomm(&[
+        "plan",
+        "--model",
+        "gpt2",
+        "--cluster",
+        cluster,
+        "--methods",
+        "ddp",
+        "--json",
+        even.to_str().unwrap(),
+    ]);
+    assert!(out.status.success());
+    let e: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&even).unwrap()).unwrap();
+    std::fs::remove_file(&even).unwrap();
+    let ratio = v["micro_batch_s"].as_f64().unwrap() / e["micro_batch_s"].as_f64().unwrap();
+    assert!((ratio - 2.5).abs() < 1e-9, "{ratio}");
+    let row = |name: &str| v["methods"].as_array().unwrap().iter().find(|m| m["method"] == name).unwrap().clone();
+    let (ddp, acco) = (row("ddp"), row("acco"));
+    assert_eq!(ddp["time"]["exact"], true);
+    assert_eq!(acco["time"]["exact"], false);
+    assert!(acco["time"]["rule"].as_str().unwrap().contains("upper bound"));
+    // ACCO counts the fast node's extra micro-batches: (8 x 2.5 + 8) / 16 = 1.75 x the paced rate.
+    assert!(acco["tokens_per_s"].as_f64().unwrap() > 1.7 * ddp["tokens_per_s"].as_f64().unwrap());
 }

@@ -118,6 +118,9 @@ pub struct PlanArgs {
     /// Fail when the profile has no `[device] memory` (otherwise fit is reported as unknown).
     #[arg(long)]
     pub require_fit: bool,
+    /// Speed factor per worker (1 = the profile's device), e.g. 1,1,1,0.4, as `train --speeds`; default all 1.
+    #[arg(long, value_delimiter = ',', allow_hyphen_values = true, value_parser = values::finite_f64)]
+    pub speeds: Option<Vec<f64>>,
 }
 
 #[derive(Subcommand, Debug)]

@@ -4,7 +4,7 @@
 use super::PlanArgs;
 use crate::comm::WireDtype;
 use crate::plan::setup::{self, Knobs};
-use crate::plan::{plan_all, table, ModelSpec, Precision};
+use crate::plan::{hetero, plan_all, table, ModelSpec, Precision};
 use crate::runtime::cluster::ClusterProfile;
 use anyhow::{bail, Context, Result};
 
@@ -26,8 +26,16 @@ pub fn plan(a: &PlanArgs) -> Result<()> {
         require_fit: a.require_fit,
     };
     let methods = setup::methods(&a.methods, a.tau, a.compression)?;
-    let costing = setup::costing(&model, &profile, &knobs)?;
-    let report = plan_all(model, &profile.name, &methods, &costing)?;
+    let async_diloco = setup::async_diloco(&a.methods, a.tau)?;
+    let mut costing = setup::costing(&model, &profile, &knobs)?;
+    if let Some(speeds) = &a.speeds {
+        hetero::pace(&mut costing, speeds)?;
+    }
+    let report = plan_all(model, &profile.name, &methods, async_diloco.as_ref(), &costing)?;
+    if let Some(speeds) = &a.speeds {
+        let list = speeds.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(",");
+        println!("speeds   {list} (the slowest paces every method but dpu, acco-wp and acco; plan::hetero)");
+    }
     print!("{}", table::render(&report));
     if let Some(path) = &a.json {
         let text = serde_json::to_string_pretty(&report)?;

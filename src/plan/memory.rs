@@ -19,7 +19,7 @@
 
 use super::{Costing, Precision};
 use crate::comm::{padded_len, WireDtype};
-use crate::strategy::method::{DemoSettings, InnerKind, ReplicatorKind};
+use crate::strategy::method::DemoSettings;
 use crate::strategy::{MemoryBytes, Method};
 use anyhow::Result;
 
@@ -93,46 +93,10 @@ pub fn memory(method: &Method, c: &Costing) -> Result<MemoryBytes> {
     })
 }
 
-/// DeMo / FlexDeMo (flexdemo.rs): an estimate; FlexDeMo's shard taken as
-/// n / k (the real cut follows chunk rows) and the payload from the rate.
+/// DeMo / FlexDeMo: worker 0's buffers as flexdemo.rs counts them (demo.rs).
 fn demo(d: &DemoSettings, c: &Costing, flex: bool) -> Result<Copies> {
-    let topo = c.spec.topology;
-    let (n, k) = (c.params, if flex { topo.per_node.max(1) } else { 1 });
-    let len = n.div_ceil(k) as f64;
-    let members = if flex { topo.nodes() } else { topo.workers };
-    let bpe = c.wire.bytes_per_elem() as f64;
-    let alone = members <= 1 && d.replicator != ReplicatorKind::Full;
-    let rate = d.compression.unwrap_or(DemoSettings::DEFAULT_COMPRESSION);
-    let payload = if alone {
-        0.0
-    } else {
-        match d.replicator {
-            ReplicatorKind::Demo => {
-                let frac = match (d.compression, d.topk) {
-                    (Some(cr), _) => cr * 4.0 / (2.0 + bpe),
-                    (None, t) => t.unwrap_or(DemoSettings::DEFAULT_TOPK) as f64 / (d.chunk * d.chunk) as f64,
-                };
-                (len * frac * (2.0 + bpe)).ceil()
-            }
-            ReplicatorKind::Random | ReplicatorKind::Striding => {
-                crate::strategy::detonation::values_for(rate, len as usize, c.wire) as f64 * bpe
-            }
-            ReplicatorKind::Diloco | ReplicatorKind::Full => len * bpe,
-        }
-    };
-    // rs_in (k shards), g, ag_in, ag_out (k shards), q.
-    let comm = if k > 1 { 2.0 * k as f64 * len + 2.0 * len + len } else { 5.0 * len };
-    let momentum = if alone || d.replicator == ReplicatorKind::Full { 0.0 } else { len };
-    let inner = match d.inner {
-        InnerKind::Sgd => 0.0,
-        InnerKind::DecoupledAdamw => c.state_per_param()? as f64 * len,
-    };
-    Ok(Copies {
-        comm,
-        raw_bytes: payload * (members as f64 + 1.0),
-        opt_extra: len + momentum + inner,
-        ..Copies::new(0.0)
-    })
+    let (comm, raw_bytes, opt_extra) = super::demo::buffers(d, c, flex)?;
+    Ok(Copies { comm, raw_bytes, opt_extra, ..Copies::new(0.0) })
 }
 
 #[cfg(test)]
@@ -142,18 +106,7 @@ mod tests {
     use crate::strategy::{table1_bytes, Co2Settings};
 
     fn costing(params: usize, workers: usize, precision: Precision) -> Costing {
-        Costing {
-            params,
-            tokens_per_micro_batch: 1,
-            spec: SimSpec::flat(workers, 1.0, None),
-            wire: WireDtype::Bf16,
-            grad_accum: 1,
-            grad_clip: false,
-            optimizer: crate::optim::OptimizerConfig::default(),
-            fixed_micro_batches: None,
-            device_memory: None,
-            precision,
-        }
+        Costing::for_test(params, SimSpec::flat(workers, 1.0, None), WireDtype::Bf16, precision)
     }
 
     #[test]

@@ -13,13 +13,21 @@
 //! - model.rs: the model (preset, parameter count or Hugging Face config.json)
 //! - memory.rs: bytes per worker by category, in mixed precision or f32
 //! - time.rs: time, bytes per tier and overlap rule per method
+//! - demo.rs: DeMo and FlexDeMo (shards, payloads, DCT FLOPs)
+//! - async_diloco.rs: async DiLoCo's bounds (asynchronous arrivals)
+//! - hetero.rs: workers of different speeds (`--speeds`)
 //! - rank.rs: the recommendation; table.rs: the printed table
 
+pub mod async_diloco;
+pub mod demo;
+pub mod hetero;
 pub mod memory;
 pub mod model;
 pub mod rank;
 pub mod setup;
 pub mod table;
+#[cfg(test)]
+mod tests_hetero;
 #[cfg(test)]
 mod tests_sim;
 pub mod time;
@@ -80,9 +88,31 @@ pub struct Costing {
     pub device_memory: Option<f64>,
     /// How the memory rows are stored.
     pub precision: Precision,
+    /// The model's tensors, when known (DeMo's shards and payloads follow them).
+    pub layout: Option<crate::model::ParamLayout>,
 }
 
 impl Costing {
+    /// A costing for unit tests: `spec`'s cluster, `params` parameters,
+    /// one token per micro-batch, one micro-batch per step, AdamW, no clip,
+    /// no device memory, no layout; tests change what they need.
+    #[cfg(test)]
+    pub(crate) fn for_test(params: usize, spec: SimSpec, wire: WireDtype, precision: Precision) -> Costing {
+        Costing {
+            params,
+            tokens_per_micro_batch: 1,
+            spec,
+            wire,
+            grad_accum: 1,
+            grad_clip: false,
+            optimizer: OptimizerConfig::default(),
+            fixed_micro_batches: None,
+            device_memory: None,
+            precision,
+            layout: None,
+        }
+    }
+
     /// Workers in the cluster.
     pub fn workers(&self) -> usize {
         self.spec.topology.workers
@@ -115,6 +145,9 @@ pub struct MethodPlan {
     pub scalability: f64,
     /// One line: why it ranks where it does.
     pub reason: String,
+    /// The parameter server's memory, for a method that has one (async-diloco).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub server: Option<MemoryBytes>,
 }
 
 /// The whole plan: the model, the cluster and every method, ranked.
@@ -168,14 +201,26 @@ pub fn plan_method(method: &Method, c: &Costing) -> Result<MethodPlan> {
         tokens_per_s,
         scalability,
         reason: String::new(),
+        server: None,
     };
+    hetero::adjust(&mut p, c);
     p.reason = rank::reason(&p, c);
     Ok(p)
 }
 
 /// Plans every method of `methods` and ranks them (rank.rs).
-pub fn plan_all(model: ModelSpec, cluster: &str, methods: &[Method], c: &Costing) -> Result<Report> {
+/// `async_diloco`: its bound row too (not a `Method` of this build; async_diloco.rs).
+pub fn plan_all(
+    model: ModelSpec,
+    cluster: &str,
+    methods: &[Method],
+    async_diloco: Option<&crate::strategy::DilocoSettings>,
+    c: &Costing,
+) -> Result<Report> {
     let mut plans = methods.iter().map(|m| plan_method(m, c)).collect::<Result<Vec<_>>>()?;
+    if let Some(s) = async_diloco {
+        plans.push(async_diloco::plan(s, c)?);
+    }
     rank::rank(&mut plans);
     Ok(Report {
         model,

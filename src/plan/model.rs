@@ -25,6 +25,10 @@ pub struct ModelSpec {
     pub flops_per_token: f64,
     /// How `params` and `flops_per_token` were derived, with the numbers.
     pub formula: String,
+    /// The model's shape as lowcomm's GPT, when it is one (a lowcomm preset
+    /// or a GPT-2 config.json): its tensor layout makes DeMo's rows exact.
+    #[serde(skip)]
+    pub gpt: Option<GptConfig>,
 }
 
 /// Well-known shapes, as Hugging Face config.json text (GPT-2 small, GPT-Neo-125M, Llama-2-7B).
@@ -66,6 +70,7 @@ impl ModelSpec {
                     "{p:.4e} parameters (given); FLOPs/token = 6 N = {:.4e} (attention scores left out)",
                     6.0 * p
                 ),
+                gpt: None,
             });
         }
         let path = Path::new(arg);
@@ -94,6 +99,7 @@ impl ModelSpec {
                 "{params} parameters (lowcomm layout); FLOPs/token = 6 (12 L d^2 + V d) + 12 L T d with L {l}, d {d}, V {v}, T {t} = {:.4e}",
                 cfg.flops_per_token()
             ),
+            gpt: Some(cfg.clone()),
         }
     }
 
@@ -109,10 +115,17 @@ impl ModelSpec {
             None => bail!("{name}: missing field `model_type` (e.g. \"model_type\": \"gpt2\"; supported: gpt2, gpt_neo, llama, mistral)"),
         };
         let get = |field: &str, example: &str| -> Result<f64> {
-            match v.get(field).and_then(Value::as_f64) {
-                Some(x) if x >= 1.0 => Ok(x),
-                Some(x) => bail!("{name}: field `{field}` must be at least 1, got {x} (e.g. \"{field}\": {example})"),
-                None => bail!("{name}: missing field `{field}` for model_type {kind} (e.g. \"{field}\": {example})"),
+            match v.get(field) {
+                None | Some(Value::Null) => {
+                    bail!("{name}: missing field `{field}` for model_type {kind} (e.g. \"{field}\": {example})")
+                }
+                Some(raw) => match raw.as_f64() {
+                    Some(x) if x >= 1.0 => Ok(x),
+                    Some(x) => {
+                        bail!("{name}: field `{field}` must be at least 1, got {x} (e.g. \"{field}\": {example})")
+                    }
+                    None => bail!("{name}: field `{field}` must be a number, got {raw} (e.g. \"{field}\": {example})"),
+                },
             }
         };
         let opt = |field: &str| v.get(field).and_then(Value::as_f64).filter(|x| *x >= 1.0);
@@ -164,6 +177,16 @@ impl ModelSpec {
             other => bail!("{name}: model_type `{other}` is not supported; use a gpt2, gpt_neo or llama config.json, or give the parameter count (e.g. --model 7.5e9)"),
         };
         let flops = 6.0 * matmul + 12.0 * l * t * d;
+        // A GPT-2 config is lowcomm's GPT of the same shape (checked by its parameter count).
+        let size = |f: &str| v.get(f).and_then(Value::as_u64).map(|x| x as usize);
+        let gpt = match (kind.as_str(), size("vocab_size"), size("n_embd"), size("n_layer"), size("n_head")) {
+            ("gpt2", Some(vocab_size), Some(n_embd), Some(n_layer), Some(n_head)) => {
+                let ctx = t as usize;
+                Some(GptConfig { vocab_size, n_embd, n_layer, n_head, ctx, dropout: 0.0 })
+                    .filter(|c| ParamLayout::new(c).len as f64 == params)
+            }
+            _ => None,
+        };
         Ok(ModelSpec {
             name: name.to_string(),
             params,
@@ -171,6 +194,7 @@ impl ModelSpec {
             formula: format!(
                 "{kind}: params = {detail} = {params:.4e}; FLOPs/token = 6 (matmul params {matmul:.4e}) + 12 L T d (L {l}, T {t}, d {d}) = {flops:.4e}"
             ),
+            gpt,
         })
     }
 }
@@ -187,6 +211,10 @@ mod tests {
         assert_eq!(ModelSpec::parse("gpt-neo-125m").unwrap().params, 125_198_592.0);
         // Llama-2-7B: 6,738,415,616.
         assert_eq!(ModelSpec::parse("llama-7b").unwrap().params, 6_738_415_616.0);
+        // GPT-2's config is lowcomm's GPT shape (its layout counts the same); Llama's is not.
+        let gpt2 = ModelSpec::parse("gpt2").unwrap().gpt.unwrap();
+        assert_eq!(ParamLayout::new(&gpt2).len, 124_439_808);
+        assert_eq!(ModelSpec::parse("llama-7b").unwrap().gpt, None);
         // FLOPs by hand for GPT-2: 6 (12 x (4 x 768^2 + 2 x 768 x 3072) + 50257 x 768) + 12 x 12 x 1024 x 768.
         let want = 6.0 * (12.0 * (4.0 * 768.0f64.powi(2) + 2.0 * 768.0 * 3072.0) + 50257.0 * 768.0)
             + 12.0 * 12.0 * 1024.0 * 768.0;
@@ -221,6 +249,17 @@ mod tests {
         .unwrap();
         let msg = e(json.to_str().unwrap());
         assert!(msg.contains("missing field `n_layer`") && msg.contains("\"n_layer\": 12"), "{msg}");
+        // A field given as text is named as such, not as missing.
+        std::fs::write(
+            &json,
+            r#"{"model_type":"gpt2","n_embd":"768","n_layer":12,"n_head":12,"vocab_size":50257,"n_positions":1024}"#,
+        )
+        .unwrap();
+        let msg = e(json.to_str().unwrap());
+        assert!(
+            msg.contains("field `n_embd` must be a number, got \"768\"") && msg.contains("\"n_embd\": 768"),
+            "{msg}"
+        );
         std::fs::write(&json, r#"{"model_type":"bert","hidden_size":768}"#).unwrap();
         assert!(e(json.to_str().unwrap()).contains("model_type `bert` is not supported"));
         std::fs::write(&json, "{not json").unwrap();

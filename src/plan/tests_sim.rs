@@ -10,6 +10,7 @@ use crate::data::sampler::shard_range;
 use crate::model::{Gpt, GptConfig};
 use crate::optim::{AdamWConfig, DecaySegments, LrSchedule, OptimizerConfig};
 use crate::runtime::cluster::ClusterProfile;
+use crate::strategy::method::{DemoSettings, InnerKind, ReplicatorKind};
 use crate::strategy::{
     run_cluster, Co2Settings, DilocoSettings, DpuSettings, Hooks, LocalSgdSettings, Method, OverlapLocalSgdSettings,
     Plan, Runtime, SlowMoSettings, Worker,
@@ -17,11 +18,11 @@ use crate::strategy::{
 use std::path::Path;
 use std::sync::Arc;
 
-fn tiny() -> GptConfig {
+pub(super) fn tiny() -> GptConfig {
     GptConfig { vocab_size: 37, n_embd: 16, n_layer: 2, n_head: 2, ctx: 8, dropout: 0.0 }
 }
 
-fn workers(world: usize, batch: usize) -> Vec<Worker> {
+pub(super) fn workers(world: usize, batch: usize) -> Vec<Worker> {
     let toks: Arc<Vec<u32>> = Arc::new((0..4000u32).map(|i| (i * 7 + i * i / 3) % 37).collect());
     (0..world)
         .map(|r| {
@@ -31,14 +32,14 @@ fn workers(world: usize, batch: usize) -> Vec<Worker> {
         .collect()
 }
 
-fn profile(name: &str) -> ClusterProfile {
+pub(super) fn profile(name: &str) -> ClusterProfile {
     ClusterProfile::from_file(Path::new(env!("CARGO_MANIFEST_DIR")).join("configs/clusters").join(name)).unwrap()
 }
 
 const TAU: u64 = 3;
 const ROUNDS: u64 = 4;
 
-/// Every method the plan predicts exactly, with short rounds.
+/// Every method the plan predicts exactly (DeMo's replicators that exchange every step), with short rounds.
 fn methods() -> Vec<Method> {
     vec![
         Method::Ddp,
@@ -53,6 +54,26 @@ fn methods() -> Vec<Method> {
         Method::Co2(Co2Settings { tau: TAU, shard_outer: true, ..Co2Settings::default() }),
         Method::Diloco(DilocoSettings { h: TAU, ..DilocoSettings::default() }),
         Method::Diloco(DilocoSettings { h: TAU, outer: crate::optim::OuterKind::Dn, ..DilocoSettings::default() }),
+        // DeMo over the world; FlexDeMo hybrid-sharded (chunk 4: the tiny
+        // model has enough chunk rows for 8 shards per node), with each
+        // replicator that exchanges every step, blocking and overlapped.
+        Method::Demo(DemoSettings::default()),
+        Method::Demo(DemoSettings { overlap: true, compression: Some(0.05), ..DemoSettings::default() }),
+        Method::FlexDemo(DemoSettings { chunk: 4, ..DemoSettings::default() }),
+        Method::FlexDemo(DemoSettings { chunk: 4, overlap: true, ..DemoSettings::default() }),
+        Method::FlexDemo(DemoSettings {
+            chunk: 4,
+            replicator: ReplicatorKind::Random,
+            inner: InnerKind::DecoupledAdamw,
+            ..DemoSettings::default()
+        }),
+        Method::FlexDemo(DemoSettings {
+            chunk: 4,
+            replicator: ReplicatorKind::Striding,
+            overlap: true,
+            ..DemoSettings::default()
+        }),
+        Method::FlexDemo(DemoSettings { chunk: 4, replicator: ReplicatorKind::Full, ..DemoSettings::default() }),
     ]
 }
 
@@ -103,6 +124,7 @@ fn plan_predicts_the_simulator_within_5_percent_and_its_memory_exactly() {
                 fixed_micro_batches: None,
                 device_memory: None,
                 precision: Precision::F32,
+                layout: Some(layout.clone()),
             };
             let p = plan_method(&method, &costing).unwrap();
             assert!(p.time.exact, "{method}");

@@ -14,7 +14,6 @@ use super::Costing;
 use crate::comm::link::{Op, Route};
 use crate::comm::{padded_len, WireDtype};
 use crate::runtime::{Group, Work};
-use crate::strategy::method::{DemoSettings, ReplicatorKind};
 use crate::strategy::{InnerState, Method};
 use anyhow::Result;
 use serde::Serialize;
@@ -46,10 +45,13 @@ pub struct Timing {
 
 /// One collective's link time and the bytes a worker sends on each tier.
 #[derive(Clone, Copy, Debug, Default)]
-struct Xfer {
-    s: f64,
-    intra: f64,
-    inter: f64,
+pub(super) struct Xfer {
+    /// Seconds on the communication lane.
+    pub(super) s: f64,
+    /// Bytes sent inside the node.
+    pub(super) intra: f64,
+    /// Bytes sent to other nodes.
+    pub(super) inter: f64,
 }
 
 impl std::ops::Add for Xfer {
@@ -60,14 +62,16 @@ impl std::ops::Add for Xfer {
 }
 
 impl Xfer {
-    fn times(self, k: f64) -> Xfer {
+    /// The same scaled by `k` (a collective run `k` times).
+    pub(super) fn times(self, k: f64) -> Xfer {
         Xfer { s: self.s * k, intra: self.intra * k, inter: self.inter * k }
     }
 }
 
 /// Costs of collectives and local work under `c`.
-struct Net<'a> {
-    c: &'a Costing,
+pub(super) struct Net<'a> {
+    /// The costing.
+    pub(super) c: &'a Costing,
 }
 
 impl Net<'_> {
@@ -76,7 +80,7 @@ impl Net<'_> {
     /// group's route. Bytes per worker: the ring volumes, split by tier for
     /// a hierarchical collective (intra: the node's reduce-scatter and
     /// all-gather; inter: its 1/k share of the buffer across nodes).
-    fn coll(&self, op: Op, elems: usize, bpe: usize, group: Group) -> Xfer {
+    pub(super) fn coll(&self, op: Op, elems: usize, bpe: usize, group: Group) -> Xfer {
         let topo = self.c.spec.topology;
         let members = topo.members(&group, 0);
         let route = topo.route(&group, &members);
@@ -102,15 +106,18 @@ impl Net<'_> {
         }
     }
 
-    fn dense(&self, op: Op, elems: usize, wire: WireDtype, group: Group) -> Xfer {
+    /// A collective on `elems` elements travelling as `wire`.
+    pub(super) fn dense(&self, op: Op, elems: usize, wire: WireDtype, group: Group) -> Xfer {
         self.coll(op, elems, wire.bytes_per_elem(), group)
     }
 
-    fn work(&self, w: Work) -> f64 {
+    /// Seconds of local work `w` at nominal speed.
+    pub(super) fn work(&self, w: Work) -> f64 {
         self.c.spec.cost(w, 1.0)
     }
 
-    fn mb(&self) -> f64 {
+    /// Seconds of one micro-batch.
+    pub(super) fn mb(&self) -> f64 {
         self.work(Work::MicroBatch)
     }
 }
@@ -255,8 +262,8 @@ pub fn timing(method: &Method, c: &Costing) -> Result<Timing> {
                 "partly: the reduce-scatter runs behind the next tau steps, the all-gather of x_{t+1,0} is exposed";
             t(outer + ag.s + inner(s.tau).max(rs.s), s.tau, s.tau as f64 * k, compute, ag + rs, rule)
         }
-        Method::Demo(s) => demo(&net, c, s, false),
-        Method::FlexDemo(s) => demo(&net, c, s, true),
+        Method::Demo(s) => super::demo::timing(&net, c, s, false)?,
+        Method::FlexDemo(s) => super::demo::timing(&net, c, s, true)?,
         // H inner steps, the pseudo-gradient, its blocking all-reduce, the outer step.
         Method::Diloco(s) => {
             let local = net.work(Work::Elementwise { name: "diloco pseudo-gradient", elems: n })
@@ -273,66 +280,4 @@ pub fn timing(method: &Method, c: &Costing) -> Result<Timing> {
         } // async-diloco: its arrivals are not analytical; when it becomes a
           // method of the CLI its row states the bound it uses.
     })
-}
-
-/// DeMo and FlexDeMo: an estimate. The payload per step is taken from the
-/// compression rate (demo: topk coefficients of chunk^2, 2-byte indices;
-/// others: `compression` x f32 bytes), the DCT's cost as 8 x chunk FLOPs per
-/// element, and FlexDeMo's shard as n / k (the real cut follows chunk rows).
-fn demo(net: &Net, c: &Costing, s: &DemoSettings, flex: bool) -> Timing {
-    let (n, k) = (c.params, c.grad_accum.max(1) as f64);
-    let topo = c.spec.topology;
-    let per_node = if flex { topo.per_node.max(1) } else { 1 };
-    let len = n.div_ceil(per_node);
-    let (repl, members) = if flex { (Group::Replicas, topo.nodes()) } else { (Group::World, topo.workers) };
-    let wire = c.wire;
-    let rate = s.compression.unwrap_or(DemoSettings::DEFAULT_COMPRESSION);
-    let mut node = Xfer::default();
-    if per_node > 1 {
-        node = net.dense(Op::ReduceScatter, per_node * len, wire, Group::Node)
-            + net.dense(Op::AllGather, per_node * len, wire, Group::Node);
-    }
-    let mut flops = 3.0 * len as f64;
-    let mut ex = Xfer::default();
-    if members > 1 {
-        ex = match s.replicator {
-            ReplicatorKind::Demo => {
-                let frac = match (s.compression, s.topk) {
-                    (Some(cr), _) => cr * 4.0 / (2 + wire.bytes_per_elem()) as f64,
-                    (None, t) => t.unwrap_or(DemoSettings::DEFAULT_TOPK) as f64 / (s.chunk * s.chunk) as f64,
-                };
-                flops = 2.0 * 4.0 * s.chunk as f64 * len as f64 + 8.0 * len as f64;
-                let payload = (len as f64 * frac * (2 + wire.bytes_per_elem()) as f64).ceil() as usize;
-                net.coll(Op::AllGather, members * payload, 1, repl)
-            }
-            ReplicatorKind::Random | ReplicatorKind::Striding => {
-                net.dense(Op::AllReduce, crate::strategy::detonation::values_for(rate, len, wire), wire, repl)
-            }
-            ReplicatorKind::Diloco => net.dense(Op::AllReduce, len, wire, repl).times(1.0 / s.diloco_every() as f64),
-            ReplicatorKind::Full => net.dense(Op::AllReduce, len, wire, repl),
-        };
-    }
-    let local = net.work(Work::Flops { name: "demo", flops }) + net.work(Work::Optimizer { params: len });
-    let compute = k * net.mb() + local;
-    // Overlap: the exchange (not the node's RS and AG) runs behind the next step's micro-batches.
-    let hidden = if s.overlap { ex.s.min(k * net.mb()) } else { 0.0 };
-    let x = node + ex;
-    let round_s = compute + x.s - hidden;
-    let rule = if s.overlap {
-        "estimate (payload from the compression rate): the exchange runs behind the next step's micro-batches"
-    } else {
-        "estimate (payload from the compression rate, DCT as 8 chunk FLOPs per element): none hidden, the exchange blocks"
-    };
-    Timing {
-        round_s,
-        steps: 1,
-        micro_batches: k,
-        compute_s: compute,
-        comm_s: x.s,
-        exposed_s: round_s - compute,
-        bytes_intra: x.intra,
-        bytes_inter: x.inter,
-        exact: false,
-        rule: rule.to_string(),
-    }
 }
