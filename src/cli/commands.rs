@@ -428,7 +428,11 @@ pub fn bench(a: BenchArgs) -> Result<()> {
             );
             return Ok(());
         }
-        other => anyhow::bail!("unknown benchmark `{other}`: use --what step, comm, sim or dct"),
+        "server" => {
+            crate::bench_server::run(a.steps.max(1), a.warmup)?.iter().for_each(|l| println!("{l}"));
+            return Ok(());
+        }
+        other => anyhow::bail!("unknown benchmark `{other}`: use --what step, comm, sim, dct or server"),
     }
     let r = crate::bench::run(&a.preset, a.steps.max(1), a.warmup)?;
     println!(

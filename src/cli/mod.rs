@@ -351,7 +351,9 @@ pub struct BenchArgs {
     /// What to measure: `step` (training step), `comm` (in-process
     /// all-reduce of 64 MiB on 2 and 4 workers vs memcpy), `sim` (overhead
     /// of the simulated runtime over the raw math), `dct` (DeMo's encode,
-    /// top-k and decode per step as a share of a training step).
+    /// top-k and decode per step as a share of a training step), `server`
+    /// (async DiLoCo's server update on micro and small vs one micro
+    /// worker's round of H = 50 steps).
     #[arg(long, default_value = "step")]
     pub what: String,
     /// `--what comm`: `local` (in-process groups of 2 and 4 workers) or

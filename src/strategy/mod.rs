@@ -12,6 +12,7 @@ pub mod detonation;
 pub mod diloco;
 pub mod diloco_settings;
 pub mod dpu;
+pub mod faults;
 pub mod journal;
 pub mod local;
 pub mod local_settings;
