@@ -6,7 +6,7 @@
 
 Reads each run of the `lowcomm compare` directory (runs/*/metrics.jsonl and config.toml). The x axes are
 the paper's (Fig. 2, 10): an update is one change of the global model, i.e. one outer step. For async
-runs these are the server's points (the `worker` records of the last participant: step = updates
+runs these are the server's points (the `server` records (kind "server", the last participant; step = updates
 applied, loss = the mean inner loss of the round behind the update, end_s = when it was applied). For
 sync diloco one update is one outer round of H inner steps, every worker's pseudo-gradient together:
 its run-level rounds (`train` records) taken every H-th. Prints, per run, the loss (moving average of
@@ -33,7 +33,7 @@ def read_run(d):
     h = int(h.group(1)) if h else 50
     recs = [json.loads(l) for l in open(os.path.join(d, "metrics.jsonl")) if l.strip()]
     if method == "async-diloco":
-        pts = [r for r in recs if r.get("kind") == "worker" and r.get("worker") == workers]
+        pts = [r for r in recs if r.get("kind") == "server"]
     else:
         pts = [r for r in recs if r.get("kind") == "train" and r["step"] % h == 0]
     # (update number, virtual seconds, loss)
