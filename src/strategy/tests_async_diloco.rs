@@ -94,3 +94,27 @@ fn dylu_changes_each_workers_step_count_by_its_speed() {
     let plain = run(&dylu(false), &rt, 2, &p);
     assert_eq!((plain[0].optimizer_steps % 4, plain[1].optimizer_steps % 4), (0, 0));
 }
+
+#[test]
+fn real_threads_agree_with_sim_when_timing_does_not_matter() {
+    // Equal speeds and a grace period covering everyone: each round is
+    // synchronous on threads too; only the order in which the server
+    // accumulates DN's buffer may differ (rounding).
+    let p = sgd_plan(4);
+    let s = run(&dn(2, 3, 1e9), &Runtime::Sim(SimSpec::flat(3, 1.0, None)), 3, &p);
+    let r = run(&dn(2, 3, 1e9), &Runtime::Real(RealSpec::flat(3)), 3, &p);
+    assert_eq!(r[3].updates, s[3].updates);
+    let worst = max_diff(&s[3].params, &r[3].params);
+    assert!(worst < 1e-5, "max |sim - real| = {worst}");
+}
+
+#[test]
+fn one_worker_and_a_server_is_sync_diloco_on_one_worker() {
+    // --workers 1 with async-diloco: the server applies each update in turn.
+    let p = sgd_plan(4);
+    let rt = Runtime::Sim(SimSpec::flat(1, 1.0, None));
+    let sync = run(&Method::Diloco(DilocoSettings { h: 2, ..DilocoSettings::default() }), &rt, 1, &p);
+    let a = run(&Method::AsyncDiloco(AsyncDilocoSettings { h: 2, ..AsyncDilocoSettings::default() }), &rt, 1, &p);
+    assert_eq!(a[1].updates, [2]);
+    assert_eq!(bits(&sync[0].params), bits(&a[1].params));
+}
