@@ -7,29 +7,14 @@ mod common;
 
 use common::*;
 use std::path::Path;
-use std::process::{Command, Output};
 
-fn lowcomm(cwd: &Path, args: &[&str]) -> Output {
-    Command::new(env!("CARGO_BIN_EXE_lowcomm")).args(args).current_dir(cwd).output().expect("spawn lowcomm")
-}
+use lowcomm_in as lowcomm;
+use stderr_text as stderr;
 
 fn config(dir: &Path) -> String {
     let path = dir.join("run.toml");
     std::fs::write(&path, tiny_toml(corpus(), &dir.join("run"))).unwrap();
     path.display().to_string()
-}
-
-fn stderr(o: &Output) -> String {
-    String::from_utf8_lossy(&o.stderr).into_owned()
-}
-
-#[track_caller]
-fn one_error(o: Output, needles: &[&str]) {
-    let err = stderr(&o);
-    assert!(!o.status.success(), "expected failure");
-    let lines: Vec<&str> = err.trim_end().lines().collect();
-    assert_eq!(lines.len(), 1, "one error line expected:\n{err}");
-    assert_mentions(lines[0], needles);
 }
 
 #[test]
@@ -96,7 +81,7 @@ fn async_diloco_runs_with_a_server_and_reports_it() {
     let before = snapshot(&tmp.path().join("run"));
     let mut again = args.to_vec();
     again.extend(["--resume", "run"]);
-    one_error(lowcomm(tmp.path(), &again), &["--resume", "async-diloco cannot resume yet"]);
+    assert_one_error(lowcomm(tmp.path(), &again), &["--resume", "async-diloco cannot resume yet"]);
     assert_eq!(snapshot(&tmp.path().join("run")), before);
 }
 
@@ -114,26 +99,23 @@ fn one_worker_and_a_server_is_allowed() {
 fn bad_async_diloco_settings_name_the_key_and_an_example() {
     let tmp = tempdir();
     let cfg = config(tmp.path());
-    let run = |extra: &[&str]| {
-        let mut args = vec!["train", "--config", &cfg, "--workers", "2", "--steps", "2", "--method", "async-diloco"];
-        args.extend(extra);
-        lowcomm(tmp.path(), &args)
-    };
-    let clap_error = |o: Output, needles: &[&str]| {
+    let base = ["train", "--config", &cfg, "--workers", "2", "--steps", "2", "--method", "async-diloco"];
+    let run = |extra: &[&str]| lowcomm(tmp.path(), &[&base[..], extra].concat());
+    // Out-of-range flag values are refused by the command line parser, on its first line.
+    for (flag, needles) in [("--h", ["--h", "at least 1"]), ("--dn-buffer", ["--dn-buffer", "at least 1"])] {
+        let o = run(&[flag, "0"]);
         assert!(!o.status.success());
-        assert_mentions(stderr(&o).lines().next().unwrap_or(""), needles);
-    };
-    clap_error(run(&["--h", "0"]), &["--h", "at least 1"]);
-    clap_error(run(&["--dn-buffer", "0"]), &["--dn-buffer", "at least 1"]);
-    one_error(run(&["--grace", "-1"]), &["[methods.async-diloco]", "grace must be >= 0 seconds", "--grace 0.5"]);
-    one_error(
+        assert_mentions(stderr(&o).lines().next().unwrap_or(""), &needles);
+    }
+    assert_one_error(run(&["--grace", "-1"]), &["[methods.async-diloco]", "grace must be >= 0 seconds", "--grace 0.5"]);
+    assert_one_error(
         run(&["--outer", "dn", "--dn-buffer", "4", "--dn-c", "0.5"]),
         &["[methods.async-diloco]", "dn_c must be in [0, 1/N] = [0, 0.25]"],
     );
-    one_error(run(&["--outer", "adam"]), &["[methods.async-diloco]", "outer \"adam\" does not exist"]);
-    one_error(run(&["--speeds", "1,1,1"]), &["--speeds has 3 values but there are 2 workers", "--speeds 1,1"]);
-    one_error(run(&["--tau", "2"]), &["`tau` is a setting of", "not of async-diloco"]);
-    one_error(
+    assert_one_error(run(&["--outer", "adam"]), &["[methods.async-diloco]", "outer \"adam\" does not exist"]);
+    assert_one_error(run(&["--speeds", "1,1,1"]), &["--speeds has 3 values but there are 2 workers", "--speeds 1,1"]);
+    assert_one_error(run(&["--tau", "2"]), &["`tau` is a setting of", "not of async-diloco"]);
+    assert_one_error(
         lowcomm(tmp.path(), &["train", "--config", &cfg, "--method", "diloco", "--workers", "2", "--grace", "1"]),
         &["`grace` is a setting of async-diloco, not of diloco"],
     );
