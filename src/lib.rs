@@ -6,6 +6,7 @@
 
 pub mod bench;
 pub mod bench_dct;
+pub mod bench_server;
 pub mod checkpoint;
 pub mod cli;
 pub mod comm;

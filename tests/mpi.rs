@@ -145,6 +145,46 @@ fn local_update_methods_over_mpi_give_the_in_process_bits() {
 }
 
 #[test]
+fn async_diloco_runs_4_workers_and_the_server_on_the_last_of_5_ranks() {
+    // mpirun -np 5 --workers 4: the server is rank 4. Equal speeds and a
+    // grace period covering everyone: every round is synchronous, so the
+    // result is the simulator's up to the order in which the server summed
+    // the arrivals (DN with N = 4 accumulates them).
+    let tmp = tempdir();
+    let extra = ["--h", "2", "--outer", "dn", "--dn-buffer", "4", "--grace", "1000000"];
+    let run = |backend: &str, rt: &str| {
+        let out = tmp.path().join(format!("async-{backend}-{rt}"));
+        let cfg = tmp.path().join(format!("async-{backend}-{rt}.toml"));
+        std::fs::write(&cfg, tiny_toml(corpus(), &out)).unwrap();
+        let cfg = cfg.display().to_string();
+        let mut args = vec!["train", "--config", &cfg, "--method", "async-diloco", "--workers", "4", "--steps", "4"];
+        args.extend(extra);
+        args.extend(["--runtime", rt]);
+        let o = if backend == "mpi" {
+            mpirun(5, &[], &[&args[..], &["--backend", "mpi"]].concat(), tmp.path())
+        } else {
+            Command::new(BIN).args(&args).current_dir(tmp.path()).output().unwrap()
+        };
+        assert!(o.status.success(), "{backend} {rt}: {}", text(&o));
+        (lowcomm::checkpoint::load(&out).expect("final checkpoint").params, text(&o))
+    };
+    let (sim, _) = run("local", "sim");
+    let (mpi, out) = run("mpi", "real");
+    assert!(out.contains("on 4 workers + a parameter server"), "{out}");
+    assert!(out.contains("server (participant 4): 8 updates applied"), "{out}");
+    let worst = sim.iter().zip(&mpi).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
+    assert!(worst < 1e-4, "max |sim - mpi| = {worst}");
+    // The wrong number of ranks says how many a server needs.
+    let cfg = tmp.path().join("async-ranks.toml");
+    std::fs::write(&cfg, tiny_toml(corpus(), &tmp.path().join("async-ranks"))).unwrap();
+    let cfg = cfg.display().to_string();
+    let args = ["train", "--config", &cfg, "--method", "async-diloco", "--workers", "4", "--backend", "mpi"];
+    let o = mpirun(4, &[], &args, tmp.path());
+    assert!(!o.status.success());
+    assert!(text(&o).contains("needs workers + 1 ranks (the server is the last), e.g. mpirun -np 5"), "{}", text(&o));
+}
+
+#[test]
 fn ddp_over_a_2x2_mpi_topology_gives_the_in_process_bits() {
     // 2 "nodes" x 2 ranks: the world all-reduce keeps the rank-order recipe
     // (a strategy that wants the two-level algorithm starts it as its own

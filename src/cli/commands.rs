@@ -179,6 +179,8 @@ pub(super) fn method_flags(a: &TrainArgs) -> Vec<(&'static str, toml::Value)> {
     put("outer", a.outer.clone().map(Text));
     put("dn_buffer", a.dn_buffer.map(|x| Integer(x as i64)));
     put("dn_c", a.dn_c.map(Float));
+    put("grace", a.grace.map(Float));
+    put("dylu", a.dylu.then_some(Boolean(true)));
     v
 }
 
@@ -213,6 +215,8 @@ pub(super) fn flags_for(a: &TrainArgs, method: &str, methods: &[String]) -> Resu
                 "outer" => out.outer = None,
                 "dn_buffer" => out.dn_buffer = None,
                 "dn_c" => out.dn_c = None,
+                "grace" => out.grace = None,
+                "dylu" => out.dylu = false,
                 other => unreachable!("method flag {other} has no field"),
             }
         }
@@ -428,7 +432,11 @@ pub fn bench(a: BenchArgs) -> Result<()> {
             );
             return Ok(());
         }
-        other => anyhow::bail!("unknown benchmark `{other}`: use --what step, comm, sim or dct"),
+        "server" => {
+            crate::bench_server::run(a.steps.max(1), a.warmup)?.iter().for_each(|l| println!("{l}"));
+            return Ok(());
+        }
+        other => anyhow::bail!("unknown benchmark `{other}`: use --what step, comm, sim, dct or server"),
     }
     let r = crate::bench::run(&a.preset, a.steps.max(1), a.warmup)?;
     println!(

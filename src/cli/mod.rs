@@ -264,10 +264,10 @@ pub struct TrainArgs {
     /// local-sgd, overlap-local-sgd, slowmo, co2: inner steps per outer round [default: 12].
     #[arg(long, allow_negative_numbers = true, value_parser = values::positive_u64)]
     pub tau: Option<u64>,
-    /// slowmo, co2, diloco: outer learning rate, > 0 [default: 1.0; diloco 0.7].
+    /// slowmo, co2, diloco, async-diloco: outer learning rate, > 0 [default: 1.0; diloco 0.7].
     #[arg(long, allow_negative_numbers = true, value_parser = values::finite_f64)]
     pub outer_lr: Option<f64>,
-    /// slowmo, co2, diloco: outer momentum beta, in [0, 1) [default: 0.5; diloco 0.9].
+    /// slowmo, co2, diloco, async-diloco: outer momentum beta, in [0, 1) [default: 0.5; diloco 0.9].
     #[arg(long, allow_negative_numbers = true, value_parser = values::finite_f64)]
     pub outer_momentum: Option<f64>,
     /// co2: staleness gap penalty, on or off [default: on].
@@ -285,18 +285,25 @@ pub struct TrainArgs {
     /// local-sgd: inner optimizer state at a sync: keep, reset or average [default: keep].
     #[arg(long)]
     pub inner_state: Option<String>,
-    /// diloco: inner steps per outer round H [default: 50].
+    /// diloco, async-diloco: inner steps per outer round H [default: 50].
     #[arg(long = "h", value_name = "H", allow_negative_numbers = true, value_parser = values::positive_u64)]
     pub h: Option<u64>,
-    /// diloco: outer optimizer: nesterov, sgd, sgd-momentum or dn (Delayed Nesterov) [default: nesterov].
+    /// diloco, async-diloco: outer optimizer: nesterov, sgd, sgd-momentum or dn (Delayed Nesterov) [default: nesterov].
     #[arg(long)]
     pub outer: Option<String>,
-    /// diloco with --outer dn: Delayed Nesterov's buffer size N >= 1 [default: 4].
+    /// diloco, async-diloco with --outer dn: Delayed Nesterov's buffer size N >= 1 [default: 4].
     #[arg(long, allow_negative_numbers = true, value_parser = values::positive_u64)]
     pub dn_buffer: Option<u64>,
-    /// diloco with --outer dn: momentum activation c in [0, 1/N] [default: 0].
+    /// diloco, async-diloco with --outer dn: momentum activation c in [0, 1/N] [default: 0].
     #[arg(long, allow_negative_numbers = true, value_parser = values::finite_f64)]
     pub dn_c: Option<f64>,
+    /// async-diloco: grace period in seconds (virtual under sim), >= 0: how long the server
+    /// waits for more updates before handing out the new model [default: 0].
+    #[arg(long, value_name = "SECONDS", allow_negative_numbers = true, value_parser = values::finite_f64)]
+    pub grace: Option<f64>,
+    /// async-diloco: Dynamic Local Updates: each worker's steps per round in proportion to its speed.
+    #[arg(long)]
+    pub dylu: bool,
 }
 
 #[derive(Args, Debug)]
@@ -370,7 +377,9 @@ pub struct BenchArgs {
     /// What to measure: `step` (training step), `comm` (in-process
     /// all-reduce of 64 MiB on 2 and 4 workers vs memcpy), `sim` (overhead
     /// of the simulated runtime over the raw math), `dct` (DeMo's encode,
-    /// top-k and decode per step as a share of a training step).
+    /// top-k and decode per step as a share of a training step), `server`
+    /// (async DiLoCo's server update on micro and small vs one micro
+    /// worker's round of H = 50 steps).
     #[arg(long, default_value = "step")]
     pub what: String,
     /// `--what comm`: `local` (in-process groups of 2 and 4 workers) or

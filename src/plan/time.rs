@@ -277,7 +277,25 @@ pub fn timing(method: &Method, c: &Costing) -> Result<Timing> {
                 ar_n,
                 "none: the pseudo-gradient's average blocks, once every H steps",
             )
-        } // async-diloco: its arrivals are not analytical; when it becomes a
-          // method of the CLI its row states the bound it uses.
+        }
+        // A worker at speed 1: H inner steps, the pseudo-gradient, its
+        // update to the server and the model back (each costed as a
+        // broadcast between two participants: one message of n values).
+        Method::AsyncDiloco(s) => {
+            let pair = Group::Ranks(std::sync::Arc::from([0, 1.min(world - 1)]));
+            let msg = net.dense(Op::Broadcast, n, c.wire, pair);
+            let local = net.work(Work::Elementwise { name: "diloco pseudo-gradient", elems: n });
+            let compute = inner(s.h) + local;
+            let mut row = t(
+                compute + msg.s * 2.0,
+                s.h,
+                s.h as f64 * k,
+                compute,
+                msg.times(2.0),
+                "estimate, a lower bound: one worker's round without waiting for a grace period or a busy server; its two messages block",
+            );
+            row.exact = false;
+            row
+        }
     })
 }

@@ -1,26 +1,22 @@
 //! Asynchronous DiLoCo with a parameter server (async-local-sgd.txt,
 //! Algorithm 2 with Algorithms 4-5 and Algorithm 3's Delayed Nesterov):
-//! the worker side and the server side, written once against `Ctx`.
+//! the worker side and the server side, written once against `Ctx`. The
+//! server is the topology's last participant (`Method::needs_server`).
 //!
 //! ```text
 //! server (Algorithm 2)                              worker w (Algorithm 4's train_worker)
-//! theta = theta^(0); send (theta, H) to every w     loop: receive (theta, steps) or stop
-//! while t_local < t_max:                                  theta_old = theta
-//!     recv_any(deadline = tau_sync + tau_grace)           `steps` inner steps (state kept, App. 10.1)
-//!     an update from w arrived:                           send delta = theta_old - theta_w
-//!         theta = OuterOpt(theta, delta)   line 17
+//! theta = theta^(0); send (theta, steps_w) to all   send hello (its speed v(w))
+//! while t_local < t_max:                            loop: receive (theta, steps) or stop
+//!     recv_any(deadline = tau_sync + tau_grace)           theta_old = theta
+//!     an update from w arrived:                           `steps` inner steps (state kept, App. 10.1)
+//!         theta = OuterOpt(theta, delta)   line 17        send delta = theta_old - theta_w
 //!         W_completed.add(w); t_local += steps
 //!     deadline passed (or nobody is out):
-//!         send (theta, H) to W_completed   line 23
+//!         send (theta, steps_w) to W_completed   line 23
 //! ```
 //!
-//! Status: run by [`run_with_server`] on a topology with a server (the
-//! tests); not yet a `--method` (no `[methods.async-diloco]`, CLI, train
-//! driver, checkpoints, DyLU or shard sampling wiring: issue 10,
-//! milestones 3-5).
-//!
-//! - `t_max` is `plan.steps` local steps per worker, `plan.steps x workers`
-//!   in all, as `--steps` counts a worker's inner steps in sync DiLoCo.
+//! - `t_max` is `plan.end` local steps per worker, `plan.end x workers` in
+//!   all, as `--steps` counts a worker's inner steps in sync DiLoCo.
 //! - Updates still in flight when `t_max` is reached are applied too (no
 //!   update that reached the server is lost), then every worker is stopped.
 //! - When every worker has reported, nobody can arrive within the grace
@@ -28,27 +24,43 @@
 //!   paper waits on a wall clock). With equal speeds and a grace period
 //!   covering everyone each group is a synchronous round, and DN with
 //!   N = workers applies Nesterov to the round's mean: sync DiLoCo.
+//! - DyLU (eq. 6) needs each worker's speed v(w). The first round uses the
+//!   speed factor each worker declares in its hello (`ctx.speed()`: the
+//!   profile's / `--speeds`); every later round uses the worker's measured
+//!   seconds per inner step, sent with each update (v = 1 / that). In sim
+//!   the measurement is the profile's speed again (virtual time); in real
+//!   runs it follows what the machine really does.
+//! - The server's curve has one point per applied update: step = updates
+//!   applied so far, loss = the sender's mean inner loss over its round.
+//! - Checkpoints: each participant saves its part at the end only (the
+//!   server: theta, the outer state, counters; workers: inner state).
+//!   Intermediate checkpoints and resuming are not built yet (issue 10
+//!   milestone 4): `lowcomm train --resume` refuses this method.
 
-use super::diloco_settings::DilocoSettings;
-use super::journal::{Checkpointing, Journal};
+use super::async_diloco_settings::AsyncDilocoSettings;
+use super::diloco::{pseudo_gradient, save_outer};
+use super::journal::{Journal, StrategyState};
 use super::local::{memory, Inner};
-use super::param_server::Grace;
-use super::worker::{MemoryBytes, Outcome, Plan, Worker, WorkerReport};
+use super::param_server::{dylu_steps, Grace};
+use super::worker::{MemoryBytes, ModelPiece, Outcome, Plan, Worker};
 use crate::comm::Message;
 use crate::optim::OuterOpt;
-use crate::runtime::{real, sim, Ctx, Recv, RecvAny, Send, Work};
+use crate::runtime::{Ctx, Recv, RecvAny, Send, Work};
 use anyhow::{bail, ensure, Result};
-use std::sync::Mutex;
 
 const MODEL: u32 = 1;
 const UPDATE: u32 = 2;
 const STOP: u32 = 3;
+const HELLO: u32 = 4;
 
 /// The worker side: inner rounds from whatever model the server sends.
 pub async fn worker<C: Ctx>(ctx: &mut C, w: &mut Worker, plan: &Plan, j: &mut Journal) -> Result<Outcome> {
     let n = w.model.num_params();
     let Some(server) = ctx.topology().server_rank() else { bail!("async-diloco needs a server participant") };
     let mut inner = Inner::new(plan, n)?;
+    // Scalars travel as f64, exactly.
+    let hello = Message::new(HELLO).with_scalars(vec![ctx.speed()]);
+    ctx.run(Send { to: server, msg: hello }).await;
     loop {
         let m = ctx.run(Recv { from: server }).await;
         if m.tag == STOP {
@@ -58,69 +70,80 @@ pub async fn worker<C: Ctx>(ctx: &mut C, w: &mut Worker, plan: &Plan, j: &mut Jo
         let steps = m.scalars[0] as u64;
         let theta_old = m.values;
         w.model.params.copy_from_slice(&theta_old);
+        let (start, first) = (ctx.now(), j.points().len());
         for _ in 0..steps {
             // The schedule follows this worker's own step count.
             inner.step(ctx, w, plan, inner.steps, j).await;
         }
+        let per_step = (ctx.now() - start) / steps.max(1) as f64;
+        let round = &j.points()[first..];
+        let loss = round.iter().map(|p| p.loss as f64).sum::<f64>() / round.len().max(1) as f64;
         let mut delta = std::mem::take(&mut w.model.params);
         ctx.compute(Work::Elementwise { name: "diloco pseudo-gradient", elems: n }, || {
-            super::diloco::pseudo_gradient(&mut delta, &theta_old)
+            pseudo_gradient(&mut delta, &theta_old)
         })
         .await;
-        let msg = Message::new(UPDATE).with_scalars(vec![steps as f64]).with_values(delta, plan.wire);
+        let msg = Message::new(UPDATE).with_scalars(vec![steps as f64, loss, per_step]).with_values(delta, plan.wire);
         ctx.run(Send { to: server, msg }).await;
         w.model.params = theta_old;
     }
-    Ok(Outcome { exchange: None, optimizer_steps: inner.steps, memory: memory(n, &inner, 0, 0), model: None })
+    j.round_end(ctx, Some(w), plan.end, plan.end, || {
+        let mut st = StrategyState::default();
+        inner.save(&mut st);
+        st
+    })
+    .await?;
+    // theta_old, the model this round started from, is held beside the replica.
+    Ok(Outcome { exchange: None, optimizer_steps: inner.steps, memory: memory(n, &inner, 0, n), model: None })
 }
 
-/// The server's options beyond the outer optimizer.
-#[derive(Clone, Debug, Default, PartialEq)]
-pub struct ServerOptions {
-    /// Grace period tau_grace in seconds, >= 0.
-    pub grace_s: f64,
-    /// DyLU (eq. 6): the workers' speeds; `None` runs H steps everywhere.
-    pub dylu_speeds: Option<Vec<f64>>,
+/// What the server ends with: the run's model, and the updates it applied
+/// from each worker.
+pub struct Served {
+    /// The server's outcome (its model piece is the run's whole model).
+    pub outcome: Outcome,
+    /// Updates applied, per worker.
+    pub updates: Vec<u64>,
 }
 
-/// The server side (Algorithm 2); returns theta and the outer optimizer's steps.
+/// The server side (Algorithm 2), from the initial model `theta0`.
 pub async fn server<C: Ctx>(
     ctx: &mut C,
     theta0: Vec<f32>,
     plan: &Plan,
-    s: &DilocoSettings,
-    o: &ServerOptions,
-) -> Result<(Vec<f32>, u64)> {
+    s: &AsyncDilocoSettings,
+    j: &mut Journal,
+) -> Result<Served> {
     let k = ctx.topology().workers;
     let n = theta0.len();
     let mut theta = theta0;
-    let mut outer = OuterOpt::new(s.outer_config(), n);
-    let mut grace = Grace::new(o.grace_s);
-    let t_max = plan.steps * k as u64;
+    let mut outer = OuterOpt::new(s.diloco().outer_config(), n);
+    let mut grace = Grace::new(s.grace);
+    let t_max = plan.end * k as u64;
     let (mut t_local, mut out) = (0u64, 0usize);
+    let mut updates = vec![0u64; k];
+    // Each worker's speed v(w): declared in its hello, then measured (module docs).
+    let mut speed = vec![1.0f64; k];
+    for _ in 0..k {
+        let m = ctx.run(RecvAny { deadline_s: None }).await;
+        let Some((from, m)) = m else { bail!("server: a worker never said hello") };
+        ensure!(m.tag == HELLO && from < k, "server: expected a hello, got message {} from {from}", m.tag);
+        speed[from] = m.scalars[0];
+    }
     // Algorithm 4 line 5: each worker's local steps (DyLU, eq. 6, or H).
-    let steps = match &o.dylu_speeds {
-        Some(v) => {
-            ensure!(
-                v.len() == k,
-                "dylu: {} speeds for {k} workers; give one per worker, e.g. speeds = [1, 1, 0.5, 0.25]",
-                v.len()
-            );
-            super::param_server::dylu_steps(v, s.h)
-        }
-        None => vec![s.h; k],
-    };
-    let model = |to: usize, theta: &[f32]| {
-        Message::new(MODEL).with_scalars(vec![steps[to] as f64]).with_values(theta.to_vec(), plan.wire)
+    let steps_of = |speed: &[f64], to: usize| if s.dylu { dylu_steps(speed, s.h)[to] } else { s.h };
+    let model = |steps: u64, theta: &[f32]| {
+        let m = Message::new(MODEL).with_scalars(vec![steps as f64]);
+        m.with_values(theta.to_vec(), plan.wire)
     };
     // Line 9: train(W, theta).
     for to in 0..k {
-        ctx.run(Send { to, msg: model(to, &theta) }).await;
+        ctx.run(Send { to, msg: model(steps_of(&speed, to), &theta) }).await;
         out += 1;
     }
     let mut completed: Vec<usize> = Vec::new();
     while out > 0 {
-        match ctx.run(RecvAny { deadline_s: grace.deadline() }).await {
+        let hand_out = match ctx.run(RecvAny { deadline_s: grace.deadline() }).await {
             Some((from, m)) => {
                 ensure!(m.tag == UPDATE && m.values.len() == n, "server: unexpected message {} from {from}", m.tag);
                 grace.admit(ctx.now());
@@ -130,102 +153,49 @@ pub async fn server<C: Ctx>(
                 })
                 .await;
                 t_local += m.scalars[0] as u64;
+                if m.scalars[2] > 0.0 {
+                    speed[from] = 1.0 / m.scalars[2];
+                }
+                updates[from] += 1;
+                j.step(ctx, outer.steps_taken(), m.scalars[1] as f32, 0);
                 completed.push(from);
                 out -= 1;
+                out == 0
             }
-            None => {
-                // Lines 22-24: the group gets the current model.
-                grace.close();
-                if t_local < t_max {
-                    for to in completed.drain(..) {
-                        ctx.run(Send { to, msg: model(to, &theta) }).await;
-                        out += 1;
-                    }
-                }
-            }
-        }
-        if out == 0 && t_local < t_max {
+            // Lines 22-24: the group gets the current model.
+            None => true,
+        };
+        if hand_out {
             grace.close();
-            for to in completed.drain(..) {
-                ctx.run(Send { to, msg: model(to, &theta) }).await;
-                out += 1;
+            if t_local < t_max {
+                for to in completed.drain(..) {
+                    ctx.run(Send { to, msg: model(steps_of(&speed, to), &theta) }).await;
+                    out += 1;
+                }
             }
         }
     }
     for to in 0..k {
         ctx.run(Send { to, msg: Message::new(STOP) }).await;
     }
-    Ok((theta, outer.steps_taken()))
-}
-
-/// Which runtime runs [`run_with_server`].
-pub enum Rt {
-    /// Virtual time (the spec's topology gets the server).
-    Sim(sim::SimSpec),
-    /// Threads.
-    Real(real::RealSpec),
-}
-
-/// Runs async DiLoCo on `workers` plus a server participant; the last
-/// report is the server's, whose `params` are the run's model.
-pub fn run_with_server(
-    rt: Rt,
-    workers: Vec<Worker>,
-    plan: &Plan,
-    s: &DilocoSettings,
-    o: &ServerOptions,
-) -> Result<Vec<WorkerReport>> {
-    ensure!(o.grace_s >= 0.0, "grace must be >= 0 seconds, got {}; e.g. grace = 0.5", o.grace_s);
-    let theta0 = workers.first().map(|w| w.model.params.clone()).unwrap_or_default();
-    let slots: Vec<Mutex<Option<Worker>>> = workers.into_iter().map(|w| Mutex::new(Some(w))).collect();
-    let take = |rank: usize| slots.get(rank).map(|s| s.lock().expect("slot").take().expect("each worker runs once"));
-    match rt {
-        Rt::Sim(mut spec) => {
-            spec.topology.server = true;
-            sim::run(spec, |mut ctx| {
-                let (w, theta0) = (take(ctx.rank()), theta0.clone());
-                async move { participant(&mut ctx, w, theta0, plan, s, o).await }
-            })
+    j.round_end(ctx, None, plan.end, plan.end, || {
+        let mut st =
+            StrategyState { model: Some(ModelPiece { offset: 0, values: theta.clone() }), ..Default::default() };
+        save_outer(&outer, &mut st);
+        if let Some(o) = st.scalars.as_object_mut() {
+            o.insert("t_local".into(), serde_json::json!(t_local));
+            o.insert("updates".into(), serde_json::json!(updates));
         }
-        Rt::Real(mut spec) => {
-            spec.topology.server = true;
-            real::run(spec, |mut ctx| {
-                let (w, theta0) = (take(ctx.rank()), theta0.clone());
-                async move { participant(&mut ctx, w, theta0, plan, s, o).await }
-            })
-        }
-    }
-}
-
-async fn participant<C: Ctx>(
-    ctx: &mut C,
-    w: Option<Worker>,
-    theta0: Vec<f32>,
-    plan: &Plan,
-    s: &DilocoSettings,
-    o: &ServerOptions,
-) -> Result<WorkerReport> {
-    let mut j = Journal::new(ctx.rank(), None, Checkpointing::default(), None);
-    let (params, steps, mem) = match w {
-        Some(mut w) => {
-            let o = worker(ctx, &mut w, plan, &mut j).await?;
-            (w.model.params.clone(), o.optimizer_steps, o.memory)
-        }
-        None => {
-            let n = theta0.len();
-            let (theta, steps) = server(ctx, theta0, plan, s, o).await?;
-            (theta, steps, MemoryBytes { params: 4 * n, ..MemoryBytes::default() })
-        }
-    };
-    Ok(WorkerReport {
-        rank: ctx.rank(),
-        points: j.into_points(),
-        optimizer_steps: steps,
-        times: ctx.times(),
-        params,
-        model: None,
-        events: ctx.take_events(),
-        memory: mem,
-        exchange: None,
+        st.optimizer_steps = outer.steps_taken();
+        st
     })
+    .await?;
+    let memory = MemoryBytes { params: 4 * n, outer: 4 * outer.state_len(), ..MemoryBytes::default() };
+    let outcome = Outcome {
+        exchange: None,
+        optimizer_steps: outer.steps_taken(),
+        memory,
+        model: Some(ModelPiece { offset: 0, values: theta }),
+    };
+    Ok(Served { outcome, updates })
 }

@@ -221,6 +221,11 @@ impl Journal {
         self.checkpoints.sink.is_some() && (done == end || (every > 0 && done / every > self.last_boundary / every))
     }
 
+    /// The points recorded so far by this run.
+    pub fn points(&self) -> &[StepPoint] {
+        &self.points
+    }
+
     /// The points recorded by this run (a resumed run's start after the checkpoint).
     pub fn into_points(self) -> Vec<StepPoint> {
         self.points

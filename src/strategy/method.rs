@@ -12,6 +12,7 @@
 //! warmup_steps = 10
 //! ```
 
+use super::async_diloco_settings::AsyncDilocoSettings;
 use super::diloco_settings::DilocoSettings;
 use super::local_settings::{Co2Settings, LocalSgdSettings, OverlapLocalSgdSettings, SlowMoSettings};
 use anyhow::{bail, Result};
@@ -189,10 +190,13 @@ pub enum Method {
     Co2(Co2Settings),
     /// DiLoCo: H inner steps, averaged pseudo-gradient, outer optimizer (Algorithm 1).
     Diloco(DilocoSettings),
+    /// Asynchronous DiLoCo: workers report to a parameter server that applies
+    /// each pseudo-gradient on arrival (Algorithms 2-5).
+    AsyncDiloco(AsyncDilocoSettings),
 }
 
 /// Every method's name and the keys its `[methods.NAME]` section accepts.
-const SETTINGS: [(&str, &[&str]); 12] = [
+const SETTINGS: [(&str, &[&str]); 13] = [
     ("ddp", &[]),
     ("zero1", &[]),
     ("dpu", &["warmup_steps"]),
@@ -205,6 +209,7 @@ const SETTINGS: [(&str, &[&str]); 12] = [
     ("demo", DEMO_KEYS),
     ("flexdemo", DEMO_KEYS),
     ("diloco", &["h", "outer", "outer_lr", "outer_momentum", "dn_buffer", "dn_c"]),
+    ("async-diloco", &["h", "outer", "outer_lr", "outer_momentum", "dn_buffer", "dn_c", "grace", "dylu"]),
 ];
 
 /// The keys of `[methods.demo]` and `[methods.flexdemo]`.
@@ -224,7 +229,7 @@ const DEMO_KEYS: &[&str] = &[
 
 impl Method {
     /// Names accepted on the command line, in the order `compare` runs them.
-    pub const NAMES: [&'static str; 12] = [
+    pub const NAMES: [&'static str; 13] = [
         "ddp",
         "zero1",
         "dpu",
@@ -237,6 +242,7 @@ impl Method {
         "demo",
         "flexdemo",
         "diloco",
+        "async-diloco",
     ];
 
     /// The method's name, as on the command line.
@@ -254,6 +260,7 @@ impl Method {
             Method::Demo(_) => "demo",
             Method::FlexDemo(_) => "flexdemo",
             Method::Diloco(_) => "diloco",
+            Method::AsyncDiloco(_) => "async-diloco",
         }
     }
 
@@ -293,6 +300,7 @@ impl Method {
             "slowmo" => Method::SlowMo(super::local_settings::checked(parse(name, table)?)?),
             "co2" => Method::Co2(super::local_settings::checked(parse(name, table)?)?),
             "diloco" => Method::Diloco(super::diloco_settings::parse(table)?),
+            "async-diloco" => Method::AsyncDiloco(super::async_diloco_settings::parse(table)?),
             "demo" | "flexdemo" => {
                 let s = demo_settings(name, table)?;
                 if name == "demo" {
@@ -322,6 +330,12 @@ impl Method {
     /// round communicates (so `grad_accum` cannot fix the batch).
     pub fn accumulates_while_communicating(&self) -> bool {
         matches!(self, Method::Dpu(_) | Method::AccoWp | Method::Acco)
+    }
+
+    /// Whether the method runs a parameter server: the runtimes then add
+    /// one participant after the workers (the last one; MPI's last rank).
+    pub fn needs_server(&self) -> bool {
+        matches!(self, Method::AsyncDiloco(_))
     }
 
     /// Where a run asked to stop after step `end` (of `steps`) really stops:
@@ -388,6 +402,7 @@ impl std::fmt::Display for Method {
                 super::local_settings::describe(self, f)
             }
             Method::Diloco(s) => super::diloco_settings::describe(s, f),
+            Method::AsyncDiloco(s) => super::async_diloco_settings::describe(s, f),
             m => f.write_str(m.name()),
         }
     }

@@ -5,6 +5,7 @@
 pub mod acco;
 pub mod acco_wp;
 pub mod async_diloco;
+pub mod async_diloco_settings;
 pub mod co2;
 pub mod co2_sharded;
 pub mod ddp;
@@ -12,6 +13,7 @@ pub mod detonation;
 pub mod diloco;
 pub mod diloco_settings;
 pub mod dpu;
+pub mod faults;
 pub mod journal;
 pub mod local;
 pub mod local_settings;
@@ -24,6 +26,7 @@ pub mod slowmo;
 mod worker;
 pub mod zero1;
 
+pub use async_diloco_settings::AsyncDilocoSettings;
 pub use diloco_settings::DilocoSettings;
 pub use journal::{Checkpointing, Journal, Observer, PartSink, SavedPart, StepPoint, StrategyState};
 pub use local_settings::{Clip, Co2Settings, InnerState, LocalSgdSettings, OverlapLocalSgdSettings, SlowMoSettings};
@@ -34,7 +37,7 @@ pub use worker::{
 };
 
 use crate::runtime::{real, sim, Ctx};
-use anyhow::{bail, Result};
+use anyhow::{bail, ensure, Result};
 use std::sync::{Arc, Mutex};
 
 /// Run `method` on one worker to the end of the plan.
@@ -58,18 +61,63 @@ pub async fn run_worker<C: Ctx>(
         Method::SlowMo(s) => slowmo::run(ctx, w, plan, s, &mut j).await?,
         Method::Co2(s) => co2::run(ctx, w, plan, s, &mut j).await?,
         Method::Diloco(s) => diloco::run(ctx, w, plan, s, &mut j).await?,
+        Method::AsyncDiloco(_) => async_diloco::worker(ctx, w, plan, &mut j).await?,
     };
-    Ok(WorkerReport {
+    Ok(report(ctx, j, out, w.model.params.clone(), Vec::new()))
+}
+
+/// Run `method`'s parameter server from the initial model `theta0`.
+pub async fn run_server<C: Ctx>(
+    method: &Method,
+    ctx: &mut C,
+    theta0: Vec<f32>,
+    plan: &Plan,
+    mut j: Journal,
+) -> Result<WorkerReport> {
+    let served = match method {
+        Method::AsyncDiloco(s) => async_diloco::server(ctx, theta0, plan, s, &mut j).await?,
+        m => bail!("{} has no parameter server", m.name()),
+    };
+    let params = served.outcome.model.as_ref().map(|m| m.values.clone()).unwrap_or_default();
+    Ok(report(ctx, j, served.outcome, params, served.updates))
+}
+
+fn report<C: Ctx>(ctx: &mut C, j: Journal, out: Outcome, params: Vec<f32>, updates: Vec<u64>) -> WorkerReport {
+    WorkerReport {
         rank: ctx.rank(),
         points: j.into_points(),
         optimizer_steps: out.optimizer_steps,
         times: ctx.times(),
-        params: w.model.params.clone(),
+        params,
         model: out.model,
         events: ctx.take_events(),
         memory: out.memory,
         exchange: out.exchange,
-    })
+        updates,
+    }
+}
+
+/// What one participant of a run starts from.
+pub enum Participant {
+    /// A data-parallel worker: its replica and data (boxed: a worker is
+    /// large, the server's start is one vector).
+    Worker(Box<Worker>),
+    /// The parameter server: the initial model theta^(0).
+    Server(Vec<f32>),
+}
+
+/// Run `method` as participant `p`.
+pub async fn run_participant<C: Ctx>(
+    method: &Method,
+    ctx: &mut C,
+    p: Participant,
+    plan: &Plan,
+    j: Journal,
+) -> Result<WorkerReport> {
+    match p {
+        Participant::Worker(mut w) => run_worker(method, ctx, &mut w, plan, j).await,
+        Participant::Server(theta0) => run_server(method, ctx, theta0, plan, j).await,
+    }
 }
 
 /// Which runtime, with its settings.
@@ -93,6 +141,26 @@ pub struct Hooks {
     pub resumed: Vec<Option<SavedPart>>,
 }
 
+impl Runtime {
+    /// The job's shape.
+    pub fn topology(&self) -> crate::runtime::Topology {
+        match self {
+            Runtime::Sim(s) => s.topology,
+            Runtime::Real(s) => s.topology,
+        }
+    }
+
+    /// This runtime with a server participant after the workers, or none.
+    pub fn with_server(&self, server: bool) -> Runtime {
+        let mut r = self.clone();
+        match &mut r {
+            Runtime::Sim(s) => s.topology.server = server,
+            Runtime::Real(s) => s.topology.server = server,
+        }
+        r
+    }
+}
+
 impl Hooks {
     /// Participant `p`'s journal.
     fn journal(&self, p: usize) -> Journal {
@@ -101,7 +169,9 @@ impl Hooks {
     }
 }
 
-/// Run `method` on `workers` (one per rank, in rank order) under `runtime`.
+/// Run `method` on `workers` (one per rank, in rank order) under `runtime`;
+/// a method that needs a server gets one more participant, the last, which
+/// starts from worker 0's parameters (its report comes last).
 pub fn run_cluster(
     method: &Method,
     runtime: &Runtime,
@@ -113,38 +183,50 @@ pub fn run_cluster(
     if world == 0 {
         bail!("need at least one worker (--workers 1 or more)");
     }
-    let slots: Vec<Mutex<Option<Worker>>> = workers.into_iter().map(|w| Mutex::new(Some(w))).collect();
-    let take = |rank: usize| slots[rank].lock().expect("worker slot").take().expect("each worker runs once");
-    match runtime {
+    let runtime = runtime.with_server(method.needs_server());
+    let server = method.needs_server().then(|| Participant::Server(workers[0].model.params.clone()));
+    let slots: Vec<Mutex<Option<Participant>>> = workers
+        .into_iter()
+        .map(|w| Participant::Worker(Box::new(w)))
+        .chain(server)
+        .map(|p| Mutex::new(Some(p)))
+        .collect();
+    ensure!(
+        slots.len() == runtime.topology().participants(),
+        "{} participants for a topology of {} workers{}",
+        slots.len(),
+        runtime.topology().workers,
+        if method.needs_server() { " and a server" } else { "" }
+    );
+    let take = |rank: usize| slots[rank].lock().expect("participant slot").take().expect("each participant runs once");
+    match &runtime {
         Runtime::Sim(spec) => sim::run(spec.clone(), |mut ctx| {
-            let (mut w, j) = (take(ctx.rank()), hooks.journal(ctx.rank()));
-            async move { run_worker(method, &mut ctx, &mut w, plan, j).await }
+            let (p, j) = (take(ctx.rank()), hooks.journal(ctx.rank()));
+            async move { run_participant(method, &mut ctx, p, plan, j).await }
         }),
         Runtime::Real(spec) => real::run(spec.clone(), |mut ctx| {
-            let (mut w, j) = (take(ctx.rank()), hooks.journal(ctx.rank()));
-            async move { run_worker(method, &mut ctx, &mut w, plan, j).await }
+            let (p, j) = (take(ctx.rank()), hooks.journal(ctx.rank()));
+            async move { run_participant(method, &mut ctx, p, plan, j).await }
         }),
     }
 }
 
 /// Run `method` for this process's participant only, over `fabric` (one
-/// rank of a multi-process job, e.g. MPI), on the real runtime.
+/// rank of a multi-process job, e.g. MPI), on the real runtime; `spec`'s
+/// topology says whether there is a server (then the last rank is it).
 pub fn run_rank(
     method: &Method,
     spec: &real::RealSpec,
     fabric: Box<dyn crate::comm::Fabric>,
-    worker: Worker,
+    participant: Participant,
     plan: &Plan,
     hooks: &Hooks,
 ) -> Result<WorkerReport> {
-    let slot = Mutex::new(Some(worker));
+    let slot = Mutex::new(Some(participant));
     let mut reports = real::run_with(spec.clone(), vec![fabric], |mut ctx| {
-        let w = slot.lock().expect("worker slot").take().expect("one worker per process");
+        let p = slot.lock().expect("participant slot").take().expect("one participant per process");
         let j = hooks.journal(ctx.rank());
-        async move {
-            let mut w = w;
-            run_worker(method, &mut ctx, &mut w, plan, j).await
-        }
+        async move { run_participant(method, &mut ctx, p, plan, j).await }
     })?;
     Ok(reports.remove(0))
 }

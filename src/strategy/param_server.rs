@@ -2,10 +2,9 @@
 //! (async-local-sgd.txt, Algorithms 2, 4 and 5, eqs. 2 and 6), as pure
 //! functions of what the server knows, so each is checked by hand.
 //!
-//! Status: these are the building blocks only. The server participant
-//! (its own async fn on the engine's server role, applying each
-//! pseudo-gradient on arrival with `recv_any(deadline)`) and the
-//! `async-diloco` worker side are not built yet (issue 10, milestones 3-4).
+//! `async_diloco.rs` (the server participant of `--method async-diloco`)
+//! uses `Grace` and `dylu_steps`; shard sampling is not wired into runs
+//! yet (issue 10, milestone 3).
 //!
 //! ```text
 //! get_worker (Alg. 5): w = earliest completed worker not yet synchronised

@@ -185,6 +185,9 @@ pub struct WorkerReport {
     pub memory: MemoryBytes,
     /// What one exchange of a compressing method sends (DeMo, FlexDeMo).
     pub exchange: Option<crate::strategy::detonation::Budget>,
+    /// The parameter server's report: updates it applied from each worker
+    /// (empty for workers and methods without a server).
+    pub updates: Vec<u64>,
 }
 
 /// Bytes of model states held by one worker, by category (ACCO paper,
@@ -249,5 +252,8 @@ pub fn table1_bytes(method: &super::Method, psi: f64, n: f64, k: f64) -> f64 {
         Diloco(s) if s.outer == crate::optim::OuterKind::Dn => 2.0 + 2.0 + 3.0 * 2.0 + k,
         Diloco(s) if s.outer == crate::optim::OuterKind::Sgd => 2.0 + 2.0 + 2.0 + k,
         Diloco(_) => 2.0 + 2.0 + 2.0 * 2.0 + k,
+        // Workers hold a replica, its gradient, theta_old and the inner
+        // optimizer; the outer state lives on the server, not on a worker.
+        AsyncDiloco(_) => 2.0 + 2.0 + 2.0 + k,
     }
 }

@@ -163,7 +163,15 @@ pub fn setup(cfg: RunConfig, opts: &RunOptions) -> Result<Setup> {
     let tokens = Arc::new(std::mem::take(&mut data.train));
     let seq = cfg.seq_len(&model_cfg);
     let mut init = Gpt::new(model_cfg.clone(), t.seed)?;
-    let (world, mut runtime) = runtime(&cfg.parallel, &model_cfg, init.num_params(), t.batch_size * seq)?;
+    let (world, runtime) = runtime(&cfg.parallel, &model_cfg, init.num_params(), t.batch_size * seq)?;
+    // A method with a parameter server gets one more participant, the last.
+    let mut runtime = runtime.with_server(method.needs_server());
+    if method.needs_server() && opts.resume.is_some() {
+        bail!(
+            "--resume: {} cannot resume yet (its server saves only at the end of a run); start a new run with --out",
+            method.name()
+        );
+    }
     let wire = match (&cfg.parallel.wire, &cfg.parallel.cluster) {
         (Some(w), _) => *w,
         (None, Some(c)) => crate::runtime::cluster::ClusterProfile::from_file(c)?.wire.unwrap_or(WireDtype::F32),
@@ -216,10 +224,7 @@ pub fn setup(cfg: RunConfig, opts: &RunOptions) -> Result<Setup> {
 
 /// The job's shape under `runtime`.
 pub fn topology(runtime: &Runtime) -> Topology {
-    match runtime {
-        Runtime::Sim(s) => s.topology,
-        Runtime::Real(s) => s.topology,
-    }
+    runtime.topology()
 }
 
 impl Setup {
@@ -304,10 +309,11 @@ impl Setup {
             None => String::new(),
         };
         format!(
-            "training {} params with {} on {} workers ({rt} runtime, {backend} backend) for rounds {}..{} of {}{from} -> {}",
+            "training {} params with {} on {} workers{} ({rt} runtime, {backend} backend) for rounds {}..{} of {}{from} -> {}",
             self.init.num_params(),
             self.method,
             self.world,
+            if self.runtime.topology().server { " + a parameter server" } else { "" },
             self.resumed.as_ref().map_or(0, |r| r.round),
             self.plan.end,
             t.steps,
@@ -365,7 +371,9 @@ pub fn finish(s: Setup, reports: Vec<WorkerReport>, log: RoundLog, checkpoint: P
     // The whole run's rounds, a resumed run's earlier ones included.
     let rounds = read_rounds(&t.out_dir).unwrap_or(this_run);
     let last = rounds.last();
-    let mut mlog = MetricsLog::open(&t.out_dir, Some(plan.end))?;
+    // Reopened to append, keeping every line: under a server a fast
+    // worker's steps and the server's updates can pass plan.end.
+    let mut mlog = MetricsLog::open(&t.out_dir, Some(u64::MAX))?;
     let eval = super::metrics::EvalRecord {
         step: plan.end,
         tokens: last.map_or(0, |r| r.tokens),
@@ -439,11 +447,13 @@ pub fn report_table(method: &Method, s: &Summary, reports: &[WorkerReport], para
         s.bytes_sent as f64 / 1e6
     );
     out += "worker  compute_s    comm_s    idle_s  mb/round  sent_MB\n";
+    let server_rank = method.needs_server().then(|| reports.len() - 1);
     for w in &s.workers {
         let mb = w.micro_batches.as_ref().map_or("-".into(), |m| format!("{:.2}", m.mean));
+        let name = if Some(w.worker) == server_rank { "server".to_string() } else { w.worker.to_string() };
         out += &format!(
             "{:>6} {:>10.3} {:>9.3} {:>9.3} {:>9} {:>8.1}\n",
-            w.worker,
+            name,
             w.compute_s,
             w.comm_s,
             w.idle_s,
@@ -470,7 +480,8 @@ pub fn report_table(method: &Method, s: &Summary, reports: &[WorkerReport], para
     }
     let m = &reports[0].memory;
     let mb = |b: usize| b as f64 / 1e6;
-    let table1 = table1_bytes(method, params as f64, reports.len() as f64, 12.0);
+    let workers = reports.len() - usize::from(server_rank.is_some());
+    let table1 = table1_bytes(method, params as f64, workers as f64, 12.0);
     let formula = if table1.is_finite() {
         format!("; Table 1 formula (bf16, K=12): {:.1} MB", table1 / 1e6)
     } else {
@@ -485,6 +496,17 @@ pub fn report_table(method: &Method, s: &Summary, reports: &[WorkerReport], para
         mb(m.outer),
         mb(m.total()),
     );
+    if let Some(r) = server_rank.and_then(|p| reports.get(p)) {
+        let per: Vec<String> = r.updates.iter().enumerate().map(|(w, u)| format!("worker {w}: {u}")).collect();
+        out += &format!(
+            "server (participant {}): {} updates applied ({}); holds theta {:.1} MB and the outer state {:.1} MB\n",
+            r.rank,
+            r.updates.iter().sum::<u64>(),
+            per.join(", "),
+            mb(r.memory.params),
+            mb(r.memory.outer),
+        );
+    }
     out
 }
 

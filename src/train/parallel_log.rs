@@ -185,7 +185,10 @@ impl Inner {
 impl Observer for RoundLog {
     fn point(&self, p: usize, point: &StepPoint) {
         let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());
-        inner.write("worker", &WorkerRecord { worker: p, point });
+        // Participants after the workers (a parameter server) have their
+        // own curve (updates applied), not part of the workers' rounds.
+        let kind = if p < inner.workers { "worker" } else { "server" };
+        inner.write(kind, &WorkerRecord { worker: p, point });
         if p < inner.workers {
             inner.pending[p].push_back(point.clone());
             inner.drain();

@@ -28,8 +28,8 @@ use crate::comm::{Communicator, WireDtype};
 use crate::metrics::{EventLog, Span};
 use crate::runtime::{Topology, WorkerTimes};
 use crate::strategy::{
-    assemble_model, run_rank, Checkpointing, Hooks, MemoryBytes, ModelPiece, PartSink, Runtime, SavedPart, StepPoint,
-    WorkerReport,
+    assemble_model, run_rank, Checkpointing, Hooks, MemoryBytes, ModelPiece, PartSink, Participant, Runtime, SavedPart,
+    StepPoint, WorkerReport,
 };
 use anyhow::{bail, ensure, Context, Result};
 use serde::{Deserialize, Serialize};
@@ -48,6 +48,9 @@ struct ReportWire {
     exchange: Option<crate::strategy::detonation::Budget>,
     model: Option<(usize, Vec<f32>)>,
     params_sha256: String,
+    /// The server's updates applied per worker (empty for workers).
+    #[serde(default)]
+    updates: Vec<u64>,
 }
 
 fn params_sha256(params: &[f32]) -> String {
@@ -171,13 +174,21 @@ impl PartSink for MpiSink {
 
 fn run_rank_inner(mpi: &MpiProcess, mut cfg: RunConfig, opts: &RunOptions) -> Result<Option<ParallelSummary>> {
     let (rank, size) = (mpi.rank(), mpi.size());
-    let p = &mut cfg.parallel;
+    let p = &cfg.parallel;
     if p.runtime != "real" || p.cluster.is_some() {
         bail!("--backend mpi runs real processes: drop --runtime sim / --cluster (a simulated cluster runs in one process with --backend local)");
     }
+    // A method with a parameter server runs it on the last rank.
+    let server = super::parallel::method(&cfg)?.needs_server();
+    let p = &mut cfg.parallel;
+    let workers = size - usize::from(server);
+    if workers == 0 {
+        bail!("--method async-diloco under MPI needs a rank per worker plus one for the server: e.g. mpirun -np 5 lowcomm train --backend mpi --workers 4 ...");
+    }
     match p.workers {
-        Some(w) if w != size => bail!("--workers {w} but mpirun started {size} ranks: drop --workers (the MPI job's size decides) or run mpirun -np {w}"),
-        _ => p.workers = Some(size),
+        Some(w) if w != workers && server => bail!("--workers {w} but mpirun started {size} ranks: a method with a server needs workers + 1 ranks (the server is the last), e.g. mpirun -np {} with --workers {w}", w + 1),
+        Some(w) if w != workers => bail!("--workers {w} but mpirun started {size} ranks: drop --workers (the MPI job's size decides) or run mpirun -np {w}"),
+        _ => p.workers = Some(workers),
     }
     let cfg_nodes = p.nodes;
     let quiet = opts.quiet || rank != 0;
@@ -191,8 +202,9 @@ fn run_rank_inner(mpi: &MpiProcess, mut cfg: RunConfig, opts: &RunOptions) -> Re
         );
     }
     let Runtime::Real(spec) = &mut s.runtime else { unreachable!("runtime checked above") };
-    spec.topology = Topology { workers: size, per_node, server: false };
+    spec.topology = Topology { workers, per_node: per_node.min(workers), server };
     let spec = spec.clone();
+    let per_node = per_node.min(workers);
     if let Some(r) = &s.resumed {
         ensure!(
             r.shape.per_node == per_node,
@@ -201,9 +213,16 @@ fn run_rank_inner(mpi: &MpiProcess, mut cfg: RunConfig, opts: &RunOptions) -> Re
             r.shape.per_node
         );
     }
-    let mut worker = s.worker(rank)?;
     // Identical starting point on every rank, bit for bit.
-    mpi.comm().broadcast(&mut worker.model.params, 0, WireDtype::F32);
+    let mut theta = s.init.params.clone();
+    mpi.comm().broadcast(&mut theta, 0, WireDtype::F32);
+    let participant = if rank < workers {
+        let mut worker = s.worker(rank)?;
+        worker.model.params.copy_from_slice(&theta);
+        Participant::Worker(Box::new(worker))
+    } else {
+        Participant::Server(theta)
+    };
     // Rank 0's process id names the checkpoints' shared temp directories.
     let mut pid = vec![0u8; 4 * size];
     mpi.comm().all_gather_bytes(&std::process::id().to_le_bytes(), &mut pid);
@@ -224,7 +243,7 @@ fn run_rank_inner(mpi: &MpiProcess, mut cfg: RunConfig, opts: &RunOptions) -> Re
     // Rank 0 shows its own rounds as they end, and logs everyone's from the
     // parts of each checkpoint (the other ranks' rounds travel in them).
     let (show, metrics) = if rank == 0 {
-        (Some(Arc::new(s.round_log(false, 1)?)), Some(Arc::new(s.round_log(true, size)?)))
+        (Some(Arc::new(s.round_log(false, 1)?)), Some(Arc::new(s.round_log(true, workers)?)))
     } else {
         (None, None)
     };
@@ -246,7 +265,7 @@ fn run_rank_inner(mpi: &MpiProcess, mut cfg: RunConfig, opts: &RunOptions) -> Re
     };
     // Align the ranks' clocks (each span is timed from its process's start).
     mpi.barrier();
-    let report = run_rank(&s.method, &spec, Box::new(mpi.fabric()), worker, &s.plan, &hooks)?;
+    let report = run_rank(&s.method, &spec, Box::new(mpi.fabric()), participant, &s.plan, &hooks)?;
     drop(hooks);
     let wire = ReportWire {
         rank,
@@ -258,13 +277,15 @@ fn run_rank_inner(mpi: &MpiProcess, mut cfg: RunConfig, opts: &RunOptions) -> Re
         exchange: report.exchange,
         model: report.model.clone().map(|m| (m.offset, m.values)),
         params_sha256: params_sha256(&report.params),
+        updates: report.updates.clone(),
     };
     let Some(all) = mpi.gather_bytes(&serde_json::to_vec(&wire)?) else { return Ok(None) };
     let mut reports = Vec::with_capacity(size);
     for bytes in all {
         let w: ReportWire = serde_json::from_slice(&bytes)
             .context("a rank's report did not decode (ranks built from different lowcomm versions?)")?;
-        if w.params_sha256 != wire.params_sha256 {
+        // Replicas agree, except under a server: there workers differ by design.
+        if !server && w.params_sha256 != wire.params_sha256 {
             bail!(
                 "rank {} ended with different parameters than rank 0 (sha256 {} vs {}): the replicas diverged",
                 w.rank,
@@ -284,6 +305,7 @@ fn run_rank_inner(mpi: &MpiProcess, mut cfg: RunConfig, opts: &RunOptions) -> Re
             events: EventLog::from_spans(w.spans),
             memory: w.memory,
             exchange: w.exchange,
+            updates: w.updates,
         });
     }
     drop(show.map(|l| Arc::into_inner(l).map(|l| l.finish())));

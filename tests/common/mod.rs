@@ -186,3 +186,27 @@ pub fn assert_mentions(text: &str, needles: &[&str]) {
         assert!(text.contains(n), "expected {n:?} in:\n{text}");
     }
 }
+
+/// Runs the `lowcomm` binary in `cwd` with `args`.
+pub fn lowcomm_in(cwd: &Path, args: &[&str]) -> std::process::Output {
+    std::process::Command::new(env!("CARGO_BIN_EXE_lowcomm"))
+        .args(args)
+        .current_dir(cwd)
+        .output()
+        .expect("spawn lowcomm")
+}
+
+/// A finished command's stderr, as text.
+pub fn stderr_text(o: &std::process::Output) -> String {
+    String::from_utf8_lossy(&o.stderr).into_owned()
+}
+
+/// Asserts `o` failed with exactly one stderr line mentioning every needle.
+#[track_caller]
+pub fn assert_one_error(o: std::process::Output, needles: &[&str]) {
+    let err = stderr_text(&o);
+    assert!(!o.status.success(), "expected failure");
+    let lines: Vec<&str> = err.trim_end().lines().collect();
+    assert_eq!(lines.len(), 1, "one error line expected:\n{err}");
+    assert_mentions(lines[0], needles);
+}

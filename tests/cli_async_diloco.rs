@@ -1,0 +1,122 @@
+//! Asynchronous DiLoCo from the command line: the server is a participant
+//! of its own (the last), its curve and updates per worker are reported,
+//! the run's model is the server's, flags write `[methods.async-diloco]`,
+//! and bad input gives one error naming the key and an example.
+
+mod common;
+
+use common::*;
+use std::path::Path;
+
+use lowcomm_in as lowcomm;
+use stderr_text as stderr;
+
+fn config(dir: &Path) -> String {
+    let path = dir.join("run.toml");
+    std::fs::write(&path, tiny_toml(corpus(), &dir.join("run"))).unwrap();
+    path.display().to_string()
+}
+
+#[test]
+fn async_diloco_runs_with_a_server_and_reports_it() {
+    let tmp = tempdir();
+    let cfg = config(tmp.path());
+    let args = [
+        "train",
+        "--config",
+        &cfg,
+        "--method",
+        "async-diloco",
+        "--workers",
+        "2",
+        "--steps",
+        "4",
+        "--runtime",
+        "sim",
+        "--speeds",
+        "1,0.5",
+        "--h",
+        "2",
+        "--outer",
+        "dn",
+        "--dn-buffer",
+        "2",
+        "--grace",
+        "0.25",
+        "--dylu",
+    ];
+    let o = lowcomm(tmp.path(), &args);
+    let err = stderr(&o);
+    assert!(o.status.success(), "{err}");
+    assert_mentions(
+        &err,
+        &[
+            "async-diloco (h 2, outer dn lr 0.7, beta 0.9, N 2, c 0, grace 0.25 s, dylu)",
+            "on 2 workers + a parameter server",
+            "server (participant 2):",
+            "updates applied (worker 0: ",
+            "done: val loss",
+        ],
+    );
+    let metrics = read_metrics(&tmp.path().join("run"));
+    let server = records(&metrics, "server");
+    assert!(!server.is_empty(), "the server's curve is logged as its own kind");
+    assert!(server.iter().all(|r| r["worker"] == 2 && r["micro_batches"] == 0), "{server:?}");
+    // DyLU (eq. 6): speeds 1 and 0.5 with H = 2 give rounds of 2 and 1 steps.
+    let per_worker = |w: u64| records(&metrics, "worker").iter().filter(|r| r["worker"] == w).count();
+    let (fast, slow) = (per_worker(0), per_worker(1));
+    assert!(fast > slow && fast + slow >= 8, "t_max = 2 x 4 local steps, more from the fast worker: {fast}, {slow}");
+    let saved = std::fs::read_to_string(tmp.path().join("run/config.toml")).unwrap();
+    for key in ["[methods.async-diloco]", "grace = 0.25", "dylu = true", "outer = \"dn\""] {
+        assert!(saved.contains(key), "{key}: {saved}");
+    }
+    // The final checkpoint holds a part per worker and the server's (with the outer state).
+    let entries = checkpoint_entries(&tmp.path().join("run"));
+    let last = entries.last().expect("a checkpoint");
+    let dir = tmp.path().join("run/checkpoints").join(last);
+    for part in ["part-000.safetensors", "part-001.safetensors", "part-002.safetensors"] {
+        assert!(dir.join(part).exists(), "{part} in {}", dir.display());
+    }
+    // No resume yet: one clear error, nothing written over.
+    let before = snapshot(&tmp.path().join("run"));
+    let mut again = args.to_vec();
+    again.extend(["--resume", "run"]);
+    assert_one_error(lowcomm(tmp.path(), &again), &["--resume", "async-diloco cannot resume yet"]);
+    assert_eq!(snapshot(&tmp.path().join("run")), before);
+}
+
+#[test]
+fn one_worker_and_a_server_is_allowed() {
+    let tmp = tempdir();
+    let cfg = config(tmp.path());
+    let args = ["train", "--config", &cfg, "--method", "async-diloco", "--workers", "1", "--steps", "2", "--h", "1"];
+    let o = lowcomm(tmp.path(), &[&args[..], &["--runtime", "sim"]].concat());
+    assert!(o.status.success(), "{}", stderr(&o));
+    assert_mentions(&stderr(&o), &["on 1 workers + a parameter server", "2 updates applied (worker 0: 2)"]);
+}
+
+#[test]
+fn bad_async_diloco_settings_name_the_key_and_an_example() {
+    let tmp = tempdir();
+    let cfg = config(tmp.path());
+    let base = ["train", "--config", &cfg, "--workers", "2", "--steps", "2", "--method", "async-diloco"];
+    let run = |extra: &[&str]| lowcomm(tmp.path(), &[&base[..], extra].concat());
+    // Out-of-range flag values are refused by the command line parser, on its first line.
+    for (flag, needles) in [("--h", ["--h", "at least 1"]), ("--dn-buffer", ["--dn-buffer", "at least 1"])] {
+        let o = run(&[flag, "0"]);
+        assert!(!o.status.success());
+        assert_mentions(stderr(&o).lines().next().unwrap_or(""), &needles);
+    }
+    assert_one_error(run(&["--grace", "-1"]), &["[methods.async-diloco]", "grace must be >= 0 seconds", "--grace 0.5"]);
+    assert_one_error(
+        run(&["--outer", "dn", "--dn-buffer", "4", "--dn-c", "0.5"]),
+        &["[methods.async-diloco]", "dn_c must be in [0, 1/N] = [0, 0.25]"],
+    );
+    assert_one_error(run(&["--outer", "adam"]), &["[methods.async-diloco]", "outer \"adam\" does not exist"]);
+    assert_one_error(run(&["--speeds", "1,1,1"]), &["--speeds has 3 values but there are 2 workers", "--speeds 1,1"]);
+    assert_one_error(run(&["--tau", "2"]), &["`tau` is a setting of", "not of async-diloco"]);
+    assert_one_error(
+        lowcomm(tmp.path(), &["train", "--config", &cfg, "--method", "diloco", "--workers", "2", "--grace", "1"]),
+        &["`grace` is a setting of async-diloco, not of diloco"],
+    );
+}
