@@ -26,12 +26,11 @@ pub fn plan(a: &PlanArgs) -> Result<()> {
         require_fit: a.require_fit,
     };
     let methods = setup::methods(&a.methods, a.tau, a.compression)?;
-    let async_diloco = setup::async_diloco(&a.methods, a.tau)?;
     let mut costing = setup::costing(&model, &profile, &knobs)?;
     if let Some(speeds) = &a.speeds {
         hetero::pace(&mut costing, speeds)?;
     }
-    let report = plan_all(model, &profile.name, &methods, async_diloco.as_ref(), &costing)?;
+    let report = plan_all(model, &profile.name, &methods, &costing)?;
     if let Some(speeds) = &a.speeds {
         let list = speeds.iter().map(|s| s.to_string()).collect::<Vec<_>>().join(",");
         println!("speeds   {list} (the slowest paces every method but dpu, acco-wp and acco; plan::hetero)");

@@ -80,9 +80,8 @@ pub fn memory(method: &Method, c: &Costing) -> Result<MemoryBytes> {
         // theta (the round's start) and the outer optimizer's state; the
         // pseudo-gradient reuses the replica's buffer.
         Method::Diloco(s) => Copies { outer: (1 + s.outer.state_copies()) as f64 * nf, ..Copies::new(nf) },
-        // A worker of async-diloco: theta_old (the model it started from)
-        // beside its replica; the outer state lives on the server.
-        Method::AsyncDiloco(_) => Copies { outer: nf, ..Copies::new(nf) },
+        // Worker and server: plan_method takes async_diloco.rs's rows instead.
+        Method::AsyncDiloco(_) => anyhow::bail!("async-diloco's memory is planned by plan::async_diloco"),
     };
     let (small, opt_k) = if mixed { (2.0, 4.0 + 4.0 * s) } else { (4.0, 4.0 * s + if cp.master { 4.0 } else { 0.0 }) };
     let bytes = |x: f64| x.round() as usize;

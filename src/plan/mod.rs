@@ -185,6 +185,10 @@ pub fn single_worker_tokens_per_s(c: &Costing) -> f64 {
 
 /// The plan of `method` under `c`.
 pub fn plan_method(method: &Method, c: &Costing) -> Result<MethodPlan> {
+    // Asynchronous arrivals: a bound, not a round (async_diloco.rs).
+    if let Method::AsyncDiloco(s) = method {
+        return async_diloco::plan(&s.diloco(), c);
+    }
     let memory = memory::memory(method, c)?;
     let total = memory.total() as f64;
     let time = time::timing(method, c)?;
@@ -209,18 +213,8 @@ pub fn plan_method(method: &Method, c: &Costing) -> Result<MethodPlan> {
 }
 
 /// Plans every method of `methods` and ranks them (rank.rs).
-/// `async_diloco`: its bound row too (not a `Method` of this build; async_diloco.rs).
-pub fn plan_all(
-    model: ModelSpec,
-    cluster: &str,
-    methods: &[Method],
-    async_diloco: Option<&crate::strategy::DilocoSettings>,
-    c: &Costing,
-) -> Result<Report> {
+pub fn plan_all(model: ModelSpec, cluster: &str, methods: &[Method], c: &Costing) -> Result<Report> {
     let mut plans = methods.iter().map(|m| plan_method(m, c)).collect::<Result<Vec<_>>>()?;
-    if let Some(s) = async_diloco {
-        plans.push(async_diloco::plan(s, c)?);
-    }
     rank::rank(&mut plans);
     Ok(Report {
         model,

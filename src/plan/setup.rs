@@ -10,7 +10,7 @@ use crate::comm::WireDtype;
 use crate::runtime::cluster::ClusterProfile;
 use crate::runtime::sim::SimSpec;
 use crate::runtime::Topology;
-use crate::strategy::{DilocoSettings, Method};
+use crate::strategy::Method;
 use anyhow::{bail, Context, Result};
 
 /// Tokens per micro-batch when neither `--batch` nor the profile says:
@@ -95,11 +95,7 @@ pub fn costing(model: &ModelSpec, profile: &ClusterProfile, k: &Knobs) -> Result
 /// round); a knob out of range is the method's own error.
 pub fn methods(names: &[String], tau: Option<u64>, compression: Option<f64>) -> Result<Vec<Method>> {
     let all = names.iter().any(|n| n == "all");
-    let names: Vec<String> = if all {
-        Method::NAMES.iter().map(|s| s.to_string()).collect()
-    } else {
-        names.iter().filter(|n| *n != super::async_diloco::NAME).cloned().collect()
-    };
+    let names: Vec<String> = if all { Method::NAMES.iter().map(|s| s.to_string()).collect() } else { names.to_vec() };
     names
         .iter()
         .map(|name| {
@@ -115,23 +111,6 @@ pub fn methods(names: &[String], tau: Option<u64>, compression: Option<f64>) -> 
             Method::from_config(name, Some(&t))
         })
         .collect()
-}
-
-/// Async DiLoCo's settings when `--methods` names it (or `all`), with
-/// `--tau` as its H, checked as DiLoCo's: its row is a bound (async_diloco.rs).
-pub fn async_diloco(names: &[String], tau: Option<u64>) -> Result<Option<DilocoSettings>> {
-    if !names.iter().any(|n| n == "all" || n == super::async_diloco::NAME) {
-        return Ok(None);
-    }
-    let mut t = toml::Table::new();
-    if let Some(h) = tau {
-        t.insert("h".into(), toml::Value::Integer(i64::try_from(h).unwrap_or(i64::MAX)));
-    }
-    match Method::from_config("diloco", Some(&t)) {
-        Ok(Method::Diloco(s)) => Ok(Some(s)),
-        Ok(_) => unreachable!("diloco parses as Method::Diloco"),
-        Err(e) => bail!("{}", e.to_string().replace("[methods.diloco]", "async-diloco (as [methods.diloco])")),
-    }
 }
 
 #[cfg(test)]
@@ -158,15 +137,12 @@ mod tests {
     }
 
     #[test]
-    fn async_diloco_is_a_bound_row_taken_by_name_or_all() {
+    fn async_diloco_takes_tau_as_its_h() {
         let names = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
-        assert_eq!(async_diloco(&names(&["ddp"]), Some(5)).unwrap(), None);
-        assert_eq!(async_diloco(&names(&["all"]), Some(5)).unwrap().unwrap().h, 5);
-        assert_eq!(async_diloco(&names(&["async-diloco"]), None).unwrap().unwrap().h, DilocoSettings::default().h);
-        let e = async_diloco(&names(&["async-diloco"]), Some(0)).unwrap_err().to_string();
-        assert!(e.contains("async-diloco") && e.contains("h must be"), "{e}");
-        // The name is not a `Method` of this build: the other rows skip it.
-        assert!(methods(&names(&["async-diloco", "ddp"]), None, None).unwrap() == vec![Method::Ddp]);
+        let ms = methods(&names(&["async-diloco"]), Some(5), None).unwrap();
+        assert!(matches!(&ms[..], [Method::AsyncDiloco(s)] if s.h == 5), "{ms:?}");
+        let e = methods(&names(&["async-diloco"]), Some(0), None).unwrap_err().to_string();
+        assert!(e.contains("async-diloco") && e.contains("h"), "{e}");
     }
 
     #[test]

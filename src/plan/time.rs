@@ -278,24 +278,7 @@ pub fn timing(method: &Method, c: &Costing) -> Result<Timing> {
                 "none: the pseudo-gradient's average blocks, once every H steps",
             )
         }
-        // A worker at speed 1: H inner steps, the pseudo-gradient, its
-        // update to the server and the model back (each costed as a
-        // broadcast between two participants: one message of n values).
-        Method::AsyncDiloco(s) => {
-            let pair = Group::Ranks(std::sync::Arc::from([0, 1.min(world - 1)]));
-            let msg = net.dense(Op::Broadcast, n, c.wire, pair);
-            let local = net.work(Work::Elementwise { name: "diloco pseudo-gradient", elems: n });
-            let compute = inner(s.h) + local;
-            let mut row = t(
-                compute + msg.s * 2.0,
-                s.h,
-                s.h as f64 * k,
-                compute,
-                msg.times(2.0),
-                "estimate, a lower bound: one worker's round without waiting for a grace period or a busy server; its two messages block",
-            );
-            row.exact = false;
-            row
-        }
+        // Not a round: plan_method takes async_diloco.rs's bound instead.
+        Method::AsyncDiloco(_) => anyhow::bail!("async-diloco is planned as a bound (plan::async_diloco), not a round"),
     })
 }
