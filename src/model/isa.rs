@@ -133,6 +133,14 @@ pub fn resolve(cpu: Isa, kernels: Isa, gemm: Isa, want: Option<Isa>) -> Result<L
                 cpu.name()
             );
         }
+        if gemm > w && w == Isa::Scalar {
+            bail!(
+                "{ENV}=scalar but GEMM picks {} on this CPU by itself (the gemm crate has no run-time switch and \
+                 every build has its AVX2 kernels): the scalar path runs only on CPUs without AVX2/FMA; \
+                 use {ENV}=avx2 with a `--no-default-features` build",
+                gemm.label()
+            );
+        }
         if gemm > w {
             bail!(
                 "{ENV}={} but this build's GEMM picks {} on this CPU by itself (the gemm crate has no run-time \
@@ -196,6 +204,9 @@ mod tests {
     fn forcing_below_what_gemm_picks_by_itself_names_the_build_to_use() {
         let e = resolve(Avx512, Avx2, Avx512, Some(Avx2)).unwrap_err().to_string();
         assert!(e.contains("--no-default-features"), "{e}");
+        let e = resolve(Avx2, Scalar, Avx2, Some(Scalar)).unwrap_err().to_string();
+        assert!(e.contains("only on CPUs without AVX2"), "{e}");
+        assert_eq!(resolve(Scalar, Scalar, Scalar, Some(Scalar)).unwrap().step(), Scalar);
         // the AVX2 build on an AVX-512 CPU honours the cap
         let l = resolve(Avx512, Avx2, Avx2, Some(Avx2)).unwrap();
         assert_eq!((l.cpu, l.gemm, l.step()), (Avx512, Avx2, Avx2));
