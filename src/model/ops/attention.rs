@@ -23,25 +23,8 @@ pub struct Dims {
     pub heads: usize,
 }
 
-/// Query rows per block. Causal attention only needs the lower triangle of
-/// S = q k^T; computing it block-row by block-row, each block only against
-/// the keys up to its last row, skips all of the upper triangle except inside
-/// the diagonal blocks: (1 + 1/nb) / 2 of the full T x T work for nb blocks.
-/// Smaller blocks skip more but make each GEMM smaller (less efficient);
-/// docs/decisions.md has the measurement behind this choice.
-pub const BLOCK: usize = 64;
-
-/// Forward: writes `out: [b*t, c]` and `probs: [b, heads, t, t]`. Only the
-/// causal part of `probs` is written: row `i` up to the end of its block
-/// (entries past `i` there are exactly 0); the rest is never read.
+/// Forward: writes `out: [b*t, c]` and `probs: [b, heads, t, t]`.
 pub fn forward(out: &mut [f32], probs: &mut [f32], qkv: &[f32], d: Dims) {
-    forward_blocked(out, probs, qkv, d, BLOCK)
-}
-
-/// [`forward`] with another block size; `block >= t` is the unblocked
-/// computation (full T x T products), the baseline of
-/// `examples/bench_attention.rs`.
-pub fn forward_blocked(out: &mut [f32], probs: &mut [f32], qkv: &[f32], d: Dims, block: usize) {
     let Dims { b, t, c, heads } = d;
     let hs = c / heads;
     let scale = 1.0 / (hs as f32).sqrt();
@@ -52,21 +35,22 @@ pub fn forward_blocked(out: &mut [f32], probs: &mut [f32], qkv: &[f32], d: Dims,
         .for_each(|((out, probs), qkv)| {
             for (h, p) in probs.chunks_exact_mut(t * t).enumerate() {
                 let (q, k, v) = (&qkv[h * hs..], &qkv[c + h * hs..], &qkv[2 * c + h * hs..]);
-                for i0 in (0..t).step_by(block) {
-                    // Query rows i0..i1 see keys 0..i1 (the causal mask, up to the diagonal block).
-                    let i1 = (i0 + block).min(t);
-                    let pb = &mut p[i0 * t..i1 * t];
-                    // S = q k^T (k^T is k read with swapped strides)
-                    let qb = View::strided(&q[i0 * 3 * c..], 3 * c, 1);
-                    gemm(pb, t, qb, View::strided(k, 1, 3 * c), i1 - i0, i1, hs, false, Threads::One);
-                    for (r, row) in pb.chunks_exact_mut(t).enumerate() {
-                        causal_softmax_row(&mut row[..i1], i0 + r, scale);
-                    }
-                    // y = P v
-                    let vb = View::strided(v, 3 * c, 1);
-                    let ob = &mut out[i0 * c + h * hs..];
-                    gemm(ob, c, View::rows(pb, t), vb, i1 - i0, hs, i1, false, Threads::One);
+                // S = q k^T (k^T is k read with swapped strides)
+                gemm(p, t, View::strided(q, 3 * c, 1), View::strided(k, 1, 3 * c), t, t, hs, false, Threads::One);
+                for (i, row) in p.chunks_exact_mut(t).enumerate() {
+                    causal_softmax_row(row, i, scale);
                 }
+                gemm(
+                    &mut out[h * hs..],
+                    c,
+                    View::rows(p, t),
+                    View::strided(v, 3 * c, 1),
+                    t,
+                    hs,
+                    t,
+                    false,
+                    Threads::One,
+                );
             }
         });
 }
@@ -82,23 +66,8 @@ fn causal_softmax_row(row: &mut [f32], i: usize, scale: f32) {
 }
 
 /// Backward: overwrites `dqkv: [b*t, 3c]` from `dout: [b*t, c]`, using the
-/// saved `probs`; `scratch` has the size of `probs` and holds dP / dS (only
-/// their causal part, in the same blocks as the forward).
+/// saved `probs`; `scratch` has the size of `probs` and holds dP / dS.
 pub fn backward(dqkv: &mut [f32], scratch: &mut [f32], dout: &[f32], qkv: &[f32], probs: &[f32], d: Dims) {
-    backward_blocked(dqkv, scratch, dout, qkv, probs, d, BLOCK)
-}
-
-/// [`backward`] with another block size (the forward's); `block >= t` is
-/// the unblocked computation.
-pub fn backward_blocked(
-    dqkv: &mut [f32],
-    scratch: &mut [f32],
-    dout: &[f32],
-    qkv: &[f32],
-    probs: &[f32],
-    d: Dims,
-    block: usize,
-) {
     let Dims { b, t, c, heads } = d;
     let hs = c / heads;
     let scale = 1.0 / (hs as f32).sqrt();
@@ -112,48 +81,49 @@ pub fn backward_blocked(
             for (h, (ds, p)) in scratch.chunks_exact_mut(t * t).zip(probs.chunks_exact(t * t)).enumerate() {
                 let (q, k, v) = (&qkv[h * hs..], &qkv[c + h * hs..], &qkv[2 * c + h * hs..]);
                 let dy = &dout[h * hs..];
-                // By query-row blocks (the forward's): rows i0..i1 of dP, dS and dq.
-                for i0 in (0..t).step_by(block) {
-                    let i1 = (i0 + block).min(t);
-                    let dsb = &mut ds[i0 * t..i1 * t];
-                    // dP = dy v^T
-                    let dyb = View::strided(&dy[i0 * c..], c, 1);
-                    gemm(dsb, t, dyb, View::strided(v, 1, 3 * c), i1 - i0, i1, hs, false, Threads::One);
-                    // dS = P * (dP - sum_j P dP) * scale (softmax backward; 0 in the future since P is)
-                    for (dsr, pr) in dsb.chunks_exact_mut(t).zip(p[i0 * t..].chunks_exact(t)) {
-                        let (dsr, pr) = (&mut dsr[..i1], &pr[..i1]);
-                        let d = dot(dsr, pr);
-                        for (x, pv) in dsr.iter_mut().zip(pr) {
-                            *x = pv * (*x - d) * scale;
-                        }
+                // dP = dy v^T ; dv = P^T dy
+                gemm(ds, t, View::strided(dy, c, 1), View::strided(v, 1, 3 * c), t, t, hs, false, Threads::One);
+                gemm(
+                    &mut dqkv[2 * c + h * hs..],
+                    3 * c,
+                    View::transposed(p, t),
+                    View::strided(dy, c, 1),
+                    t,
+                    hs,
+                    t,
+                    false,
+                    Threads::One,
+                );
+                // dS = P * (dP - sum_j P dP) * scale (softmax backward; 0 in the future since P is)
+                for (dsr, pr) in ds.chunks_exact_mut(t).zip(p.chunks_exact(t)) {
+                    let d = dot(dsr, pr);
+                    for (x, pv) in dsr.iter_mut().zip(pr) {
+                        *x = pv * (*x - d) * scale;
                     }
-                    // dq = dS k
-                    let dq = &mut dqkv[i0 * 3 * c + h * hs..];
-                    gemm(
-                        dq,
-                        3 * c,
-                        View::rows(dsb, t),
-                        View::strided(k, 3 * c, 1),
-                        i1 - i0,
-                        hs,
-                        i1,
-                        false,
-                        Threads::One,
-                    );
                 }
-                // By key-column blocks j0..j1: dv = P^T dy ; dk = dS^T q. Rows
-                // above j0 are all future for these keys (0), so only rows j0..t count.
-                for j0 in (0..t).step_by(block) {
-                    let (j1, rows) = ((j0 + block).min(t), t - j0);
-                    let dyb = View::strided(&dy[j0 * c..], c, 1);
-                    let pt = View::transposed(&p[j0 * t + j0..], t);
-                    let dv = &mut dqkv[j0 * 3 * c + 2 * c + h * hs..];
-                    gemm(dv, 3 * c, pt, dyb, j1 - j0, hs, rows, false, Threads::One);
-                    let qb = View::strided(&q[j0 * 3 * c..], 3 * c, 1);
-                    let dst = View::transposed(&ds[j0 * t + j0..], t);
-                    let dk = &mut dqkv[j0 * 3 * c + c + h * hs..];
-                    gemm(dk, 3 * c, dst, qb, j1 - j0, hs, rows, false, Threads::One);
-                }
+                // dq = dS k ; dk = dS^T q
+                gemm(
+                    &mut dqkv[h * hs..],
+                    3 * c,
+                    View::rows(ds, t),
+                    View::strided(k, 3 * c, 1),
+                    t,
+                    hs,
+                    t,
+                    false,
+                    Threads::One,
+                );
+                gemm(
+                    &mut dqkv[c + h * hs..],
+                    3 * c,
+                    View::transposed(ds, t),
+                    View::strided(q, 3 * c, 1),
+                    t,
+                    hs,
+                    t,
+                    false,
+                    Threads::One,
+                );
             }
         });
 }
@@ -176,7 +146,6 @@ mod tests {
 
     #[test]
     fn attention_backward_matches_finite_differences() {
-        // block 2 on t = 5: three query blocks, the last one ragged
         let d = Dims { b: 2, t: 5, c: 6, heads: 2 };
         let qkv = probe(d.b * d.t * 3 * d.c, 1.7);
         let n_probs = d.b * d.heads * d.t * d.t;
@@ -184,41 +153,14 @@ mod tests {
             &[qkv],
             |ins| {
                 let (mut y, mut p) = (vec![0.0; d.b * d.t * d.c], vec![0.0; n_probs]);
-                forward_blocked(&mut y, &mut p, &ins[0], d, 2);
+                forward(&mut y, &mut p, &ins[0], d);
                 (y, p)
             },
             |ins, dy, p| {
                 let (mut dqkv, mut scratch) = (vec![0.0; ins[0].len()], vec![0.0; n_probs]);
-                backward_blocked(&mut dqkv, &mut scratch, dy, &ins[0], p, d, 2);
+                backward(&mut dqkv, &mut scratch, dy, &ins[0], p, d);
                 vec![dqkv]
             },
         );
-    }
-
-    /// Forward output and gradients for one block size; the buffers start
-    /// as NaN so that reading a never-written (skipped) entry shows.
-    fn run_blocked(d: Dims, qkv: &[f32], dy: &[f32], block: usize) -> (Vec<f32>, Vec<f32>) {
-        let n_probs = d.b * d.heads * d.t * d.t;
-        let (mut y, mut p) = (vec![0.0; d.b * d.t * d.c], vec![f32::NAN; n_probs]);
-        forward_blocked(&mut y, &mut p, qkv, d, block);
-        let (mut dqkv, mut scratch) = (vec![f32::NAN; qkv.len()], vec![f32::NAN; n_probs]);
-        backward_blocked(&mut dqkv, &mut scratch, dy, qkv, &p, d, block);
-        (y, dqkv)
-    }
-
-    #[test]
-    fn skipping_the_upper_triangle_changes_nothing_but_rounding() {
-        // block = t is the unblocked computation (the full T x T products);
-        // 3 on t = 7 leaves a ragged last block, 1 skips the most.
-        let d = Dims { b: 2, t: 7, c: 8, heads: 2 };
-        let (qkv, dy) = (probe(d.b * d.t * 3 * d.c, 1.3), probe(d.b * d.t * d.c, 0.4));
-        let (y_full, g_full) = run_blocked(d, &qkv, &dy, d.t);
-        assert!(g_full.iter().all(|g| g.is_finite()), "every gradient entry is written");
-        for block in [1, 3, 4] {
-            let (y, g) = run_blocked(d, &qkv, &dy, block);
-            for (a, b) in y.iter().zip(&y_full).chain(g.iter().zip(&g_full)) {
-                assert!((a - b).abs() <= 1e-5 * (1.0 + b.abs()), "block {block}: {a} vs {b}");
-            }
-        }
     }
 }
