@@ -5,6 +5,7 @@
 //! flat slices), `checkpoint`, `train` (the single-worker trainer), `export`.
 
 pub mod bench;
+pub mod bench_breakdown;
 pub mod bench_dct;
 pub mod bench_server;
 pub mod checkpoint;

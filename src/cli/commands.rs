@@ -438,7 +438,14 @@ pub fn bench(a: BenchArgs) -> Result<()> {
         }
         other => anyhow::bail!("unknown benchmark `{other}`: use --what step, comm, sim, dct or server"),
     }
+    let host = crate::bench_breakdown::Host::probe()?;
+    if a.breakdown {
+        let (rows, step_s) = crate::bench_breakdown::run(&a.preset, a.steps.max(1), a.warmup)?;
+        println!("Per-kernel time of one `{}` step (mean of {} profiled steps):\n", a.preset, a.steps.max(1));
+        println!("{}", crate::bench_breakdown::table(&rows, step_s));
+    }
     let r = crate::bench::run(&a.preset, a.steps.max(1), a.warmup)?;
+    println!("{}", host.line(r.gflops));
     println!(
         "RESULT lib=lowcomm preset={} batch={}x{} params={} median_step_s={:.4} tok_per_s={:.0} gflops={:.1} peak_rss_mb={:.0} loss_first={:.4} loss_last={:.4}",
         r.preset, r.batch, r.seq, r.params, r.median_step_s, r.tokens_per_s, r.gflops, r.peak_rss_mb, r.loss_first, r.loss_last

@@ -382,6 +382,10 @@ pub struct BenchArgs {
     /// worker's round of H = 50 steps).
     #[arg(long, default_value = "step")]
     pub what: String,
+    /// `--what step`: also print the time of each kernel of one step (forward
+    /// and backward per op kind, matmuls by shape) as a table with shares.
+    #[arg(long)]
+    pub breakdown: bool,
     /// `--what comm`: `local` (in-process groups of 2 and 4 workers) or
     /// `mpi` (this MPI job: `mpirun -np 4 lowcomm bench --what comm --backend mpi`).
     #[arg(long, default_value = "local")]

@@ -9,6 +9,7 @@
 use super::activations::Activations;
 use super::layout::ParamLayout;
 use super::ops::{attention, embedding, gelu, layernorm, matmul, xent};
+use super::profile::Timer;
 use super::GptConfig;
 use anyhow::{bail, Result};
 use rand::{Rng, SeedableRng};
@@ -58,6 +59,8 @@ impl Gpt {
     /// A model around given parameters (e.g. loaded from a checkpoint).
     pub fn from_params(cfg: GptConfig, params: Vec<f32>, seed: u64) -> Result<Self> {
         cfg.validate()?;
+        // Refuse a CPU/build/LOWCOMM_ISA mismatch here, before any kernel runs.
+        super::isa::active()?;
         let layout = ParamLayout::new(&cfg);
         if params.len() != layout.len {
             bail!("parameter buffer has {} values but this model shape needs {}", params.len(), layout.len);
@@ -103,9 +106,11 @@ impl Gpt {
     /// `loss_scale = 1 / micro_batches`). Returns the unscaled mean loss.
     pub fn forward_backward(&mut self, inputs: &[u32], targets: &[u32], b: usize, t: usize, loss_scale: f32) -> f32 {
         self.forward(inputs, b, t, true);
+        let mut tm = Timer::start();
         let (n, v) = (b * t, self.cfg.vocab_size);
         let a = &mut self.acts;
         xent::forward_backward(&mut a.losses[..n], &mut a.logits[..n * v], targets, v, loss_scale / n as f32);
+        tm.mark("xent fwd+bwd");
         let loss = mean(&a.losses[..n]);
         self.backward(b, t);
         loss
@@ -122,9 +127,11 @@ impl Gpt {
         let l = &self.layout;
         let a = &mut self.acts;
         let drop = if train { cfg.dropout } else { 0.0 };
+        let mut tm = Timer::start();
         a.tokens[..n].copy_from_slice(inputs);
         embedding::forward(&mut a.x0, inputs, &p[l.wte.clone()], &p[l.wpe.clone()], t, c);
         dropout_forward(&mut a.x0[..n * c], &mut a.mask_emb, drop, &mut self.dropout_rng);
+        tm.mark("embedding fwd");
         for (i, r) in l.blocks.iter().enumerate() {
             let (done, rest) = a.blocks.split_at_mut(i);
             let x: &[f32] = if i == 0 { &a.x0[..n * c] } else { &done[i - 1].res2[..n * c] };
@@ -139,6 +146,7 @@ impl Gpt {
                 c,
                 LN_EPS,
             );
+            tm.mark("layernorm fwd");
             matmul::linear_forward(
                 &mut s.qkv,
                 &s.ln1[..n * c],
@@ -148,7 +156,9 @@ impl Gpt {
                 c,
                 3 * c,
             );
+            tm.mark("matmul qkv fwd");
             attention::forward(&mut s.atty, &mut s.probs, &s.qkv[..n * 3 * c], dims);
+            tm.mark("attention fwd");
             matmul::linear_forward(
                 &mut a.branch,
                 &s.atty[..n * c],
@@ -158,8 +168,10 @@ impl Gpt {
                 c,
                 c,
             );
+            tm.mark("matmul attn-proj fwd");
             dropout_forward(&mut a.branch[..n * c], &mut s.mask_attn, drop, &mut self.dropout_rng);
             add(&mut s.res1[..n * c], x, &a.branch[..n * c]);
+            tm.mark("residual+dropout fwd");
             layernorm::forward(
                 &mut s.ln2,
                 &mut s.ln2_mean,
@@ -170,6 +182,7 @@ impl Gpt {
                 c,
                 LN_EPS,
             );
+            tm.mark("layernorm fwd");
             matmul::linear_forward(
                 &mut s.fch,
                 &s.ln2[..n * c],
@@ -179,7 +192,9 @@ impl Gpt {
                 c,
                 4 * c,
             );
+            tm.mark("matmul fc fwd");
             gelu::forward(&mut s.fch_gelu, &s.fch[..n * 4 * c]);
+            tm.mark("gelu fwd");
             matmul::linear_forward(
                 &mut a.branch,
                 &s.fch_gelu[..n * 4 * c],
@@ -189,8 +204,10 @@ impl Gpt {
                 4 * c,
                 c,
             );
+            tm.mark("matmul fc-proj fwd");
             dropout_forward(&mut a.branch[..n * c], &mut s.mask_mlp, drop, &mut self.dropout_rng);
             add(&mut s.res2[..n * c], &s.res1[..n * c], &a.branch[..n * c]);
+            tm.mark("residual+dropout fwd");
         }
         let last = a.blocks.last().map_or(&a.x0, |s| &s.res2);
         layernorm::forward(
@@ -203,7 +220,9 @@ impl Gpt {
             c,
             LN_EPS,
         );
+        tm.mark("layernorm fwd");
         matmul::linear_forward(&mut a.logits, &a.lnf[..n * c], &p[l.wte.clone()], None, n, c, v);
+        tm.mark("matmul lm-head fwd");
     }
 
     /// Backward of the last training forward; `acts.logits` holds dL/dlogits.
@@ -216,6 +235,7 @@ impl Gpt {
         let g = &mut self.grads;
         let a = &mut self.acts;
         let dropout = cfg.dropout > 0.0;
+        let mut tm = Timer::start();
         // Head: logits = lnf wte^T
         matmul::linear_backward(
             Some(&mut a.dln),
@@ -228,6 +248,7 @@ impl Gpt {
             c,
             v,
         );
+        tm.mark("matmul lm-head bwd");
         let dres = &mut a.dres[..n * c];
         dres.fill(0.0);
         let last = a.blocks.last().map_or(&a.x0, |s| &s.res2);
@@ -243,12 +264,14 @@ impl Gpt {
             &a.lnf_rstd,
             c,
         );
+        tm.mark("layernorm bwd");
         for (i, r) in l.blocks.iter().enumerate().rev() {
             let (done, rest) = a.blocks.split_at(i);
             let x: &[f32] = if i == 0 { &a.x0[..n * c] } else { &done[i - 1].res2[..n * c] };
             let s = &rest[0];
             // MLP branch: res2 = res1 + drop(fcproj(gelu(fc(ln2(res1)))))
             let dbranch = dropout_backward(&mut a.dbranch[..n * c], dres, &s.mask_mlp, dropout);
+            tm.mark("residual+dropout bwd");
             let (dw, db) = two_mut(g, &r.fcproj_w, &r.fcproj_b);
             matmul::linear_backward(
                 Some(&mut a.dfch_gelu),
@@ -261,7 +284,9 @@ impl Gpt {
                 4 * c,
                 c,
             );
+            tm.mark("matmul fc-proj bwd");
             gelu::backward(&mut a.dfch, &s.fch[..n * 4 * c], &a.dfch_gelu[..n * 4 * c]);
+            tm.mark("gelu bwd");
             let (dw, db) = two_mut(g, &r.fc_w, &r.fc_b);
             matmul::linear_backward(
                 Some(&mut a.dln),
@@ -274,6 +299,7 @@ impl Gpt {
                 c,
                 4 * c,
             );
+            tm.mark("matmul fc bwd");
             let (dw, db) = two_mut(g, &r.ln2_w, &r.ln2_b);
             layernorm::backward(
                 dres,
@@ -286,8 +312,10 @@ impl Gpt {
                 &s.ln2_rstd,
                 c,
             );
+            tm.mark("layernorm bwd");
             // Attention branch: res1 = x + drop(proj(attn(ln1(x))))
             let dbranch = dropout_backward(&mut a.dbranch[..n * c], dres, &s.mask_attn, dropout);
+            tm.mark("residual+dropout bwd");
             let (dw, db) = two_mut(g, &r.proj_w, &r.proj_b);
             matmul::linear_backward(
                 Some(&mut a.datty),
@@ -300,7 +328,9 @@ impl Gpt {
                 c,
                 c,
             );
+            tm.mark("matmul attn-proj bwd");
             attention::backward(&mut a.dqkv, &mut a.dprobs, &a.datty[..n * c], &s.qkv[..n * 3 * c], &s.probs, dims);
+            tm.mark("attention bwd");
             let (dw, db) = two_mut(g, &r.qkv_w, &r.qkv_b);
             matmul::linear_backward(
                 Some(&mut a.dln),
@@ -313,12 +343,15 @@ impl Gpt {
                 c,
                 3 * c,
             );
+            tm.mark("matmul qkv bwd");
             let (dw, db) = two_mut(g, &r.ln1_w, &r.ln1_b);
             layernorm::backward(dres, dw, db, &a.dln[..n * c], x, &p[r.ln1_w.clone()], &s.ln1_mean, &s.ln1_rstd, c);
+            tm.mark("layernorm bwd");
         }
         let dx0 = dropout_backward(&mut a.dbranch[..n * c], dres, &a.mask_emb, dropout);
         let (dwte, dwpe) = two_mut(g, &l.wte, &l.wpe);
         embedding::backward(dwte, dwpe, dx0, &a.tokens[..n], t, c);
+        tm.mark("embedding bwd");
     }
 }
 

@@ -3,8 +3,10 @@
 pub mod activations;
 pub mod config;
 pub mod gpt;
+pub mod isa;
 pub mod layout;
 pub mod ops;
+pub mod profile;
 #[cfg(test)]
 mod tests;
 
