@@ -94,14 +94,7 @@ impl AsyncDilocoSettings {
 /// Parses `[methods.async-diloco]`; an outer optimizer that does not exist
 /// is named with the valid ones.
 pub fn parse(table: toml::Table) -> Result<AsyncDilocoSettings> {
-    if let Some(v) = table.get("outer") {
-        if !v.as_str().is_some_and(|s| OuterKind::NAMES.contains(&s)) {
-            bail!(
-                "[methods.async-diloco]: outer {v} does not exist: choose one of {}, e.g. outer = \"dn\" (flag --outer dn)",
-                OuterKind::NAMES.join(", ")
-            );
-        }
-    }
+    super::diloco_settings::check_outer_name(&table, "async-diloco", "dn")?;
     let s: AsyncDilocoSettings =
         table.try_into().map_err(|e: toml::de::Error| anyhow::anyhow!("[methods.async-diloco]: {}", e.message()))?;
     s.validate().map(|_| s)
@@ -109,12 +102,8 @@ pub fn parse(table: toml::Table) -> Result<AsyncDilocoSettings> {
 
 /// How async DiLoCo is shown (banner, summaries).
 pub fn describe(s: &AsyncDilocoSettings, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-    write!(f, "async-diloco (h {}, outer {} lr {}", s.h, s.outer.name(), s.outer_lr)?;
-    match s.outer {
-        OuterKind::Sgd => {}
-        OuterKind::Dn => write!(f, ", beta {}, N {}, c {}", s.outer_momentum, s.dn_buffer, s.dn_c)?,
-        _ => write!(f, ", beta {}", s.outer_momentum)?,
-    }
+    f.write_str("async-diloco (")?;
+    super::diloco_settings::describe_round(&s.diloco(), f)?;
     write!(f, ", grace {} s{})", s.grace, if s.dylu { ", dylu" } else { "" })
 }
 

@@ -70,28 +70,43 @@ impl super::local_settings::Validate for DilocoSettings {
 /// Parses `[methods.diloco]`; an outer optimizer that does not exist is
 /// named with the valid ones.
 pub fn parse(table: toml::Table) -> Result<DilocoSettings> {
-    if let Some(v) = table.get("outer") {
-        if !v.as_str().is_some_and(|s| OuterKind::NAMES.contains(&s)) {
-            bail!(
-                "[methods.diloco]: outer {v} does not exist: choose one of {}, e.g. outer = \"nesterov\" (flag --outer nesterov)",
-                OuterKind::NAMES.join(", ")
-            );
-        }
-    }
+    check_outer_name(&table, "diloco", "nesterov")?;
     let s: DilocoSettings =
         table.try_into().map_err(|e: toml::de::Error| anyhow::anyhow!("[methods.diloco]: {}", e.message()))?;
     super::local_settings::checked(s)
 }
 
+/// `outer` in `[methods.METHOD]`, if given, must name an outer optimizer:
+/// the error lists the valid ones and shows `example`. Checked before
+/// serde so the message is ours, not serde's "unknown variant".
+pub(super) fn check_outer_name(table: &toml::Table, method: &str, example: &str) -> Result<()> {
+    if let Some(v) = table.get("outer") {
+        if !v.as_str().is_some_and(|s| OuterKind::NAMES.contains(&s)) {
+            bail!(
+                "[methods.{method}]: outer {v} does not exist: choose one of {}, e.g. outer = \"{example}\" (flag --outer {example})",
+                OuterKind::NAMES.join(", ")
+            );
+        }
+    }
+    Ok(())
+}
+
 /// How DiLoCo is shown (banner, summaries).
 pub fn describe(s: &DilocoSettings, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-    write!(f, "diloco (h {}, outer {} lr {}", s.h, s.outer.name(), s.outer_lr)?;
-    match s.outer {
-        OuterKind::Sgd => {}
-        OuterKind::Dn => write!(f, ", beta {}, N {}, c {}", s.outer_momentum, s.dn_buffer, s.dn_c)?,
-        _ => write!(f, ", beta {}", s.outer_momentum)?,
-    }
+    f.write_str("diloco (")?;
+    describe_round(s, f)?;
     f.write_str(")")
+}
+
+/// `h H, outer KIND lr LR` and the outer optimizer's own knobs: what sync
+/// and async DiLoCo show alike.
+pub(super) fn describe_round(s: &DilocoSettings, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+    write!(f, "h {}, outer {} lr {}", s.h, s.outer.name(), s.outer_lr)?;
+    match s.outer {
+        OuterKind::Sgd => Ok(()),
+        OuterKind::Dn => write!(f, ", beta {}, N {}, c {}", s.outer_momentum, s.dn_buffer, s.dn_c),
+        _ => write!(f, ", beta {}", s.outer_momentum),
+    }
 }
 
 #[cfg(test)]
