@@ -11,15 +11,27 @@
 //! ```text
 //! T_w     = msg (model fetch) + [H (K mb + opt(n)) + pg(n)] / s_w + msg (pseudo-gradient send) + out
 //! serve   = out + msg                      the server's work per update (its sends are serial)
-//! lower:  cycle_w >= max(T_w, N serve)    nobody queues; but the server sends N models per cycle
-//! upper:  cycle_w <= T_w + (N - 1) serve  every other update is served first
-//! tokens/s = sum_w H K tokens / cycle_w   (the row: the lower cycle, i.e. the best tokens/s)
+//! lower:  cycle_w >= T_w                   nobody queues
+//! server: sum_w 1 / cycle_w <= 1 / serve   it applies and answers one update at a time
+//! upper:  cycle_w <= T_w + (N - 1) serve   every other update is served first
+//! tokens/s <= min(sum_w H K tokens / T_w, H K tokens / serve)     (the row: this best case)
 //! ```
 //!
+//! The row's time per round is the workers' mean cycle at that best
+//! throughput (N H K tokens / tokens/s, a harmonic mean): max(T, N serve)
+//! with equal speeds; its compute is the same mean of each worker's local
+//! time, and the rest is exposed.
+//! The server's limit binds the sum, not each worker: the worker it
+//! answers first can cycle faster than N serve while others wait longer.
+
 //! Memory: a worker holds its replica, gradients, the inner optimizer's
-//! state and one n-value buffer (the model it started from, which becomes
-//! the pseudo-gradient it sends); the server holds theta and the outer
-//! optimizer's state (Nesterov's momentum, DN's buffer), shown in `server`.
+//! state and the model its round started from (`theta_old`, counted as
+//! outer state as sync DiLoCo counts its theta; the pseudo-gradient reuses
+//! the replica's buffer); the server holds theta and the outer optimizer's
+//! state (Nesterov's momentum, DN's buffer), shown in `server`.
+//!
+//! `tests_sim.rs` runs the method in the simulator and checks that every
+//! worker's steady cycle lies between the two ends, and both memories.
 
 use super::rank::gb;
 use super::{Costing, MethodPlan, Precision};
@@ -46,9 +58,9 @@ pub fn memory(s: &DilocoSettings, c: &Costing) -> Result<(MemoryBytes, MemoryByt
     let worker = MemoryBytes {
         params: b(small * n),
         grads: b(small * n),
-        comm_buffers: b(small * n),
+        comm_buffers: 0,
         optimizer: b(opt_k * n),
-        outer: 0,
+        outer: b(small * n),
     };
     let server = MemoryBytes {
         params: b(small * n),
@@ -58,9 +70,22 @@ pub fn memory(s: &DilocoSettings, c: &Costing) -> Result<(MemoryBytes, MemoryByt
     Ok((worker, server))
 }
 
-/// The async DiLoCo row under `c` (module docs): its time, tokens/s and
-/// scalability at the best case, the worst case in its rule.
-pub fn plan(s: &DilocoSettings, c: &Costing) -> Result<MethodPlan> {
+/// Each worker's cycle bounds and what they are made of (module docs).
+pub struct Cycles {
+    /// Per worker: (lower, upper) seconds of one cycle.
+    pub bounds: Vec<(f64, f64)>,
+    /// The server's seconds per update (outer step + model send).
+    pub serve: f64,
+    /// One message of the model or a pseudo-gradient.
+    pub msg: f64,
+    /// A worker's local work at speed 1 (H steps and the pseudo-gradient).
+    pub local: f64,
+    /// Speed factors (>= 1 over the slowest, plan::hetero), or all 1.
+    pub speeds: Vec<f64>,
+}
+
+/// The cycle bounds of every worker under `c` (speed factors from the spec, or all 1).
+pub fn cycles(s: &DilocoSettings, c: &Costing) -> Cycles {
     let (n, world) = (c.params, c.workers());
     let k = c.grad_accum.max(1) as f64;
     let cost = |w: Work| c.spec.cost(w, 1.0);
@@ -69,27 +94,44 @@ pub fn plan(s: &DilocoSettings, c: &Costing) -> Result<MethodPlan> {
     let local = s.h as f64 * (k * cost(Work::MicroBatch) + cost(Work::Optimizer { params: n }))
         + cost(Work::Elementwise { name: "diloco pseudo-gradient", elems: n });
     let serve = out + msg;
-    // Speed factors (>= 1 over the slowest, plan::hetero), or all 1.
     let speeds: Vec<f64> = if c.spec.speeds.len() == world { c.spec.speeds.clone() } else { vec![1.0; world] };
-    let t_w: Vec<f64> = speeds.iter().map(|sp| msg + local / sp + msg + out).collect();
+    let bounds = speeds
+        .iter()
+        .map(|sp| {
+            let t_w = msg + local / sp + msg + out;
+            (t_w, t_w + (world as f64 - 1.0) * serve)
+        })
+        .collect();
+    Cycles { bounds, serve, msg, local, speeds }
+}
+
+/// The async DiLoCo row under `c` (module docs): its time, tokens/s and
+/// scalability at the best case, the worst case in its rule.
+pub fn plan(s: &DilocoSettings, c: &Costing) -> Result<MethodPlan> {
+    let n = c.params;
+    let k = c.grad_accum.max(1) as f64;
+    let Cycles { bounds, serve, msg, local, speeds } = cycles(s, c);
     let tokens = s.h as f64 * k * c.tokens_per_micro_batch as f64;
-    let best: f64 = t_w.iter().map(|t| tokens / t.max(world as f64 * serve)).sum();
-    let worst: f64 = t_w.iter().map(|t| tokens / (t + (world as f64 - 1.0) * serve)).sum();
-    let round_s = t_w[0].max(world as f64 * serve);
+    let best = bounds.iter().map(|(lo, _)| tokens / lo).sum::<f64>().min(tokens / serve);
+    let worst: f64 = bounds.iter().map(|(_, hi)| tokens / hi).sum();
+    let world = bounds.len() as f64;
+    let round_s = world * tokens / best;
+    let upper_s = bounds[0].1;
+    // The compute part of that mean cycle (the same harmonic mean of each worker's local time).
+    let compute_s = world / speeds.iter().map(|sp| sp / local).sum::<f64>();
     let (worker, server) = memory(s, c)?;
     let total = worker.total() as f64;
     let bytes = (MESSAGE_HEADER + 8 + n * c.wire.bytes_per_elem()) as f64;
     let rule = format!(
-        "bound (asynchronous arrivals are not analytical): a worker's cycle is at least max(fetch + H steps + send + outer step, N x (server outer step + model send)) = {round_s:.4} s, at most {:.4} s when every other update is served first; tokens/s between {worst:.0} and {best:.0}",
-        t_w[0] + (world as f64 - 1.0) * serve
+        "bound (asynchronous arrivals are not analytical): a worker's cycle is at least fetch + H steps + send + outer step, the server answers one update per outer step + model send, so the mean cycle is at least {round_s:.4} s; worker 0's is at most {upper_s:.4} s when every other update is served first; tokens/s between {worst:.0} and {best:.0}"
     );
     let time = super::time::Timing {
         round_s,
         steps: s.h,
         micro_batches: s.h as f64 * k,
-        compute_s: local / speeds[0],
+        compute_s,
         comm_s: 2.0 * msg,
-        exposed_s: (round_s - local / speeds[0]).max(0.0),
+        exposed_s: (round_s - compute_s).max(0.0),
         bytes_intra: 0.0,
         bytes_inter: bytes,
         exact: false,
@@ -145,9 +187,9 @@ mod tests {
         assert!((p.tokens_per_s - 4.0 * 1e4 / t).abs() < 1e-6);
         assert!(p.time.rule.contains(&format!("{:.4} s when every other", t + 3.0 * msg)), "{}", p.time.rule);
         assert!(!p.time.exact);
-        // Memory (f32, AdamW s = 2): worker 4n + 4n + 4n + 8n; server theta + Nesterov momentum.
+        // Memory (f32, AdamW s = 2): worker 4n + 4n + 8n + theta_old 4n; server theta + Nesterov momentum.
         let (w, sv) = memory(&s, &c).unwrap();
-        assert_eq!((w.params, w.grads, w.comm_buffers, w.optimizer), (4_000_000, 4_000_000, 4_000_000, 8_000_000));
+        assert_eq!((w.params, w.grads, w.optimizer, w.outer), (4_000_000, 4_000_000, 8_000_000, 4_000_000));
         assert_eq!((sv.params, sv.outer), (4_000_000, 4_000_000));
         // Mixed: bf16 values, K = 12 bytes of optimizer state per parameter.
         let (w, _) = memory(&s, &costing(4, Precision::Mixed)).unwrap();

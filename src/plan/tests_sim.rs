@@ -147,3 +147,77 @@ fn plan_predicts_the_simulator_within_5_percent_and_its_memory_exactly() {
         }
     }
 }
+
+/// Async DiLoCo is planned as a bound (plan::async_diloco): in the
+/// simulator every worker's steady cycle (between the ends of its second
+/// and its last whole round) lies between the plan's two ends, with equal
+/// and with unequal speeds, the server answers no more updates than one
+/// per `serve`, and the worker's and the server's memory are what the run
+/// measures.
+#[test]
+fn async_diloco_cycles_lie_within_the_plans_bounds_and_its_memory_is_exact() {
+    let cfg = tiny();
+    let layout = crate::model::ParamLayout::new(&cfg);
+    let n = layout.len;
+    let batch = 2;
+    let s = crate::strategy::AsyncDilocoSettings { h: TAU, ..Default::default() };
+    let method = Method::AsyncDiloco(s.clone());
+    for prof in [profile("a100-4x8-100g.toml"), profile("tcp-4x1-10g.toml")] {
+        let world = prof.workers();
+        let uneven: Vec<f64> = (0..world).map(|w| [1.0, 0.5, 0.8][w % 3]).collect();
+        for speeds in [vec![1.0; world], uneven] {
+            let spec = prof.sim_spec(&cfg, n, batch * cfg.ctx, speeds.clone()).unwrap();
+            let wire = prof.wire.unwrap_or_default();
+            let plan = Plan {
+                wire,
+                ..Plan::new(
+                    8 * TAU,
+                    LrSchedule::constant(1e-3),
+                    OptimizerConfig::AdamW(AdamWConfig::default()),
+                    DecaySegments::new(layout.decay_ranges()),
+                )
+            };
+            let reports =
+                run_cluster(&method, &Runtime::Sim(spec.clone()), workers(world, batch), &plan, &Hooks::default())
+                    .unwrap();
+            let costing = Costing {
+                params: n,
+                tokens_per_micro_batch: batch * cfg.ctx,
+                spec,
+                wire,
+                grad_accum: 1,
+                grad_clip: false,
+                optimizer: plan.optimizer.clone(),
+                fixed_micro_batches: None,
+                device_memory: None,
+                precision: Precision::F32,
+                layout: Some(layout.clone()),
+            };
+            let super::async_diloco::Cycles { bounds, serve, .. } = super::async_diloco::cycles(&s.diloco(), &costing);
+            let h = TAU as usize;
+            let mut rate = 0.0;
+            for (w, r) in reports[..world].iter().enumerate() {
+                let rounds = r.points.len() / h;
+                assert!(rounds >= 4, "worker {w} on {}: only {rounds} rounds", prof.name);
+                let end = |round: usize| r.points[round * h - 1].end_s;
+                let cycle = (end(rounds) - end(2)) / (rounds - 2) as f64;
+                let (lo, hi) = bounds[w];
+                assert!(
+                    cycle >= lo * (1.0 - 1e-9) && cycle <= hi * (1.0 + 1e-9),
+                    "worker {w} (speed {}) on {}: simulated cycle {cycle} s outside the plan's [{lo}, {hi}]",
+                    speeds[w],
+                    prof.name
+                );
+                rate += 1.0 / cycle;
+            }
+            // The server answers one update per `serve` seconds.
+            assert!(rate * serve <= 1.0 + 1e-9, "{}: {rate} updates/s beyond the server's 1/{serve}", prof.name);
+            let p = plan_method(&method, &costing).unwrap();
+            assert!(!p.time.exact, "a bound, not a prediction");
+            let fields = |m: &crate::strategy::MemoryBytes| (m.params, m.grads, m.comm_buffers, m.optimizer, m.outer);
+            assert_eq!(fields(&p.memory), fields(&reports[0].memory), "worker memory on {}", prof.name);
+            let server = p.server.expect("async-diloco plans the server's memory");
+            assert_eq!(fields(&server), fields(&reports[world].memory), "server memory on {}", prof.name);
+        }
+    }
+}
