@@ -304,6 +304,10 @@ pub struct TrainArgs {
     /// async-diloco: Dynamic Local Updates: each worker's steps per round in proportion to its speed.
     #[arg(long)]
     pub dylu: bool,
+    /// async-diloco: workers that crash and rejoin, WORKER:crash@SECONDS and WORKER:join@SECONDS
+    /// (virtual seconds under sim, wall seconds from the start on threads), e.g. 2:crash@120,2:join@300.
+    #[arg(long, value_name = "PLAN")]
+    pub faults: Option<String>,
 }
 
 #[derive(Args, Debug)]

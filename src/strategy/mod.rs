@@ -18,6 +18,7 @@ pub mod journal;
 pub mod local;
 pub mod local_settings;
 pub mod local_sgd;
+pub mod membership;
 pub mod method;
 pub mod overlap_local_sgd;
 pub mod param_server;
@@ -83,7 +84,10 @@ pub async fn run_server<C: Ctx>(
 }
 
 fn report<C: Ctx>(ctx: &mut C, j: Journal, out: Outcome, params: Vec<f32>, updates: Vec<u64>) -> WorkerReport {
+    let (faults, sent) = j.membership();
     WorkerReport {
+        faults,
+        sent,
         rank: ctx.rank(),
         points: j.into_points(),
         optimizer_steps: out.optimizer_steps,
@@ -241,6 +245,8 @@ mod tests_co2;
 mod tests_delayed;
 #[cfg(test)]
 mod tests_diloco;
+#[cfg(test)]
+mod tests_faults;
 #[cfg(test)]
 mod tests_local;
 #[cfg(test)]

@@ -97,6 +97,8 @@ pub struct Plan {
     pub fixed_micro_batches: Option<usize>,
     /// How gradients and parameters travel (scalars always travel in f32).
     pub wire: WireDtype,
+    /// Which workers crash and join when (`--faults`; async-diloco only).
+    pub faults: super::faults::FaultPlan,
 }
 
 impl Plan {
@@ -113,6 +115,7 @@ impl Plan {
             grad_clip: 0.0,
             fixed_micro_batches: None,
             wire: WireDtype::F32,
+            faults: Default::default(),
         }
     }
 }
@@ -188,6 +191,10 @@ pub struct WorkerReport {
     /// The parameter server's report: updates it applied from each worker
     /// (empty for workers and methods without a server).
     pub updates: Vec<u64>,
+    /// A worker's crashes and joins under a fault plan, in time order.
+    pub faults: Vec<super::membership::FaultRecord>,
+    /// Updates a worker sent to the parameter server (0 without one).
+    pub sent: u64,
 }
 
 /// Bytes of model states held by one worker, by category (ACCO paper,

@@ -43,6 +43,17 @@ pub fn method(cfg: &RunConfig) -> Result<Method> {
     Method::from_config(name, cfg.methods.get(name))
 }
 
+/// The run's fault plan (`[faults]` / `--faults`), checked against its
+/// method, backend and worker count (the profile's, without `--workers`).
+pub fn fault_plan(cfg: &RunConfig, method: &Method) -> Result<crate::strategy::faults::FaultPlan> {
+    let p = &cfg.parallel;
+    let workers = match (p.workers, &p.cluster) {
+        (None, Some(c)) if !cfg.faults.is_empty() => crate::runtime::cluster::ClusterProfile::from_file(c)?.workers(),
+        (w, _) => w.unwrap_or(1),
+    };
+    crate::strategy::faults::FaultPlan::for_run(&cfg.faults.plan, method, workers, &p.backend)
+}
+
 /// Workers and runtime from the `[parallel]` section; errors name the field.
 pub fn runtime(
     p: &ParallelSection,
@@ -151,6 +162,7 @@ pub struct Setup {
 pub fn setup(cfg: RunConfig, opts: &RunOptions) -> Result<Setup> {
     let model_cfg = cfg.validate()?;
     let method = method(&cfg)?;
+    let faults = fault_plan(&cfg, &method)?;
     let t = &cfg.train;
     if method.accumulates_while_communicating() && t.grad_accum > 1 {
         bail!(
@@ -189,6 +201,7 @@ pub fn setup(cfg: RunConfig, opts: &RunOptions) -> Result<Setup> {
         grad_clip: t.grad_clip,
         fixed_micro_batches: cfg.parallel.fixed_micro_batches,
         wire,
+        faults,
     };
     let resumed = match &opts.resume {
         Some(path) => {
@@ -506,6 +519,15 @@ pub fn report_table(method: &Method, s: &Summary, reports: &[WorkerReport], para
             mb(r.memory.params),
             mb(r.memory.outer),
         );
+        let faults: Vec<_> = reports.iter().flat_map(|r| r.faults.clone()).collect();
+        if !faults.is_empty() {
+            let sent: Vec<String> = reports[..workers].iter().map(|r| r.sent.to_string()).collect();
+            out += &format!(
+                "membership: {} (updates sent per worker: {})\n",
+                crate::strategy::membership::describe_intervals(&faults, workers, s.wall_s),
+                sent.join(", ")
+            );
+        }
     }
     out
 }

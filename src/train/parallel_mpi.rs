@@ -306,6 +306,9 @@ fn run_rank_inner(mpi: &MpiProcess, mut cfg: RunConfig, opts: &RunOptions) -> Re
             memory: w.memory,
             exchange: w.exchange,
             updates: w.updates,
+            // Fault plans are refused under MPI (a dead rank ends the job).
+            faults: Vec::new(),
+            sent: 0,
         });
     }
     drop(show.map(|l| Arc::into_inner(l).map(|l| l.finish())));
