@@ -125,6 +125,9 @@ fn apply_flags(mut cfg: RunConfig, a: &TrainArgs) -> Result<RunConfig> {
     if a.trace.is_some() {
         p.trace = a.trace.clone();
     }
+    if let Some(f) = &a.faults {
+        cfg.faults.plan = f.clone();
+    }
     // Method flags set keys of the chosen method's section; a method that
     // has no such key says so when its settings are parsed.
     let name = p.method.clone().unwrap_or_else(|| "ddp".into());
@@ -240,7 +243,8 @@ pub fn train(a: TrainArgs) -> Result<()> {
         let mut runner = super::mpi::runner(&cfg.parallel.backend)?;
         // A bad setting is the first thing to say, before anything about the run directory.
         cfg.validate()?;
-        crate::train::parallel::method(&cfg)?;
+        let method = crate::train::parallel::method(&cfg)?;
+        crate::train::parallel::fault_plan(&cfg, &method)?;
         if resume.is_none() {
             // Refuse before any work; with --force, replace the old run only
             // once the config is known to be valid (parallel settings are
@@ -268,6 +272,9 @@ pub fn train(a: TrainArgs) -> Result<()> {
             s.checkpoint.display()
         );
         return Ok(());
+    }
+    if !cfg.faults.is_empty() {
+        anyhow::bail!("--faults / [faults] plan: a fault plan takes workers of a parallel run down: add --method async-diloco --workers 4, e.g. --faults 2:crash@120,2:join@300");
     }
     if resume.is_none() {
         // Fail fast; `run` replaces the old run (with --force) once the new one has started.

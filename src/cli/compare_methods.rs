@@ -78,6 +78,12 @@ pub fn expand(specs: &[String]) -> Result<Vec<Entry>> {
 /// Why `method` cannot run under `cfg`, if it cannot (a misfit of the
 /// setup, not a bad value: those are errors of the method's own keys).
 pub fn misfit(method: &Method, cfg: &RunConfig) -> Option<String> {
+    if !cfg.faults.is_empty() && !method.survives_faults() {
+        return Some(format!(
+            "a fault plan (--faults) takes workers down, and {} cannot survive that (every round waits for every worker): use async-diloco",
+            method.name()
+        ));
+    }
     let accum = cfg.train.grad_accum;
     if method.accumulates_while_communicating() && accum > 1 {
         return Some(format!(

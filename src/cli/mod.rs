@@ -311,6 +311,10 @@ pub struct TrainArgs {
     /// async-diloco: worker i always trains on shard i (no eq. 2 draw; shards = workers).
     #[arg(long)]
     pub fixed_shards: bool,
+    /// async-diloco: workers that crash and rejoin, WORKER:crash@SECONDS and WORKER:join@SECONDS
+    /// (virtual seconds under sim, wall seconds from the start on threads), e.g. 2:crash@120,2:join@300.
+    #[arg(long, value_name = "PLAN")]
+    pub faults: Option<String>,
 }
 
 #[derive(Args, Debug)]

@@ -45,12 +45,13 @@ use super::async_diloco_settings::AsyncDilocoSettings;
 use super::diloco::{pseudo_gradient, save_outer};
 use super::journal::{Journal, StrategyState};
 use super::local::{memory, Inner};
+use super::membership::{Lifeline, Roster, LEFT};
 use super::param_server::{dylu_steps, Grace};
 use super::shards::{RoundOrder, ShardRound, Shards};
 use super::worker::{MemoryBytes, ModelPiece, Outcome, Plan, Worker};
 use crate::comm::Message;
 use crate::optim::OuterOpt;
-use crate::runtime::{Ctx, Recv, RecvAny, Send, Work};
+use crate::runtime::{Ctx, RecvAny, Send, Work};
 use anyhow::{bail, ensure, Result};
 
 const MODEL: u32 = 1;
@@ -63,37 +64,60 @@ pub async fn worker<C: Ctx>(ctx: &mut C, w: &mut Worker, plan: &Plan, j: &mut Jo
     let n = w.model.num_params();
     let Some(server) = ctx.topology().server_rank() else { bail!("async-diloco needs a server participant") };
     let mut inner = Inner::new(plan, n)?;
+    // The fault plan's side of this worker (membership.rs): when it crashes and joins.
+    let mut life = Lifeline::new(&plan.faults, ctx.rank());
     // Scalars travel as f64, exactly. The stream's length sizes the server's data shards.
-    let hello = Message::new(HELLO).with_scalars(vec![ctx.speed(), w.data_tokens() as f64]);
-    ctx.run(Send { to: server, msg: hello }).await;
+    let tokens = w.data_tokens() as f64;
+    let hello = |speed: f64| Message::new(HELLO).with_scalars(vec![speed, tokens]);
+    ctx.run(Send { to: server, msg: hello(ctx.speed()) }).await;
     loop {
-        let m = ctx.run(Recv { from: server }).await;
-        if m.tag == STOP {
+        // Waiting for a model ends at this worker's crash, if one is due.
+        if let Some((_, m)) = ctx.run(RecvAny { deadline_s: life.next_crash() }).await {
+            if m.tag == STOP {
+                break;
+            }
+            ensure!(m.tag == MODEL && m.values.len() == n, "worker {}: unexpected message {}", ctx.rank(), m.tag);
+            // Algorithm 4 lines 4-6: the shard, the steps, the shard's schedule.
+            let order = RoundOrder::from_scalars(&m.scalars)?;
+            w.use_shard(order.shard, order.shards)?;
+            let steps = order.steps;
+            let theta_old = m.values;
+            w.model.params.copy_from_slice(&theta_old);
+            let (start, first) = (ctx.now(), j.points().len());
+            let mut lost = false;
+            for k in 0..steps {
+                // A crash stops the round between inner steps; its delta is never sent.
+                lost = life.crashed(ctx.now());
+                if lost {
+                    break;
+                }
+                // The rate follows the shard's own step count (shards.rs), not this worker's.
+                inner.step_at(ctx, w, plan, inner.steps, order.lr(&plan.schedule, k), j).await;
+            }
+            if !(lost || life.crashed(ctx.now())) {
+                let per_step = (ctx.now() - start) / steps.max(1) as f64;
+                let round = &j.points()[first..];
+                let loss = round.iter().map(|p| p.loss as f64).sum::<f64>() / round.len().max(1) as f64;
+                let mut delta = std::mem::take(&mut w.model.params);
+                ctx.compute(Work::Elementwise { name: "diloco pseudo-gradient", elems: n }, || {
+                    pseudo_gradient(&mut delta, &theta_old)
+                })
+                .await;
+                let msg =
+                    Message::new(UPDATE).with_scalars(vec![steps as f64, loss, per_step]).with_values(delta, plan.wire);
+                ctx.run(Send { to: server, msg }).await;
+                j.sent_update();
+                w.model.params = theta_old;
+                continue;
+            }
+        }
+        // Down until the plan's join (or the run's end); back with fresh
+        // inner state, the step counter continuing (membership.rs).
+        if !life.down(ctx, server, STOP, j).await {
             break;
         }
-        ensure!(m.tag == MODEL && m.values.len() == n, "worker {}: unexpected message {}", ctx.rank(), m.tag);
-        // Algorithm 4 lines 4-6: the shard, the steps, the shard's schedule.
-        let order = RoundOrder::from_scalars(&m.scalars)?;
-        w.use_shard(order.shard, order.shards)?;
-        let steps = order.steps;
-        let theta_old = m.values;
-        w.model.params.copy_from_slice(&theta_old);
-        let (start, first) = (ctx.now(), j.points().len());
-        for k in 0..steps {
-            // The rate follows the shard's own step count (shards.rs), not this worker's.
-            inner.step_at(ctx, w, plan, inner.steps, order.lr(&plan.schedule, k), j).await;
-        }
-        let per_step = (ctx.now() - start) / steps.max(1) as f64;
-        let round = &j.points()[first..];
-        let loss = round.iter().map(|p| p.loss as f64).sum::<f64>() / round.len().max(1) as f64;
-        let mut delta = std::mem::take(&mut w.model.params);
-        ctx.compute(Work::Elementwise { name: "diloco pseudo-gradient", elems: n }, || {
-            pseudo_gradient(&mut delta, &theta_old)
-        })
-        .await;
-        let msg = Message::new(UPDATE).with_scalars(vec![steps as f64, loss, per_step]).with_values(delta, plan.wire);
-        ctx.run(Send { to: server, msg }).await;
-        w.model.params = theta_old;
+        inner = Inner { steps: inner.steps, ..Inner::new(plan, n)? };
+        ctx.run(Send { to: server, msg: hello(ctx.speed()) }).await;
     }
     j.round_end(ctx, Some(w), plan.end, plan.end, || {
         let mut st = StrategyState::default();
@@ -130,7 +154,9 @@ pub async fn server<C: Ctx>(
     let mut outer = OuterOpt::new(s.diloco().outer_config(), n);
     let mut grace = Grace::new(s.grace);
     let t_max = plan.end * k as u64;
-    let (mut t_local, mut out) = (0u64, 0usize);
+    let mut t_local = 0u64;
+    // Who is up, and the models out (membership.rs).
+    let mut roster = Roster::new(k);
     let mut updates = vec![0u64; k];
     // Each worker's speed v(w): declared in its hello, then measured (module docs).
     let mut speed = vec![1.0f64; k];
@@ -143,20 +169,43 @@ pub async fn server<C: Ctx>(
         tokens = m.scalars[1] as usize;
     }
     let mut shards = Shards::new(tokens, s.shard_count(k), k, &plan.schedule, plan.seed, s.fixed_shards)?;
-    // Algorithm 4: each worker's shard (eq. 2) and local steps (line 5: DyLU, eq. 6, or H).
-    let steps_of = |speed: &[f64], to: usize| if s.dylu { dylu_steps(speed, s.h)[to] } else { s.h };
-    let mut model = |to: usize, speed: &[f64], theta: &[f32]| {
-        let m = Message::new(MODEL).with_scalars(shards.order(to, steps_of(speed, to)).to_scalars());
+    // Algorithm 4: each worker's shard (eq. 2) and local steps (line 5: DyLU, eq. 6, over the live workers, or H).
+    let steps_of = |speed: &[f64], roster: &Roster, to: usize| {
+        if s.dylu {
+            dylu_steps(&roster.live_speeds(speed), s.h)[to]
+        } else {
+            s.h
+        }
+    };
+    let mut model = |to: usize, speed: &[f64], roster: &Roster, theta: &[f32]| {
+        let m = Message::new(MODEL).with_scalars(shards.order(to, steps_of(speed, roster, to)).to_scalars());
         m.with_values(theta.to_vec(), plan.wire)
     };
     // Line 9: train(W, theta).
     for to in 0..k {
-        ctx.run(Send { to, msg: model(to, &speed, &theta) }).await;
-        out += 1;
+        ctx.run(Send { to, msg: model(to, &speed, &roster, &theta) }).await;
+        roster.handed(to);
     }
     let mut completed: Vec<usize> = Vec::new();
-    while out > 0 {
+    // With nothing out, the run still waits for a worker the fault plan brings back.
+    while roster.out() > 0 || (t_local < t_max && roster.coming_back(&plan.faults)) {
         let hand_out = match ctx.run(RecvAny { deadline_s: grace.deadline() }).await {
+            // A worker's failure notice: its model out is lost, it leaves its group.
+            Some((from, m)) if m.tag == LEFT => {
+                roster.left(from);
+                completed.retain(|&w| w != from);
+                roster.out() == 0
+            }
+            // A worker back: it gets the current model at once.
+            Some((from, m)) if m.tag == HELLO => {
+                roster.joined(from);
+                speed[from] = m.scalars[0];
+                if t_local < t_max {
+                    ctx.run(Send { to: from, msg: model(from, &speed, &roster, &theta) }).await;
+                    roster.handed(from);
+                }
+                false
+            }
             Some((from, m)) => {
                 ensure!(m.tag == UPDATE && m.values.len() == n, "server: unexpected message {} from {from}", m.tag);
                 grace.admit(ctx.now());
@@ -171,9 +220,9 @@ pub async fn server<C: Ctx>(
                 }
                 updates[from] += 1;
                 j.step(ctx, outer.steps_taken(), m.scalars[1] as f32, 0);
+                roster.reported(from);
                 completed.push(from);
-                out -= 1;
-                out == 0
+                roster.out() == 0
             }
             // Lines 22-24: the group gets the current model.
             None => true,
@@ -182,8 +231,8 @@ pub async fn server<C: Ctx>(
             grace.close();
             if t_local < t_max {
                 for to in completed.drain(..) {
-                    ctx.run(Send { to, msg: model(to, &speed, &theta) }).await;
-                    out += 1;
+                    ctx.run(Send { to, msg: model(to, &speed, &roster, &theta) }).await;
+                    roster.handed(to);
                 }
             }
         }

@@ -20,9 +20,8 @@
 //! - At every instant at least one worker is up: a plan that takes every
 //!   worker down at once leaves nothing to train and is refused.
 //!
-//! Not wired into runs yet (issue 10, milestone 6): the server would drop a
-//! worker whose crash time passes while it is out, and hand a joining
-//! worker the current model.
+//! Only `async-diloco` survives a fault (`FaultPlan::for_run` refuses the
+//! others, and MPI); `membership.rs` injects the plan into its runs.
 
 use anyhow::{bail, Result};
 use serde::{Deserialize, Serialize};
@@ -75,6 +74,13 @@ pub struct FaultPlan {
 
 const EXAMPLE: &str = "e.g. --faults 2:crash@120,2:join@300";
 
+impl FaultsSection {
+    /// Whether no plan is given (the section is then left out of saved configs).
+    pub fn is_empty(&self) -> bool {
+        self.plan.trim().is_empty()
+    }
+}
+
 impl FaultPlan {
     /// Parses and checks `text` for `workers` workers; each error names
     /// `--faults` / `[faults] plan`, the offending item and a valid example.
@@ -87,6 +93,28 @@ impl FaultPlan {
         let plan = FaultPlan { events };
         plan.check(workers)?;
         Ok(plan)
+    }
+
+    /// The plan of a run of `method` on `workers` workers over `backend`:
+    /// refused, naming `--faults`, for a method that cannot survive a
+    /// worker leaving (every synchronous one: each round waits for every
+    /// worker) and under MPI (a dead rank ends the whole job).
+    pub fn for_run(text: &str, method: &super::Method, workers: usize, backend: &str) -> Result<FaultPlan> {
+        if text.trim().is_empty() {
+            return Ok(FaultPlan::default());
+        }
+        if !method.survives_faults() {
+            bail!(
+                "--faults / [faults] plan: {} cannot survive a worker that leaves (every round waits for every worker); use --method async-diloco, whose server carries on with the others",
+                method.name()
+            );
+        }
+        if backend == "mpi" {
+            bail!(
+                "--faults / [faults] plan: not under --backend mpi: MPI has no recovery, a dead rank ends the whole job; inject faults with --backend local (--runtime sim or real)"
+            );
+        }
+        FaultPlan::parse(text, workers)
     }
 
     /// Every event, by time.

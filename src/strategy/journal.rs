@@ -9,6 +9,7 @@
 //! no communication in flight, so resuming from it continues exactly where
 //! the saved run was: in the simulator bit for bit, clocks included.
 
+use super::membership::FaultRecord;
 use super::worker::{ModelPiece, Worker, WorkerState};
 use crate::runtime::{Ctx, WorkerTimes};
 use anyhow::{ensure, Result};
@@ -32,6 +33,9 @@ pub struct StepPoint {
 pub trait Observer: Send + Sync {
     /// Participant `p` ended a round.
     fn point(&self, p: usize, point: &StepPoint);
+
+    /// A worker crashed or joined (a run with a fault plan); ignored by default.
+    fn fault(&self, _record: &FaultRecord) {}
 }
 
 /// What a strategy keeps between rounds, for a checkpoint.
@@ -124,6 +128,10 @@ pub struct Journal {
     /// steps call `round_end` only at their own boundaries).
     last_boundary: u64,
     applied: u64,
+    /// Crashes and joins of this participant (a worker under a fault plan).
+    faults: Vec<FaultRecord>,
+    /// Updates this participant sent to a parameter server.
+    sent: u64,
     observer: Option<Arc<dyn Observer>>,
     checkpoints: Checkpointing,
     resumed: Option<SavedPart>,
@@ -145,6 +153,8 @@ impl Journal {
             since_save: 0,
             last_boundary,
             applied,
+            faults: Vec::new(),
+            sent: 0,
             observer,
             checkpoints,
             resumed,
@@ -176,6 +186,24 @@ impl Journal {
             o.point(self.participant, &point);
         }
         self.points.push(point);
+    }
+
+    /// Records a crash or a join of this worker.
+    pub fn fault(&mut self, record: FaultRecord) {
+        if let Some(o) = &self.observer {
+            o.fault(&record);
+        }
+        self.faults.push(record);
+    }
+
+    /// Counts one update sent to the parameter server.
+    pub fn sent_update(&mut self) {
+        self.sent += 1;
+    }
+
+    /// This participant's crashes and joins, and the updates it sent.
+    pub fn membership(&self) -> (Vec<FaultRecord>, u64) {
+        (self.faults.clone(), self.sent)
     }
 
     /// A quiet boundary after `done` rounds (or steps) of a run that stops

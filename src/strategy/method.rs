@@ -341,6 +341,12 @@ impl Method {
         matches!(self, Method::AsyncDiloco(_))
     }
 
+    /// Whether a run survives workers that crash and join (`--faults`):
+    /// only with a server that carries on with the others.
+    pub fn survives_faults(&self) -> bool {
+        self.needs_server()
+    }
+
     /// Where a run asked to stop after step `end` (of `steps`) really stops:
     /// local-update methods finish the outer round containing it.
     pub fn stop_boundary(&self, end: u64, steps: u64) -> u64 {

@@ -18,6 +18,7 @@ pub mod journal;
 pub mod local;
 pub mod local_settings;
 pub mod local_sgd;
+pub mod membership;
 pub mod method;
 pub mod overlap_local_sgd;
 pub mod param_server;
@@ -91,7 +92,10 @@ fn report<C: Ctx>(
     updates: Vec<u64>,
     shard_rounds: Vec<shards::ShardRound>,
 ) -> WorkerReport {
+    let (faults, sent) = j.membership();
     WorkerReport {
+        faults,
+        sent,
         rank: ctx.rank(),
         points: j.into_points(),
         optimizer_steps: out.optimizer_steps,
@@ -250,6 +254,8 @@ mod tests_co2;
 mod tests_delayed;
 #[cfg(test)]
 mod tests_diloco;
+#[cfg(test)]
+mod tests_faults;
 #[cfg(test)]
 mod tests_local;
 #[cfg(test)]

@@ -114,6 +114,8 @@ pub struct Plan {
     /// The run's seed (`train.seed`): seeds draws a strategy makes besides
     /// the workers' data (async DiLoCo's shard sampling).
     pub seed: u64,
+    /// Which workers crash and join when (`--faults`; async-diloco only).
+    pub faults: super::faults::FaultPlan,
 }
 
 impl Plan {
@@ -131,6 +133,7 @@ impl Plan {
             fixed_micro_batches: None,
             wire: WireDtype::F32,
             seed: 0,
+            faults: Default::default(),
         }
     }
 }
@@ -209,6 +212,10 @@ pub struct WorkerReport {
     /// The parameter server's rounds as handed out: worker, data shard and
     /// where in the shard's schedule (empty for workers and methods without one).
     pub shard_rounds: Vec<super::shards::ShardRound>,
+    /// A worker's crashes and joins under a fault plan, in time order.
+    pub faults: Vec<super::membership::FaultRecord>,
+    /// Updates a worker sent to the parameter server (0 without one).
+    pub sent: u64,
 }
 
 /// Bytes of model states held by one worker, by category (ACCO paper,

@@ -213,6 +213,10 @@ pub struct RunConfig {
     /// documented in configs/README.md; see `strategy::method`).
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub methods: std::collections::BTreeMap<String, toml::Table>,
+    /// Workers that crash and join: `[faults] plan = "2:crash@120,2:join@300"`
+    /// (flag `--faults`; async-diloco only). Default: none.
+    #[serde(default, skip_serializing_if = "crate::strategy::faults::FaultsSection::is_empty")]
+    pub faults: crate::strategy::faults::FaultsSection,
 }
 
 impl RunConfig {

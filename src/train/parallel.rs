@@ -43,6 +43,17 @@ pub fn method(cfg: &RunConfig) -> Result<Method> {
     Method::from_config(name, cfg.methods.get(name))
 }
 
+/// The run's fault plan (`[faults]` / `--faults`), checked against its
+/// method, backend and worker count (the profile's, without `--workers`).
+pub fn fault_plan(cfg: &RunConfig, method: &Method) -> Result<crate::strategy::faults::FaultPlan> {
+    let p = &cfg.parallel;
+    let workers = match (p.workers, &p.cluster) {
+        (None, Some(c)) if !cfg.faults.is_empty() => crate::runtime::cluster::ClusterProfile::from_file(c)?.workers(),
+        (w, _) => w.unwrap_or(1),
+    };
+    crate::strategy::faults::FaultPlan::for_run(&cfg.faults.plan, method, workers, &p.backend)
+}
+
 /// Workers and runtime from the `[parallel]` section; errors name the field.
 pub fn runtime(
     p: &ParallelSection,
@@ -151,6 +162,7 @@ pub struct Setup {
 pub fn setup(cfg: RunConfig, opts: &RunOptions) -> Result<Setup> {
     let model_cfg = cfg.validate()?;
     let method = method(&cfg)?;
+    let faults = fault_plan(&cfg, &method)?;
     let t = &cfg.train;
     if method.accumulates_while_communicating() && t.grad_accum > 1 {
         bail!(
@@ -193,6 +205,7 @@ pub fn setup(cfg: RunConfig, opts: &RunOptions) -> Result<Setup> {
         fixed_micro_batches: cfg.parallel.fixed_micro_batches,
         wire,
         seed: t.seed,
+        faults,
     };
     let resumed = match &opts.resume {
         Some(path) => {
@@ -517,6 +530,15 @@ pub fn report_table(method: &Method, all: &Summary, reports: &[WorkerReport], pa
             server.iter().map(|w| w.bytes_sent).sum::<u64>() as f64 / 1e6,
             metrics::fixed(server.iter().map(|w| w.idle_s).sum::<f64>(), 3, 0),
         );
+        let faults: Vec<_> = reports.iter().flat_map(|r| r.faults.clone()).collect();
+        if !faults.is_empty() {
+            let sent: Vec<String> = reports[..workers].iter().map(|r| r.sent.to_string()).collect();
+            out += &format!(
+                "membership: {} (updates sent per worker: {})\n",
+                crate::strategy::membership::describe_intervals(&faults, workers, s.wall_s),
+                sent.join(", ")
+            );
+        }
     }
     if let Some(r) = server_rank.and_then(|p| reports.get(p)).filter(|r| !r.shard_rounds.is_empty()) {
         // Eq. 2 keeps the shards' steps in proportion to their sizes.

@@ -1,7 +1,8 @@
 //! What a data-parallel run reports while it runs: every participant's
 //! rounds into `metrics.jsonl` (`kind: "worker"`), the run's rounds once
 //! every worker has finished them (`kind: "train"`: mean loss, tokens
-//! applied so far, when the last worker ended the round), and a progress
+//! applied so far, when the last worker ended the round), crashes and joins
+//! under a fault plan (`kind: "fault"`), and a progress
 //! bar (or a line every few rounds when stderr is not a terminal).
 //!
 //! Under a parameter server (async DiLoCo) workers run unequal numbers of
@@ -226,6 +227,11 @@ impl Observer for RoundLog {
                 inner.drain();
             }
         }
+    }
+
+    /// A crash or join: a `kind: "fault"` line (worker, event, plan time, when acted on).
+    fn fault(&self, record: &crate::strategy::membership::FaultRecord) {
+        self.inner.lock().unwrap_or_else(|e| e.into_inner()).write("fault", record);
     }
 }
 

@@ -311,6 +311,9 @@ fn run_rank_inner(mpi: &MpiProcess, mut cfg: RunConfig, opts: &RunOptions) -> Re
             exchange: w.exchange,
             updates: w.updates,
             shard_rounds: w.shard_rounds,
+            // Fault plans are refused under MPI (a dead rank ends the job).
+            faults: Vec::new(),
+            sent: 0,
         });
     }
     drop(show.map(|l| Arc::into_inner(l).map(|l| l.finish())));
