@@ -169,12 +169,6 @@ pub fn setup(cfg: RunConfig, opts: &RunOptions) -> Result<Setup> {
     }
     // A method with a parameter server gets one more participant, the last.
     let mut runtime = runtime.with_server(method.needs_server());
-    if method.needs_server() && opts.resume.is_some() {
-        bail!(
-            "--resume: {} cannot resume yet (its server saves only at the end of a run); start a new run with --out",
-            method.name()
-        );
-    }
     let wire = match (&cfg.parallel.wire, &cfg.parallel.cluster) {
         (Some(w), _) => *w,
         (None, Some(c)) => crate::runtime::cluster::ClusterProfile::from_file(c)?.wire.unwrap_or(WireDtype::F32),
