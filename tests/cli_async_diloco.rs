@@ -80,12 +80,17 @@ fn async_diloco_runs_with_a_server_and_reports_it() {
     for part in ["part-000.safetensors", "part-001.safetensors", "part-002.safetensors"] {
         assert!(dir.join(part).exists(), "{part} in {}", dir.display());
     }
-    // No resume yet: one clear error, nothing written over.
-    let before = snapshot(&tmp.path().join("run"));
-    let mut again = args.to_vec();
-    again.extend(["--resume", "run"]);
-    assert_one_error(lowcomm(tmp.path(), &again), &["--resume", "async-diloco cannot resume yet"]);
-    assert_eq!(snapshot(&tmp.path().join("run")), before);
+    // Resume: 4 rounds checkpointed every 2 == 2 rounds (--stop-at 2) + --resume, to the bit in sim.
+    let ok = |extra: &[&str]| {
+        let o = lowcomm(tmp.path(), &[&args[..], extra].concat());
+        assert!(o.status.success(), "{extra:?}: {}", stderr(&o));
+    };
+    ok(&["--checkpoint-every", "2", "--out", "whole"]);
+    ok(&["--checkpoint-every", "2", "--stop-at", "2", "--out", "halves"]);
+    ok(&["--checkpoint-every", "2", "--resume", "halves"]);
+    let params = |run: &str| ::lowcomm::checkpoint::load(&tmp.path().join(run)).expect("final checkpoint").params;
+    let (whole, halves) = (params("whole"), params("halves"));
+    assert!(whole.iter().zip(&halves).all(|(a, b)| a.to_bits() == b.to_bits()), "resumed run's model differs");
 }
 
 #[test]

@@ -36,17 +36,32 @@
 //!   runs it follows what the machine really does.
 //! - The server's curve has one point per applied update: step = updates
 //!   applied so far, loss = the sender's mean inner loss over its round.
-//! - Checkpoints: each participant saves its part at the end only (the
-//!   server: theta, the outer state, counters; workers: inner state).
-//!   Intermediate checkpoints and resuming are not built yet (issue 10
-//!   milestone 4): `lowcomm train --resume` refuses this method.
+//! - Checkpoints stop the world: workers are mid-round asynchronously, and
+//!   a round in flight is state in no one's part. When the inner steps
+//!   applied reach a checkpoint boundary (`t_local / workers` crosses a
+//!   multiple of `--checkpoint-every`: the same unit as `--steps`), the
+//!   server hands out no more rounds, applies every update still out (as
+//!   at the end of the run), then, with every worker between rounds and
+//!   nothing in flight, tells all to save (SAVE, with the boundary), saves
+//!   its own part (`server_state.rs`) and hands every worker a round, in
+//!   worker order. A run stopped there (`--stop-at`) drains the same way
+//!   and a resumed one starts by that hand-out, so 2N rounds == N + save +
+//!   resume + N, bit for bit in sim. The cost: a checkpoint waits for the
+//!   slowest worker's round (the paper does not checkpoint; we chose
+//!   consistency over that wait). Workers save their inner state (kept
+//!   across rounds, App. 10.1) with the sampler back on their own shard.
+//! - Workers that leave and join (`--faults`): `membership.rs` (a crash
+//!   loses the round in progress; the server drops the worker and hands a
+//!   joining one its current model). A fault plan runs without
+//!   intermediate checkpoints: a checkpoint needs every worker up.
 
 use super::async_diloco_settings::AsyncDilocoSettings;
-use super::diloco::{pseudo_gradient, save_outer};
+use super::diloco::pseudo_gradient;
 use super::journal::{Journal, StrategyState};
 use super::local::{memory, Inner};
 use super::membership::{Lifeline, Roster, LEFT};
 use super::param_server::{dylu_steps, Grace};
+use super::server_state::Progress;
 use super::shards::{RoundOrder, ShardRound, Shards};
 use super::worker::{MemoryBytes, ModelPiece, Outcome, Plan, Worker};
 use crate::comm::Message;
@@ -58,6 +73,8 @@ const MODEL: u32 = 1;
 const UPDATE: u32 = 2;
 const STOP: u32 = 3;
 const HELLO: u32 = 4;
+// 5 is membership.rs's LEFT.
+const SAVE: u32 = 6;
 
 /// The worker side: inner rounds from whatever model the server sends.
 pub async fn worker<C: Ctx>(ctx: &mut C, w: &mut Worker, plan: &Plan, j: &mut Journal) -> Result<Outcome> {
@@ -69,12 +86,26 @@ pub async fn worker<C: Ctx>(ctx: &mut C, w: &mut Worker, plan: &Plan, j: &mut Jo
     // Scalars travel as f64, exactly. The stream's length sizes the server's data shards.
     let tokens = w.data_tokens() as f64;
     let hello = |speed: f64| Message::new(HELLO).with_scalars(vec![speed, tokens]);
-    ctx.run(Send { to: server, msg: hello(ctx.speed()) }).await;
+    match j.take_resumed() {
+        // Resumed between rounds: the server knows this worker already.
+        Some(st) => inner.restore(&st)?,
+        None => ctx.run(Send { to: server, msg: hello(ctx.speed()) }).await,
+    }
+    let save = |inner: &Inner| {
+        let mut st = StrategyState::default();
+        inner.save(&mut st);
+        st
+    };
     loop {
         // Waiting for a model ends at this worker's crash, if one is due.
         if let Some((_, m)) = ctx.run(RecvAny { deadline_s: life.next_crash() }).await {
             if m.tag == STOP {
                 break;
+            }
+            if m.tag == SAVE {
+                w.use_own_shard()?;
+                j.round_end(ctx, Some(w), m.scalars[0] as u64, plan.end, || save(&inner)).await?;
+                continue;
             }
             ensure!(m.tag == MODEL && m.values.len() == n, "worker {}: unexpected message {}", ctx.rank(), m.tag);
             // Algorithm 4 lines 4-6: the shard, the steps, the shard's schedule.
@@ -119,12 +150,8 @@ pub async fn worker<C: Ctx>(ctx: &mut C, w: &mut Worker, plan: &Plan, j: &mut Jo
         inner = Inner { steps: inner.steps, ..Inner::new(plan, n)? };
         ctx.run(Send { to: server, msg: hello(ctx.speed()) }).await;
     }
-    j.round_end(ctx, Some(w), plan.end, plan.end, || {
-        let mut st = StrategyState::default();
-        inner.save(&mut st);
-        st
-    })
-    .await?;
+    w.use_own_shard()?;
+    j.round_end(ctx, Some(w), plan.end, plan.end, || save(&inner)).await?;
     // theta_old, the model this round started from, is held beside the replica.
     Ok(Outcome { exchange: None, optimizer_steps: inner.steps, memory: memory(n, &inner, 0, n), model: None })
 }
@@ -154,21 +181,24 @@ pub async fn server<C: Ctx>(
     let mut outer = OuterOpt::new(s.diloco().outer_config(), n);
     let mut grace = Grace::new(s.grace);
     let t_max = plan.end * k as u64;
-    let mut t_local = 0u64;
     // Who is up, and the models out (membership.rs).
     let mut roster = Roster::new(k);
-    let mut updates = vec![0u64; k];
-    // Each worker's speed v(w): declared in its hello, then measured (module docs).
-    let mut speed = vec![1.0f64; k];
-    let mut tokens = 0;
-    for _ in 0..k {
-        let m = ctx.run(RecvAny { deadline_s: None }).await;
-        let Some((from, m)) = m else { bail!("server: a worker never said hello") };
-        ensure!(m.tag == HELLO && from < k, "server: expected a hello, got message {} from {from}", m.tag);
-        speed[from] = m.scalars[0];
-        tokens = m.scalars[1] as usize;
-    }
-    let mut shards = Shards::new(tokens, s.shard_count(k), k, &plan.schedule, plan.seed, s.fixed_shards)?;
+    let mut p = match j.take_resumed() {
+        Some(st) => Progress::restore(&st, &mut theta, &mut outer)?,
+        None => {
+            // Each worker's speed v(w): declared in its hello, then measured (module docs).
+            let (mut speed, mut tokens) = (vec![1.0f64; k], 0);
+            for _ in 0..k {
+                let m = ctx.run(RecvAny { deadline_s: None }).await;
+                let Some((from, m)) = m else { bail!("server: a worker never said hello") };
+                ensure!(m.tag == HELLO && from < k, "server: expected a hello, got message {} from {from}", m.tag);
+                speed[from] = m.scalars[0];
+                tokens = m.scalars[1] as usize;
+            }
+            let shards = Shards::new(tokens, s.shard_count(k), k, &plan.schedule, plan.seed, s.fixed_shards)?;
+            Progress { t_local: 0, updates: vec![0; k], speed, shards }
+        }
+    };
     // Algorithm 4: each worker's shard (eq. 2) and local steps (line 5: DyLU, eq. 6, over the live workers, or H).
     let steps_of = |speed: &[f64], roster: &Roster, to: usize| {
         if s.dylu {
@@ -177,18 +207,20 @@ pub async fn server<C: Ctx>(
             s.h
         }
     };
-    let mut model = |to: usize, speed: &[f64], roster: &Roster, theta: &[f32]| {
-        let m = Message::new(MODEL).with_scalars(shards.order(to, steps_of(speed, roster, to)).to_scalars());
-        m.with_values(theta.to_vec(), plan.wire)
+    let model = |p: &mut Progress, roster: &Roster, to: usize, theta: &[f32]| {
+        let order = p.shards.order(to, steps_of(&p.speed, roster, to));
+        Message::new(MODEL).with_scalars(order.to_scalars()).with_values(theta.to_vec(), plan.wire)
     };
     // Line 9: train(W, theta).
     for to in 0..k {
-        ctx.run(Send { to, msg: model(to, &speed, &roster, &theta) }).await;
+        ctx.run(Send { to, msg: model(&mut p, &roster, to, &theta) }).await;
         roster.handed(to);
     }
+    // A checkpoint boundary being drained to (module docs).
+    let mut saving: Option<u64> = None;
     let mut completed: Vec<usize> = Vec::new();
     // With nothing out, the run still waits for a worker the fault plan brings back.
-    while roster.out() > 0 || (t_local < t_max && roster.coming_back(&plan.faults)) {
+    while roster.out() > 0 || (p.t_local < t_max && roster.coming_back(&plan.faults)) {
         let hand_out = match ctx.run(RecvAny { deadline_s: grace.deadline() }).await {
             // A worker's failure notice: its model out is lost, it leaves its group.
             Some((from, m)) if m.tag == LEFT => {
@@ -199,9 +231,9 @@ pub async fn server<C: Ctx>(
             // A worker back: it gets the current model at once.
             Some((from, m)) if m.tag == HELLO => {
                 roster.joined(from);
-                speed[from] = m.scalars[0];
-                if t_local < t_max {
-                    ctx.run(Send { to: from, msg: model(from, &speed, &roster, &theta) }).await;
+                p.speed[from] = m.scalars[0];
+                if p.t_local < t_max {
+                    ctx.run(Send { to: from, msg: model(&mut p, &roster, from, &theta) }).await;
                     roster.handed(from);
                 }
                 false
@@ -214,11 +246,14 @@ pub async fn server<C: Ctx>(
                     outer.step(&mut theta, &m.values)
                 })
                 .await;
-                t_local += m.scalars[0] as u64;
+                p.t_local += m.scalars[0] as u64;
                 if m.scalars[2] > 0.0 {
-                    speed[from] = 1.0 / m.scalars[2];
+                    p.speed[from] = 1.0 / m.scalars[2];
                 }
-                updates[from] += 1;
+                p.updates[from] += 1;
+                if saving.is_none() && p.t_local < t_max {
+                    saving = j.boundary_reached(p.t_local / k as u64);
+                }
                 j.step(ctx, outer.steps_taken(), m.scalars[1] as f32, 0);
                 roster.reported(from);
                 completed.push(from);
@@ -229,29 +264,28 @@ pub async fn server<C: Ctx>(
         };
         if hand_out {
             grace.close();
-            if t_local < t_max {
+            if let (Some(b), 0) = (saving, roster.out()) {
+                // Everyone is between rounds (a fault plan runs without checkpoints: parallel.rs): the checkpoint, then rounds for all in worker order.
+                for to in 0..k {
+                    ctx.run(Send { to, msg: Message::new(SAVE).with_scalars(vec![b as f64]) }).await;
+                }
+                j.round_end(ctx, None, b, plan.end, || p.save(&theta, &outer)).await?;
+                completed.sort_unstable();
+                saving = None;
+            }
+            if p.t_local < t_max && saving.is_none() {
                 for to in completed.drain(..) {
-                    ctx.run(Send { to, msg: model(to, &speed, &roster, &theta) }).await;
+                    ctx.run(Send { to, msg: model(&mut p, &roster, to, &theta) }).await;
                     roster.handed(to);
                 }
             }
         }
     }
+    // STOP carries the round as SAVE does: the same bytes, so a stopped run's clocks are a checkpointed one's.
     for to in 0..k {
-        ctx.run(Send { to, msg: Message::new(STOP) }).await;
+        ctx.run(Send { to, msg: Message::new(STOP).with_scalars(vec![plan.end as f64]) }).await;
     }
-    j.round_end(ctx, None, plan.end, plan.end, || {
-        let mut st =
-            StrategyState { model: Some(ModelPiece { offset: 0, values: theta.clone() }), ..Default::default() };
-        save_outer(&outer, &mut st);
-        if let Some(o) = st.scalars.as_object_mut() {
-            o.insert("t_local".into(), serde_json::json!(t_local));
-            o.insert("updates".into(), serde_json::json!(updates));
-        }
-        st.optimizer_steps = outer.steps_taken();
-        st
-    })
-    .await?;
+    j.round_end(ctx, None, plan.end, plan.end, || p.save(&theta, &outer)).await?;
     let memory = MemoryBytes { params: 4 * n, outer: 4 * outer.state_len(), ..MemoryBytes::default() };
     let outcome = Outcome {
         exchange: None,
@@ -259,5 +293,5 @@ pub async fn server<C: Ctx>(
         memory,
         model: Some(ModelPiece { offset: 0, values: theta }),
     };
-    Ok(Served { outcome, updates, shard_rounds: shards.rounds })
+    Ok(Served { outcome, updates: p.updates, shard_rounds: p.shards.rounds })
 }

@@ -249,6 +249,19 @@ impl Journal {
         self.checkpoints.sink.is_some() && (done == end || (every > 0 && done / every > self.last_boundary / every))
     }
 
+    /// The checkpoint boundary (the multiple of `checkpoint_every` at or
+    /// below `done`) reached since the previous boundary, if checkpoints
+    /// are taken: for a participant whose progress can jump past a
+    /// multiple (async DiLoCo's server counts inner steps of all workers),
+    /// which saves under the multiple's number.
+    pub fn boundary_reached(&self, done: u64) -> Option<u64> {
+        let every = self.checkpoints.every;
+        if self.checkpoints.sink.is_none() || every == 0 || done / every <= self.last_boundary / every {
+            return None;
+        }
+        Some(done / every * every)
+    }
+
     /// The points recorded so far by this run.
     pub fn points(&self) -> &[StepPoint] {
         &self.points

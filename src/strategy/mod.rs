@@ -22,6 +22,7 @@ pub mod membership;
 pub mod method;
 pub mod overlap_local_sgd;
 pub mod param_server;
+pub mod server_state;
 pub mod sharded;
 pub mod shards;
 pub mod slowmo;

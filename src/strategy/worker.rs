@@ -15,6 +15,8 @@ pub struct Worker {
     /// The replica (parameters identical on every worker at the start).
     pub model: Gpt,
     sampler: WindowSampler,
+    /// The shard the worker was built on (async DiLoCo moves it to others).
+    home: Range<usize>,
     tokens: Arc<Vec<u32>>,
     inputs: Vec<u32>,
     targets: Vec<u32>,
@@ -34,8 +36,17 @@ impl Worker {
         seed: u64,
         rank: usize,
     ) -> Result<Self> {
-        let sampler = WindowSampler::new(shard, seq, seed, rank)?;
-        Ok(Self { model, sampler, tokens, inputs: vec![0; batch * seq], targets: vec![0; batch * seq], batch, seq })
+        let sampler = WindowSampler::new(shard.clone(), seq, seed, rank)?;
+        Ok(Self {
+            model,
+            sampler,
+            home: shard,
+            tokens,
+            inputs: vec![0; batch * seq],
+            targets: vec![0; batch * seq],
+            batch,
+            seq,
+        })
     }
 
     /// Tokens in the whole training stream (every shard's).
@@ -62,6 +73,13 @@ impl Worker {
         self.sampler.set_range(range).with_context(|| {
             format!("data shard {shard} of {shards} is too small: use fewer shards (--shards) or more text")
         })
+    }
+
+    /// Back on the shard the worker was built on, its random stream
+    /// continuing: async DiLoCo saves there, so a checkpoint restores onto a
+    /// freshly built worker (and its check that the data did not change holds).
+    pub fn use_own_shard(&mut self) -> Result<()> {
+        self.sampler.set_range(self.home.clone())
     }
 
     /// Where this worker's data stream and dropout are (for a checkpoint).

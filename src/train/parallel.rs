@@ -164,6 +164,14 @@ pub fn setup(cfg: RunConfig, opts: &RunOptions) -> Result<Setup> {
     let method = method(&cfg)?;
     let faults = fault_plan(&cfg, &method)?;
     let t = &cfg.train;
+    // A checkpoint stops the world with every worker between rounds (async_diloco.rs); a worker
+    // that is down cannot take part, and a resumed run's clock would shift the plan's times.
+    if !faults.is_empty() && (t.checkpoint_every > 0 || opts.resume.is_some()) {
+        bail!(
+            "--faults / [faults] plan: not with {}: a checkpoint needs every worker up and between rounds; run the fault plan without --checkpoint-every (the run's final checkpoint is still written) and from the start",
+            if opts.resume.is_some() { "--resume" } else { "--checkpoint-every" }
+        );
+    }
     if method.accumulates_while_communicating() && t.grad_accum > 1 {
         bail!(
             "--grad-accum {} does not apply to {}: it accumulates as many micro-batches as fit while a round communicates; fix the count per stage with --fixed-micro-batches K instead",
@@ -181,12 +189,6 @@ pub fn setup(cfg: RunConfig, opts: &RunOptions) -> Result<Setup> {
     }
     // A method with a parameter server gets one more participant, the last.
     let mut runtime = runtime.with_server(method.needs_server());
-    if method.needs_server() && opts.resume.is_some() {
-        bail!(
-            "--resume: {} cannot resume yet (its server saves only at the end of a run); start a new run with --out",
-            method.name()
-        );
-    }
     let wire = match (&cfg.parallel.wire, &cfg.parallel.cluster) {
         (Some(w), _) => *w,
         (None, Some(c)) => crate::runtime::cluster::ClusterProfile::from_file(c)?.wire.unwrap_or(WireDtype::F32),
