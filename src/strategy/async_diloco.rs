@@ -104,7 +104,7 @@ pub async fn worker<C: Ctx>(ctx: &mut C, w: &mut Worker, plan: &Plan, j: &mut Jo
         }
         // Down until the plan's join (or the run's end); back with fresh
         // inner state, the step counter continuing (membership.rs).
-        if !life.down(ctx, server, STOP, j).await {
+        if !life.down(ctx, server, STOP, inner.steps, j).await {
             break;
         }
         inner = Inner { steps: inner.steps, ..Inner::new(plan, n)? };

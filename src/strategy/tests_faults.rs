@@ -47,6 +47,7 @@ fn a_crash_and_a_rejoin_finish_lose_no_update_and_match_the_plan() {
     let got: Vec<(&str, f64)> = records.iter().map(|f| (f.event.as_str(), f.at_s)).collect();
     assert_eq!(got, [("crash", 3.5), ("join", 7.0)]);
     assert_eq!(records[0].observed_s, 4.0, "noticed at the next inner-step boundary");
+    assert_eq!((records[0].step, records[1].step), (4, 4), "two rounds of 2 steps run, none while down");
     assert!(r[0].faults.is_empty() && r[2].faults.is_empty());
     let end = r.iter().flat_map(|w| w.points.last()).map(|p| p.end_s).fold(0.0, f64::max);
     assert!(end > 7.0, "the run outlives the join ({end} s)");
