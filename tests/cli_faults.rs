@@ -53,6 +53,18 @@ fn a_crash_and_a_rejoin_are_logged_and_reported() {
     assert_eq!(got, [(1, "crash", 0.25), (1, "join", 0.5)]);
     let saved = std::fs::read_to_string(tmp.path().join("run/config.toml")).unwrap();
     assert!(saved.contains("[faults]\nplan = \"1:crash@0.25,1:join@0.5\""), "{saved}");
+    // compare passes --faults through; its summary notes who was up when.
+    let results = tmp.path().join("results");
+    let mut cmp = vec!["compare", "--methods", "async-diloco", "--results", results.to_str().unwrap(), "--quiet"];
+    cmp.extend(&args[1..3]);
+    cmp.extend(&args[5..]);
+    let o = lowcomm(tmp.path(), &cmp);
+    assert!(o.status.success(), "{}", stderr(&o));
+    let summary = std::fs::read_to_string(results.join("summary.md")).unwrap();
+    assert_mentions(
+        &summary,
+        &["async-diloco: ran as async-diloco (", "; worker 1: up 0-0.25 s, 0.5-", "(updates applied per worker: "],
+    );
 }
 
 #[test]
