@@ -7,39 +7,17 @@
 mod common;
 
 use common::*;
-use std::path::Path;
 
 use lowcomm_in as lowcomm;
 use stderr_text as stderr;
 
-fn config(dir: &Path) -> String {
-    let path = dir.join("run.toml");
-    std::fs::write(&path, tiny_toml(corpus(), &dir.join("run"))).unwrap();
-    path.display().to_string()
-}
-
 #[test]
 fn a_crash_and_a_rejoin_are_logged_and_reported() {
     let tmp = tempdir();
-    let cfg = config(tmp.path());
+    let cfg = tiny_toml_file(tmp.path());
     // Sim: an inner step costs 0.1 virtual s, so worker 1 dies in its second round.
-    let args = [
-        "train",
-        "--config",
-        &cfg,
-        "--method",
-        "async-diloco",
-        "--workers",
-        "2",
-        "--steps",
-        "8",
-        "--runtime",
-        "sim",
-        "--h",
-        "2",
-        "--faults",
-        "1:crash@0.25,1:join@0.5",
-    ];
+    let flags = "--method async-diloco --workers 2 --steps 8 --runtime sim --h 2 --faults 1:crash@0.25,1:join@0.5";
+    let args: Vec<&str> = ["train", "--config", &cfg].into_iter().chain(flags.split(' ')).collect();
     let o = lowcomm(tmp.path(), &args);
     let err = stderr(&o);
     assert!(o.status.success(), "{err}");
@@ -70,7 +48,7 @@ fn a_crash_and_a_rejoin_are_logged_and_reported() {
 #[test]
 fn a_plan_a_run_cannot_honour_is_one_error_before_anything_is_written() {
     let tmp = tempdir();
-    let cfg = config(tmp.path());
+    let cfg = tiny_toml_file(tmp.path());
     let base = ["train", "--config", &cfg, "--workers", "2", "--steps", "2", "--runtime", "sim"];
     let run = |extra: &[&str]| lowcomm(tmp.path(), &[&base[..], extra].concat());
     let example = "e.g. --faults 2:crash@120,2:join@300";
