@@ -32,6 +32,10 @@
 //!   runs it follows what the machine really does.
 //! - The server's curve has one point per applied update: step = updates
 //!   applied so far, loss = the sender's mean inner loss over its round.
+//! - Workers that leave and join (`--faults`, membership.rs): a worker
+//!   whose crash time passes drops its round and sends a LEFT notice; the
+//!   server stops waiting for it, and answers its hello at its join time
+//!   with the current model (the worker's inner state fresh).
 //! - Checkpoints: each participant saves its part at the end only (the
 //!   server: theta, the outer state, counters; workers: inner state).
 //!   Intermediate checkpoints and resuming are not built yet (issue 10
