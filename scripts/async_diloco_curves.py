@@ -11,7 +11,9 @@ applied, loss = the mean inner loss of the round behind the update, end_s = when
 sync diloco one update is one outer round of H inner steps, every worker's pseudo-gradient together:
 its run-level rounds (`train` records) taken every H-th. Prints, per run, the loss (moving average of
 W = 10 updates) at a few update counts, at the virtual second where the fastest run ends, and the
-virtual time to reach the sync run's final loss. Plain standard library: no plotting.
+virtual time to reach the sync run's final loss. A run with a fault plan (experiment 5) also gets its crashes and
+joins marked on its loss-vs-time curve: the `fault` records (worker, event, at_s) with the server's loss just
+before and after each. Plain standard library: no plotting.
 """
 import json
 import os
@@ -40,6 +42,12 @@ def read_run(d):
     return [(i + 1, r.get("end_s", r.get("wall_s")), r["loss"]) for i, r in enumerate(pts)]
 
 
+def read_faults(d):
+    """The run's crash and join records (kind "fault"), by time."""
+    recs = [json.loads(l) for l in open(os.path.join(d, "metrics.jsonl")) if l.strip()]
+    return sorted((r for r in recs if r.get("kind") == "fault"), key=lambda r: r["at_s"])
+
+
 def at_time(curve, t):
     seen = [p for p in curve if p[1] <= t]
     return seen[-1] if seen else None
@@ -47,13 +55,14 @@ def at_time(curve, t):
 
 def main():
     root = sys.argv[1]
-    runs = {}
+    runs, faults = {}, {}
     for name in sorted(os.listdir(os.path.join(root, "runs"))):
         d = os.path.join(root, "runs", name)
         if os.path.exists(os.path.join(d, "metrics.jsonl")):
             c = read_run(d)
             if c:
                 runs[name] = [(u, t, l) for (u, t, _), l in zip(c, ma([p[2] for p in c]))]
+                faults[name] = read_faults(d)
     if not runs:
         sys.exit(f"no finished runs under {root}/runs")
     t_end = min(c[-1][1] for c in runs.values())
@@ -71,6 +80,20 @@ def main():
         print(
             f"| {name} | {len(c)} | {by_n} | {p[2]:.4f} | " + (f"{reach:.1f}" if reach is not None else "not reached") + " |"
         )
+    # Crash and join marks on the loss-vs-time curve: loss (moving average) at the last update before and the
+    # first after each event.
+    for name, fs in faults.items():
+        if not fs:
+            continue
+        print(f"\n{name}: crashes and joins on its loss-vs-time curve")
+        print("| worker | event | at s | acted at s | loss before | loss after |")
+        print("|---|---|---|---|---|---|")
+        c = runs[name]
+        for f in fs:
+            before = at_time(c, f["at_s"])
+            after = next((p for p in c if p[1] > f["at_s"]), None)
+            fmt = lambda p: f"{p[2]:.4f} (update {p[0]})" if p else "-"
+            print(f"| {f['worker']} | {f['event']} | {f['at_s']:g} | {f['observed_s']:.2f} | {fmt(before)} | {fmt(after)} |")
 
 
 if __name__ == "__main__":

@@ -53,7 +53,8 @@ if [[ $what == real || $what == all ]]; then
     --results $R/real ${COMMON/--runtime sim/--runtime real}
 fi
 if [[ $what == faults || $what == all ]]; then
-  # 5. A crash and a rejoin (needs the fault plan wired into runs: issue 10, milestone 6).
+  # 5. A crash and a rejoin: worker 2 down from 60 to 150 virtual seconds (async_diloco_curves.py marks both on
+  # the loss-vs-time curve from the runs' `fault` records).
   if ! "$L" train --help | grep -q -- '--faults'; then
     echo "skipping faults: this lowcomm has no --faults yet (issue 10, milestone 6)" >&2
   else

@@ -6,21 +6,14 @@
 mod common;
 
 use common::*;
-use std::path::Path;
 
 use lowcomm_in as lowcomm;
 use stderr_text as stderr;
 
-fn config(dir: &Path) -> String {
-    let path = dir.join("run.toml");
-    std::fs::write(&path, tiny_toml(corpus(), &dir.join("run"))).unwrap();
-    path.display().to_string()
-}
-
 #[test]
 fn async_diloco_runs_with_a_server_and_reports_it() {
     let tmp = tempdir();
-    let cfg = config(tmp.path());
+    let cfg = tiny_toml_file(tmp.path());
     let args = [
         "train",
         "--config",
@@ -96,7 +89,7 @@ fn async_diloco_runs_with_a_server_and_reports_it() {
 #[test]
 fn one_worker_and_a_server_is_allowed() {
     let tmp = tempdir();
-    let cfg = config(tmp.path());
+    let cfg = tiny_toml_file(tmp.path());
     let args = ["train", "--config", &cfg, "--method", "async-diloco", "--workers", "1", "--steps", "2", "--h", "1"];
     let o = lowcomm(tmp.path(), &[&args[..], &["--runtime", "sim"]].concat());
     assert!(o.status.success(), "{}", stderr(&o));
@@ -106,7 +99,7 @@ fn one_worker_and_a_server_is_allowed() {
 #[test]
 fn bad_async_diloco_settings_name_the_key_and_an_example() {
     let tmp = tempdir();
-    let cfg = config(tmp.path());
+    let cfg = tiny_toml_file(tmp.path());
     let base = ["train", "--config", &cfg, "--workers", "2", "--steps", "2", "--method", "async-diloco"];
     let run = |extra: &[&str]| lowcomm(tmp.path(), &[&base[..], extra].concat());
     // Out-of-range flag values are refused by the command line parser, on its first line.

@@ -301,3 +301,19 @@ fn mpi_backend_rejects_sim_runtime_and_wrong_worker_count() {
         assert!(text(&o).contains(needle), "{}", text(&o));
     }
 }
+
+#[test]
+fn mpi_backend_refuses_a_fault_plan_before_writing_anything() {
+    // MPI has no recovery (a dead rank ends the job): workers that leave and join run in-process only.
+    let tmp = tempdir();
+    let cfg = tiny_toml_file(tmp.path());
+    let args = ["train", "--config", &cfg, "--backend", "mpi", "--method", "async-diloco", "--workers", "2"];
+    let o = mpirun(3, &[], &[&args[..], &["--faults", "1:crash@1,1:join@2"]].concat(), tmp.path());
+    assert!(!o.status.success());
+    assert!(
+        text(&o).contains("--faults / [faults] plan: not under --backend mpi: MPI has no recovery"),
+        "{}",
+        text(&o)
+    );
+    assert!(!tmp.path().join("run").exists(), "nothing written");
+}

@@ -199,8 +199,14 @@ fn write_report(a: &CompareArgs, results: &[MethodResult], notes: &[String]) -> 
         "Memory: one worker's model states (parameters, gradients, communication buffers, optimizer and outer state), f32.".into(),
     ];
     // Per-method notes: what each ran as, then what was skipped or reused.
-    let notes: Vec<String> =
-        results.iter().map(|r| format!("{}: ran as {}", r.spec, r.label)).chain(notes.iter().cloned()).collect();
+    let notes: Vec<String> = results
+        .iter()
+        .map(|r| match &r.membership {
+            Some(m) => format!("{}: ran as {}; {m}", r.spec, r.label),
+            None => format!("{}: ran as {}", r.spec, r.label),
+        })
+        .chain(notes.iter().cloned())
+        .collect();
     let notes = &notes[..];
     let mut md = format!("command: `{command}`\n\n");
     md += &t.main.markdown();

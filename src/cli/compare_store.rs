@@ -51,6 +51,10 @@ pub struct MethodResult {
     pub exchange: Option<(usize, f64)>,
     /// Wall-clock seconds the run took here (for the sweep's ETA).
     pub run_s: f64,
+    /// Under a fault plan: who was up when and the updates the server
+    /// applied per worker (the summary's notes show it).
+    #[serde(default)]
+    pub membership: Option<String>,
 }
 
 impl MethodResult {
@@ -67,6 +71,7 @@ impl MethodResult {
         let ends: Vec<f64> = s.rounds.iter().map(|r| r.wall_s).collect();
         let bytes = bytes_by(&sent, &ends, s.world);
         MethodResult {
+            membership: membership(s),
             spec: spec.to_string(),
             label: s.method.to_string(),
             config,
@@ -116,6 +121,19 @@ fn bytes_by(sent: &[(f64, u64)], ends: &[f64], world: usize) -> Vec<f64> {
         .collect()
 }
 
+/// Who was up when and the updates applied per worker, for a run whose
+/// workers crashed or joined (`None` for every other run).
+fn membership(s: &ParallelSummary) -> Option<String> {
+    let faults: Vec<_> = s.reports.iter().flat_map(|r| r.faults.clone()).collect();
+    let server = s.reports.get(s.world).filter(|_| !faults.is_empty())?;
+    let applied: Vec<String> = server.updates.iter().map(u64::to_string).collect();
+    Some(format!(
+        "{} (updates applied per worker: {})",
+        crate::strategy::membership::describe_intervals(&faults, s.world, s.summary.wall_s),
+        applied.join(", ")
+    ))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -145,6 +163,7 @@ mod tests {
             memory: MemoryBytes::default(),
             exchange: None,
             run_s: 1.0,
+            membership: None,
         };
         r.save(dir.path()).unwrap();
         assert_eq!(json(MethodResult::load(dir.path(), &r.config)), json(Some(r.clone())));

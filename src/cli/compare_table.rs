@@ -202,6 +202,7 @@ mod tests {
             memory: Default::default(),
             exchange: None,
             run_s: 0.0,
+            membership: None,
         }
     }
 

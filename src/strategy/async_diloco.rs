@@ -50,10 +50,12 @@
 //!   slowest worker's round (the paper does not checkpoint; we chose
 //!   consistency over that wait). Workers save their inner state (kept
 //!   across rounds, App. 10.1) with the sampler back on their own shard.
-//! - Workers that leave and join (`--faults`): `membership.rs` (a crash
-//!   loses the round in progress; the server drops the worker and hands a
-//!   joining one its current model). A fault plan runs without
-//!   intermediate checkpoints: a checkpoint needs every worker up.
+//! - Workers that leave and join (`--faults`, membership.rs): a worker
+//!   whose crash time passes drops its round and sends a LEFT notice; the
+//!   server stops waiting for it, and answers its hello at its join time
+//!   with the current model (the worker's inner state fresh). A fault plan
+//!   runs without intermediate checkpoints: a checkpoint needs every
+//!   worker up and between rounds (train refuses the two together).
 
 use super::async_diloco_settings::AsyncDilocoSettings;
 use super::diloco::pseudo_gradient;
@@ -144,7 +146,7 @@ pub async fn worker<C: Ctx>(ctx: &mut C, w: &mut Worker, plan: &Plan, j: &mut Jo
         }
         // Down until the plan's join (or the run's end); back with fresh
         // inner state, the step counter continuing (membership.rs).
-        if !life.down(ctx, server, STOP, j).await {
+        if !life.down(ctx, server, STOP, inner.steps, j).await {
             break;
         }
         inner = Inner { steps: inner.steps, ..Inner::new(plan, n)? };

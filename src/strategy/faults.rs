@@ -311,6 +311,22 @@ mod tests {
     }
 
     #[test]
+    fn only_async_diloco_off_mpi_takes_a_plan() {
+        let async_diloco = super::super::Method::from_config("async-diloco", None).unwrap();
+        let plan = "1:crash@5,1:join@9";
+        assert_eq!(FaultPlan::for_run(plan, &async_diloco, 2, "local").unwrap().events().len(), 2);
+        for name in ["ddp", "diloco", "local-sgd"] {
+            let m = super::super::Method::from_config(name, None).unwrap();
+            let e = FaultPlan::for_run(plan, &m, 2, "local").unwrap_err().to_string();
+            assert!(e.contains(&format!("{name} cannot survive")) && e.contains("--method async-diloco"), "{e}");
+            assert!(FaultPlan::for_run(" ", &m, 2, "local").unwrap().is_empty(), "no plan: any method");
+        }
+        let e = FaultPlan::for_run(plan, &async_diloco, 2, "mpi").unwrap_err().to_string();
+        assert!(e.contains("not under --backend mpi: MPI has no recovery"), "{e}");
+        assert!(FaultPlan::for_run("3:crash@1", &async_diloco, 2, "local").is_err());
+    }
+
+    #[test]
     fn the_config_section_takes_only_plan() {
         let s: FaultsSection = toml::from_str("plan = \"2:crash@120,2:join@300\"").unwrap();
         assert_eq!(FaultPlan::parse(&s.plan, 3).unwrap().events().len(), 2);

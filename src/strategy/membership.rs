@@ -53,6 +53,8 @@ pub struct FaultRecord {
     /// When the worker acted on it: the first inner-step boundary at or
     /// after a crash (or at once while waiting), the join time for a join.
     pub observed_s: f64,
+    /// Inner steps the worker had taken by then (metrics.jsonl keys lines by step).
+    pub step: u64,
 }
 
 /// One worker's side of the plan: its own events, and which comes next.
@@ -78,13 +80,13 @@ impl Lifeline {
         self.next_crash().is_some_and(|c| c <= now)
     }
 
-    /// The worker is down: records the crash, tells `server` (the notice),
+    /// The worker, `steps` inner steps in, is down: records the crash, tells `server` (the notice),
     /// drops every message until its join time. `true`: it has joined
     /// (the caller starts fresh and says hello); `false`: the run's `stop`
     /// message came first, or it never joins and the run ended.
-    pub async fn down<C: Ctx>(&mut self, ctx: &mut C, server: usize, stop: u32, j: &mut Journal) -> bool {
+    pub async fn down<C: Ctx>(&mut self, ctx: &mut C, server: usize, stop: u32, steps: u64, j: &mut Journal) -> bool {
         let crash = self.mine[self.next];
-        j.fault(record(&crash, ctx.now()));
+        j.fault(record(&crash, ctx.now(), steps));
         ctx.run(Send { to: server, msg: Message::new(LEFT) }).await;
         let join = self.mine.get(self.next + 1).copied();
         loop {
@@ -97,13 +99,13 @@ impl Lifeline {
         }
         let join = join.expect("only a deadline ends the wait");
         self.next += 2;
-        j.fault(record(&join, join.at_s.max(ctx.now())));
+        j.fault(record(&join, join.at_s.max(ctx.now()), steps));
         true
     }
 }
 
-fn record(f: &Fault, observed_s: f64) -> FaultRecord {
-    FaultRecord { worker: f.worker, event: f.kind.name().into(), at_s: f.at_s, observed_s }
+fn record(f: &Fault, observed_s: f64, step: u64) -> FaultRecord {
+    FaultRecord { worker: f.worker, event: f.kind.name().into(), at_s: f.at_s, observed_s, step }
 }
 
 /// Where a worker is, as the server sees it.
@@ -203,18 +205,24 @@ pub fn alive_intervals(records: &[FaultRecord], workers: usize, end_s: f64) -> V
 /// The same spans as the plan says, for a run that ended at `end_s`.
 pub fn planned_intervals(plan: &FaultPlan, workers: usize, end_s: f64) -> Vec<Vec<(f64, f64)>> {
     let records: Vec<FaultRecord> =
-        plan.events().iter().filter(|f| f.at_s <= end_s).map(|f| record(f, f.at_s)).collect();
+        plan.events().iter().filter(|f| f.at_s <= end_s).map(|f| record(f, f.at_s, 0)).collect();
     alive_intervals(&records, workers, end_s)
 }
 
-/// One line per worker that went down, e.g. `worker 2: up 0-120.0 s,
-/// 300.0-512.3 s`; "all workers up throughout" without records.
+/// Seconds to the millisecond, without trailing zeros (`120`, `0.25`).
+fn secs(x: f64) -> String {
+    let s = format!("{x:.3}");
+    s.trim_end_matches('0').trim_end_matches('.').to_string()
+}
+
+/// One line per worker that went down, e.g. `worker 2: up 0-120 s,
+/// 300-512.346 s`; "all workers up throughout" without records.
 pub fn describe_intervals(records: &[FaultRecord], workers: usize, end_s: f64) -> String {
     let spans = alive_intervals(records, workers, end_s);
     let lines: Vec<String> = (0..workers)
         .filter(|w| records.iter().any(|r| r.worker == *w))
         .map(|w| {
-            let s: Vec<String> = spans[w].iter().map(|(a, b)| format!("{a:.1}-{b:.1} s")).collect();
+            let s: Vec<String> = spans[w].iter().map(|(a, b)| format!("{}-{} s", secs(*a), secs(*b))).collect();
             format!("worker {w}: up {}", s.join(", "))
         })
         .collect();
@@ -230,7 +238,7 @@ mod tests {
     use super::*;
 
     fn rec(worker: usize, event: &str, at_s: f64) -> FaultRecord {
-        FaultRecord { worker, event: event.into(), at_s, observed_s: at_s + 0.5 }
+        FaultRecord { worker, event: event.into(), at_s, observed_s: at_s + 0.5, step: 0 }
     }
 
     #[test]
@@ -241,7 +249,9 @@ mod tests {
         let plan = FaultPlan::parse("1:crash@10,1:join@20,2:crash@5,2:join@60", 3).unwrap();
         // The join at 60 s is after the run's end: worker 2 stays down.
         assert_eq!(planned_intervals(&plan, 3, 50.0), got);
-        assert_eq!(describe_intervals(&r, 3, 50.0), "worker 1: up 0.0-10.0 s, 20.0-50.0 s; worker 2: up 0.0-5.0 s");
+        assert_eq!(describe_intervals(&r, 3, 50.0), "worker 1: up 0-10 s, 20-50 s; worker 2: up 0-5 s");
+        assert_eq!(describe_intervals(&r[2..], 3, 5.4321), "worker 2: up 0-5 s");
+        assert_eq!(secs(0.25) + " " + &secs(7.00049), "0.25 7");
         assert_eq!(describe_intervals(&[], 3, 50.0), "all workers up throughout");
     }
 

@@ -47,6 +47,7 @@ fn a_crash_and_a_rejoin_finish_lose_no_update_and_match_the_plan() {
     let got: Vec<(&str, f64)> = records.iter().map(|f| (f.event.as_str(), f.at_s)).collect();
     assert_eq!(got, [("crash", 3.5), ("join", 7.0)]);
     assert_eq!(records[0].observed_s, 4.0, "noticed at the next inner-step boundary");
+    assert_eq!((records[0].step, records[1].step), (4, 4), "two rounds of 2 steps run, none while down");
     assert!(r[0].faults.is_empty() && r[2].faults.is_empty());
     let end = r.iter().flat_map(|w| w.points.last()).map(|p| p.end_s).fold(0.0, f64::max);
     assert!(end > 7.0, "the run outlives the join ({end} s)");
@@ -94,4 +95,19 @@ fn a_crash_and_a_rejoin_complete_on_threads() {
     assert!(r[1].faults.iter().skip(1).all(|f| f.event == "join" && f.observed_s >= 0.05));
     assert!(r[k].params.iter().all(|x| x.is_finite()));
     assert!(r[k].updates.iter().sum::<u64>() * 2 >= 12, "t_max = 6 x 2 local steps");
+}
+
+#[test]
+fn a_worker_that_dies_waiting_in_a_grace_group_leaves_the_group() {
+    // A grace period covering everyone: worker 0 (round done at 2 s) waits
+    // for the slow worker 2 (4 s) and dies at 3 s while waiting, for good;
+    // the group is handed out to workers 1 and 2 only (handing worker 0 a
+    // model would leave the server waiting for ever).
+    let k = 3;
+    let m = Method::AsyncDiloco(AsyncDilocoSettings { h: 2, grace: 1e6, ..AsyncDilocoSettings::default() });
+    let (r, _) = run_with(&m, &sim(vec![1.0, 1.0, 0.5]), k, 6, "0:crash@3");
+    assert_every_sent_update_applied_once(&r, k);
+    assert_eq!(r[0].faults[0].observed_s, 3.0, "woken by its crash while waiting for the model");
+    assert_eq!((r[0].faults[0].step, r[0].sent), (2, 1), "its first round was sent before it died");
+    assert!(r[1].sent > 1 && r[2].sent > 1, "the others carry on: {} {}", r[1].sent, r[2].sent);
 }

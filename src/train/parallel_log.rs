@@ -229,7 +229,7 @@ impl Observer for RoundLog {
         }
     }
 
-    /// A crash or join: a `kind: "fault"` line (worker, event, plan time, when acted on).
+    /// A crash or join: a `kind: "fault"` line (worker, event, plan time, when acted on, its step).
     fn fault(&self, record: &crate::strategy::membership::FaultRecord) {
         self.inner.lock().unwrap_or_else(|e| e.into_inner()).write("fault", record);
     }

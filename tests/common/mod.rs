@@ -108,6 +108,14 @@ min_lr_ratio = 0.1
     )
 }
 
+/// Writes the tiny run's TOML (over `corpus()`, writing to `dir/run`) as
+/// `dir/run.toml`; returns its path, for `--config`.
+pub fn tiny_toml_file(dir: &Path) -> String {
+    let path = dir.join("run.toml");
+    std::fs::write(&path, tiny_toml(corpus(), &dir.join("run"))).unwrap();
+    path.display().to_string()
+}
+
 /// The tiny run configuration over `data`, writing to `out`.
 pub fn tiny_config(data: &Path, out: &Path) -> RunConfig {
     let cfg = RunConfig::from_toml(&tiny_toml(data, out)).expect("tiny config parses");
