@@ -3,6 +3,7 @@
 //! cells), the curves (CSV) and the three plots.
 
 use super::compare_store::MethodResult;
+use crate::metrics;
 use crate::metrics::plot::{line_svg, Series};
 use anyhow::Result;
 use std::fmt::Write as _;
@@ -98,10 +99,12 @@ pub fn tables(results: &[MethodResult], target: f64, clock: &str) -> Tables {
     ]);
     let pct = |x: Option<f64>| x.map_or("-".into(), |v| format!("{:.0}%", 100.0 * v));
     for r in results {
-        let s = &r.summary;
+        // Per worker: over the workers only (a parameter server's bytes and idle time are its own).
+        let (s, _) = r.summary.split_workers(r.world);
+        let s = &s;
         let n = r.world.max(1) as f64;
         let rounds = r.rounds.len().max(1) as f64;
-        let mb = |b: u64| format!("{:.3}", b as f64 / n / 1e6);
+        let mb = |b: u64| metrics::fixed(b as f64 / n / 1e6, 3, 0);
         let m = &r.memory;
         let mbr = s.workers.iter().filter_map(|w| w.micro_batches.as_ref().map(|m| m.mean)).sum::<f64>() / n;
         main.rows.push(vec![
@@ -125,9 +128,9 @@ pub fn tables(results: &[MethodResult], target: f64, clock: &str) -> Tables {
         let round = s.wall_s / rounds;
         per_round.rows.push(vec![
             r.spec.clone(),
-            format!("{round:.4}"),
-            format!("{c:.4}"),
-            format!("{k:.4}"),
+            metrics::fixed(round, 4, 0),
+            metrics::fixed(c, 4, 0),
+            metrics::fixed(k, 4, 0),
             format!("{:.2}", round / c.max(k)),
             format!("{:.2}", round / (c + k)),
         ]);
@@ -138,7 +141,7 @@ pub fn tables(results: &[MethodResult], target: f64, clock: &str) -> Tables {
             per(s.bytes_intra),
             per(s.bytes_inter),
             r.exchange.map_or("-".into(), |(p, _)| p.to_string()),
-            r.exchange.map_or("-".into(), |(_, c)| format!("{c:.4}")),
+            r.exchange.map_or("-".into(), |(_, c)| metrics::fixed(c, 4, 0)),
         ]);
     }
     Tables { main, per_round, bytes }

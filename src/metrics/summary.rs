@@ -132,13 +132,18 @@ pub fn summarize(spans: &[Span], world: usize, tokens: u64) -> Result<Summary> {
     let wall_s = end_s - start_s;
 
     let workers: Vec<WorkerSummary> = (0..world).map(|w| summarize_worker(spans, w, wall_s)).collect();
+    Ok(totals((start_s, end_s), tokens, workers))
+}
 
+/// The run's totals over `workers`, in the window `(start_s, end_s)`.
+fn totals((start_s, end_s): (f64, f64), tokens: u64, workers: Vec<WorkerSummary>) -> Summary {
+    let wall_s = end_s - start_s;
     let comm_total: f64 = workers.iter().map(|w| w.comm_s).sum();
     let overlap_total: f64 = workers.iter().map(|w| w.overlap_s).sum();
     let idle_total: f64 = workers.iter().map(|w| w.idle_s).sum();
-    let capacity = world as f64 * wall_s;
-    Ok(Summary {
-        world,
+    let capacity = workers.len() as f64 * wall_s;
+    Summary {
+        world: workers.len(),
         start_s,
         end_s,
         wall_s,
@@ -150,7 +155,18 @@ pub fn summarize(spans: &[Span], world: usize, tokens: u64) -> Result<Summary> {
         bytes_intra: workers.iter().map(|w| w.bytes_intra).sum(),
         bytes_inter: workers.iter().map(|w| w.bytes_inter).sum(),
         workers,
-    })
+    }
+}
+
+impl Summary {
+    /// The run's measurements over ranks `0..workers` only, and the rest
+    /// (a parameter server after the workers), so that totals and shares
+    /// "per worker" are over workers: a server's bytes and idle time are
+    /// reported apart. The window stays the whole run's.
+    pub fn split_workers(&self, workers: usize) -> (Summary, Vec<WorkerSummary>) {
+        let (mine, rest) = self.workers.split_at(workers.min(self.workers.len()));
+        (totals((self.start_s, self.end_s), self.tokens, mine.to_vec()), rest.to_vec())
+    }
 }
 
 /// One worker's measurements within a window of length `wall_s`.
@@ -272,6 +288,24 @@ mod tests {
         assert_eq!((w1.compute_s, w1.comm_s, w1.idle_s), (0.0, 0.0, 5.0));
         assert_eq!((w1.overlap_ratio, w1.micro_batches.clone()), (None, None));
         assert!(close(s.idle_share.unwrap(), 6.0 / 10.0));
+    }
+
+    #[test]
+    fn a_server_after_the_workers_is_split_off_the_totals() {
+        // Worker 0 as above (idle 1 of 5 s, 1000 bytes); rank 1, a server,
+        // computes [0, 1] and sends 500 bytes: idle 4 of 5 s.
+        let mut spans = one_worker();
+        spans.push(Span::compute(1, "outer step", 0.0, 1.0));
+        spans.push(Span::comm(1, "send", 1.0, 2.0).with_bytes(500));
+        let all = summarize(&spans, 2, 500).unwrap();
+        assert!(close(all.idle_share.unwrap(), 5.0 / 10.0));
+        let (workers, server) = all.split_workers(1);
+        assert_eq!((workers.world, workers.bytes_sent, workers.workers.len()), (1, 1000, 1));
+        assert!(close(workers.idle_share.unwrap(), 1.0 / 5.0), "over the workers only");
+        assert_eq!((workers.wall_s, workers.tokens_per_s), (5.0, Some(100.0)), "the run's window");
+        assert_eq!((server.len(), server[0].bytes_sent, server[0].idle_s), (1, 500, 4.0));
+        // No server: the same totals.
+        assert_eq!(all.split_workers(2).0, all);
     }
 
     #[test]

@@ -87,10 +87,19 @@ pub fn grace_groups(arrivals: &[(usize, f64)], grace_s: f64) -> Vec<Vec<usize>> 
 /// DyLU, eq. 6: each worker's local steps `floor(v(w) / max v * H)` from
 /// speeds `v` (steps per second, or any unit common to all). At least 1:
 /// our choice, so a very slow worker still contributes (eq. 6 can give 0).
+/// The product is raised by a relative [`DYLU_TOLERANCE`] before the floor:
+/// speeds are measured (1 / seconds per step), so a ratio meant to give a
+/// whole number can land a hair below it (0.29 / 1 x 100 = 28.999999999999996
+/// in f64), and a bare floor would lose a whole step to that rounding.
 pub fn dylu_steps(speeds: &[f64], h: u64) -> Vec<u64> {
     let max = speeds.iter().cloned().fold(0.0f64, f64::max);
-    speeds.iter().map(|v| if max > 0.0 { ((v / max) * h as f64).floor() as u64 } else { h }).map(|s| s.max(1)).collect()
+    let steps = |v: f64| ((v / max) * h as f64 * (1.0 + DYLU_TOLERANCE)).floor() as u64;
+    speeds.iter().map(|&v| if max > 0.0 { steps(v) } else { h }).map(|s| s.max(1)).collect()
 }
+
+/// Relative tolerance of DyLU's floor: far above f64 rounding (~1e-16 per
+/// operation), far below one step in any H a run can use (< 1e9).
+pub const DYLU_TOLERANCE: f64 = 1e-9;
 
 /// Eq. 2's probabilities: shard `i` of `sizes[i]` data points, of which
 /// `learned[i]` have been trained on, gets `p_i` proportional to
@@ -176,6 +185,19 @@ mod tests {
         // Only ratios count; the fastest runs H; a worker eq. 6 would give 0 runs 1.
         assert_eq!(dylu_steps(&[4.0, 2.0, 0.01], 10), [10, 5, 1]);
         assert_eq!(dylu_steps(&[3.0, 3.0], 7), [7, 7]);
+    }
+
+    #[test]
+    fn dylu_does_not_lose_a_step_to_float_rounding() {
+        // 0.29 / 1 x 100 is 28.999999999999996 in f64 and 0.21 / 0.9 x 30 is
+        // 6.999999999999999: a bare floor gives 28 and 6.
+        assert_eq!(dylu_steps(&[0.29, 1.0], 100), [29, 100]);
+        assert_eq!(dylu_steps(&[0.21, 0.9], 30), [7, 30]);
+        // Speeds measured as 1 / (seconds per step), as the server does.
+        let measured = |v: f64| 1.0 / (1.0 / v);
+        assert_eq!(dylu_steps(&[measured(0.7), measured(1.0)], 50), [35, 50]);
+        // A ratio really below a whole number still floors: 0.699 x 50 = 34.95.
+        assert_eq!(dylu_steps(&[0.699, 1.0], 50), [34, 50]);
     }
 
     #[test]

@@ -283,6 +283,7 @@ impl Setup {
                 tokens_per_micro_batch: self.tokens_per_micro_batch(),
                 schedule: self.plan.schedule.clone(),
                 virtual_time: matches!(self.runtime, Runtime::Sim(_)),
+                pooled: self.method.needs_server(),
                 quiet: self.quiet || (write && workers > 1 && matches!(self.cfg.parallel.backend.as_str(), "mpi")),
                 label: self.label.clone(),
             },
@@ -435,11 +436,15 @@ fn read_rounds(run_dir: &std::path::Path) -> Option<Vec<RoundRecord>> {
 
 /// Human-readable per-participant table: compute, comm, idle, micro-batches
 /// per round, bytes, memory by category next to Table 1's formula.
-pub fn report_table(method: &Method, s: &Summary, reports: &[WorkerReport], params: usize) -> String {
+/// Totals, shares and "per worker" figures are over the workers only; a
+/// parameter server's row and line are its own (`Summary::split_workers`).
+pub fn report_table(method: &Method, all: &Summary, reports: &[WorkerReport], params: usize) -> String {
     let mut out = String::new();
     let pct = |x: Option<f64>| x.map_or("-".into(), |v| format!("{:.0}%", 100.0 * v));
+    let server_rank = method.needs_server().then(|| reports.len() - 1);
+    let (s, server) = all.split_workers(server_rank.unwrap_or(all.workers.len()));
     out += &format!(
-        "time {:.2} s  tokens/s {:.0} (tokens applied)  overlap {}  idle {}  sent {:.1} MB\n",
+        "time {:.2} s  tokens/s {:.0} (tokens applied)  overlap {}  idle {}  sent {:.1} MB (workers)\n",
         s.wall_s,
         s.tokens_per_s.unwrap_or(0.0),
         pct(s.overlap_ratio),
@@ -447,18 +452,18 @@ pub fn report_table(method: &Method, s: &Summary, reports: &[WorkerReport], para
         s.bytes_sent as f64 / 1e6
     );
     out += "worker  compute_s    comm_s    idle_s  mb/round  sent_MB\n";
-    let server_rank = method.needs_server().then(|| reports.len() - 1);
-    for w in &s.workers {
+    for w in s.workers.iter().chain(&server) {
         let mb = w.micro_batches.as_ref().map_or("-".into(), |m| format!("{:.2}", m.mean));
         let name = if Some(w.worker) == server_rank { "server".to_string() } else { w.worker.to_string() };
+        let f = |x: f64, width: usize| metrics::fixed(x, 3, width);
         out += &format!(
-            "{:>6} {:>10.3} {:>9.3} {:>9.3} {:>9} {:>8.1}\n",
+            "{:>6} {} {} {} {:>9} {}\n",
             name,
-            w.compute_s,
-            w.comm_s,
-            w.idle_s,
+            f(w.compute_s, 10),
+            f(w.comm_s, 9),
+            f(w.idle_s, 9),
             mb,
-            w.bytes_sent as f64 / 1e6
+            metrics::fixed(w.bytes_sent as f64 / 1e6, 1, 8)
         );
     }
     let rounds = reports[0].points.len().max(1) as f64;
@@ -499,12 +504,14 @@ pub fn report_table(method: &Method, s: &Summary, reports: &[WorkerReport], para
     if let Some(r) = server_rank.and_then(|p| reports.get(p)) {
         let per: Vec<String> = r.updates.iter().enumerate().map(|(w, u)| format!("worker {w}: {u}")).collect();
         out += &format!(
-            "server (participant {}): {} updates applied ({}); holds theta {:.1} MB and the outer state {:.1} MB\n",
+            "server (participant {}): {} updates applied ({}); holds theta {:.1} MB and the outer state {:.1} MB; sent {:.1} MB, idle {} s\n",
             r.rank,
             r.updates.iter().sum::<u64>(),
             per.join(", "),
             mb(r.memory.params),
             mb(r.memory.outer),
+            server.iter().map(|w| w.bytes_sent).sum::<u64>() as f64 / 1e6,
+            metrics::fixed(server.iter().map(|w| w.idle_s).sum::<f64>(), 3, 0),
         );
     }
     out

@@ -3,6 +3,15 @@
 //! every worker has finished them (`kind: "train"`: mean loss, tokens
 //! applied so far, when the last worker ended the round), and a progress
 //! bar (or a line every few rounds when stderr is not a terminal).
+//!
+//! Under a parameter server (async DiLoCo) workers run unequal numbers of
+//! rounds, so "round k of every worker" would end the run's curve at the
+//! slowest worker's last round. There the curve is pooled instead: the
+//! run's round k is the k-th group of `workers` consecutive worker rounds,
+//! in the order they reach the log (whoever ran them); its loss is their
+//! mean and its time the latest end among them. The server's budget is
+//! `steps x workers` inner steps, so the pooled curve reaches round `steps`
+//! like a synchronous run's; a last group of fewer rounds is not logged.
 
 use super::metrics::MetricsLog;
 use crate::optim::LrSchedule;
@@ -41,6 +50,8 @@ struct Inner {
     workers: usize,
     /// Per worker: rounds ended but not yet logged for the run.
     pending: Vec<std::collections::VecDeque<StepPoint>>,
+    /// Pooled curve (module docs): worker rounds not yet logged, any worker's.
+    pool: Option<Vec<StepPoint>>,
     next: u64,
     tokens: u64,
     tokens_per_micro_batch: u64,
@@ -84,6 +95,9 @@ pub struct RoundLogSpec {
     pub quiet: bool,
     /// Shown before the bar (the method, or "compare 2/5: acco").
     pub label: String,
+    /// Workers run unequal numbers of rounds (a parameter server): pool the
+    /// run's curve (module docs).
+    pub pooled: bool,
 }
 
 impl RoundLog {
@@ -102,6 +116,7 @@ impl RoundLog {
             inner: Mutex::new(Inner {
                 workers: spec.workers,
                 pending: (0..spec.workers).map(|_| Default::default()).collect(),
+                pool: spec.pooled.then(Vec::new),
                 next: spec.first + 1,
                 tokens: spec.tokens,
                 tokens_per_micro_batch: spec.tokens_per_micro_batch,
@@ -146,16 +161,21 @@ impl Inner {
     fn drain(&mut self) {
         while self.pending.iter().all(|q| !q.is_empty()) {
             let points: Vec<StepPoint> = self.pending.iter_mut().map(|q| q.pop_front().expect("checked")).collect();
-            let loss = (points.iter().map(|p| p.loss as f64).sum::<f64>() / self.workers as f64) as f32;
-            self.tokens += points.iter().map(|p| p.micro_batches).sum::<u64>() * self.tokens_per_micro_batch;
-            let wall_s = points.iter().map(|p| p.end_s).fold(0.0, f64::max);
-            let rec =
-                RoundRecord { step: self.next, tokens: self.tokens, loss, lr: self.schedule.lr(self.next - 1), wall_s };
-            self.write("train", &rec);
-            self.show(&rec);
-            self.rounds.push(rec);
-            self.next += 1;
+            self.log_round(&points);
         }
+    }
+
+    /// Logs the run's next round from `points`, one per worker's round.
+    fn log_round(&mut self, points: &[StepPoint]) {
+        let loss = (points.iter().map(|p| p.loss as f64).sum::<f64>() / points.len() as f64) as f32;
+        self.tokens += points.iter().map(|p| p.micro_batches).sum::<u64>() * self.tokens_per_micro_batch;
+        let wall_s = points.iter().map(|p| p.end_s).fold(0.0, f64::max);
+        let rec =
+            RoundRecord { step: self.next, tokens: self.tokens, loss, lr: self.schedule.lr(self.next - 1), wall_s };
+        self.write("train", &rec);
+        self.show(&rec);
+        self.rounds.push(rec);
+        self.next += 1;
     }
 
     fn show(&self, r: &RoundRecord) {
@@ -189,9 +209,73 @@ impl Observer for RoundLog {
         // own curve (updates applied), not part of the workers' rounds.
         let kind = if p < inner.workers { "worker" } else { "server" };
         inner.write(kind, &WorkerRecord { worker: p, point });
-        if p < inner.workers {
-            inner.pending[p].push_back(point.clone());
-            inner.drain();
+        if p >= inner.workers {
+            return;
         }
+        let workers = inner.workers;
+        match inner.pool.as_mut() {
+            Some(pool) => {
+                pool.push(point.clone());
+                if pool.len() == workers {
+                    let points = std::mem::take(pool);
+                    inner.log_round(&points);
+                }
+            }
+            None => {
+                inner.pending[p].push_back(point.clone());
+                inner.drain();
+            }
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn log(pooled: bool) -> RoundLog {
+        let spec = RoundLogSpec {
+            workers: 2,
+            first: 0,
+            tokens: 0,
+            total: 3,
+            tokens_per_micro_batch: 10,
+            schedule: LrSchedule::constant(0.5),
+            virtual_time: true,
+            quiet: true,
+            label: String::new(),
+            pooled,
+        };
+        RoundLog::new(None, spec)
+    }
+
+    /// Worker 0 runs 4 rounds (losses 1..4, ending at 1..4 s), worker 1 two
+    /// (losses 10, 20, ending at 2 and 4 s), in this order.
+    fn feed(l: &RoundLog) {
+        let p = |step, loss, end_s| StepPoint { step, loss, micro_batches: 1, end_s };
+        for (w, point) in
+            [(0, p(1, 1.0, 1.0)), (0, p(2, 2.0, 2.0)), (1, p(1, 10.0, 2.0)), (0, p(3, 3.0, 3.0)), (0, p(4, 4.0, 4.0))]
+                .into_iter()
+                .chain([(1, p(2, 20.0, 4.0)), (2, p(1, 0.0, 4.0))])
+        {
+            l.point(w, &point);
+        }
+    }
+
+    #[test]
+    fn lockstep_rounds_wait_for_every_worker_and_pooled_rounds_cover_the_run() {
+        let lockstep = log(false);
+        feed(&lockstep);
+        let r = lockstep.finish().unwrap();
+        // Round k of both workers: the curve stops at worker 1's last round.
+        let got: Vec<_> = r.iter().map(|r| (r.step, r.loss, r.wall_s, r.tokens)).collect();
+        assert_eq!(got, [(1, 5.5, 2.0, 20), (2, 11.0, 4.0, 40)]);
+        // Pooled: each pair of worker rounds as they arrive, whoever ran them
+        // (the server's point, participant 2, is not a worker round).
+        let pooled = log(true);
+        feed(&pooled);
+        let r = pooled.finish().unwrap();
+        let got: Vec<_> = r.iter().map(|r| (r.step, r.loss, r.wall_s, r.tokens)).collect();
+        assert_eq!(got, [(1, 1.5, 2.0, 20), (2, 6.5, 3.0, 40), (3, 12.0, 4.0, 60)]);
     }
 }
