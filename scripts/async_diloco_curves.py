@@ -2,7 +2,8 @@
 """Loss per local update, per virtual second and final perplexity for one experiment of
 scripts/async_diloco_run.sh (docs/results/async-diloco.md).
 
-    python3 scripts/async_diloco_curves.py docs/results/async-diloco/hetero/very [--csv OUT.csv]
+    python3 scripts/async_diloco_curves.py docs/results/async-diloco/hetero/very [--csv OUT.csv] [--target-loss 6.9]
+    python3 scripts/async_diloco_curves.py --final docs/results/async-diloco/hetero/{no,slight,moderate,very}
 
 Reads each run of the `lowcomm compare` directory (runs/*/metrics.jsonl and config.toml). The paper's x axes
 (async-local-sgd.txt, Fig. 2 and Sec. 1: "perplexity versus the total number of local updates", and wall clock)
@@ -20,7 +21,8 @@ A point of the curve is one change of the global model:
 The paper reports perplexity on held-out data of the server model; lowcomm evaluates the run's model once, at
 the end (the `eval` record): that is the "val ppl" column (e^val loss), the analogue of Tables 1 and 2. The
 training curve is the only loss known before the end. Target: the sync run's final curve value (no sync run:
---target-loss). Plain standard library; --csv writes every run's curve (run, updates, local_steps, s, loss).
+--target-loss). Plain standard library; --csv writes every run's curve (run, updates, local_steps, s, loss);
+--final prints the val perplexity (val loss) of every run of several directories side by side (Tables 1, 2).
 """
 import csv
 import json
@@ -38,6 +40,7 @@ def read_run(d):
     h = re.search(r"^h\s*=\s*(\d+)", cfg, re.M)
     h = int(h.group(1)) if h else 50
     steps = int(re.search(r"^steps\s*=\s*(\d+)", cfg, re.M).group(1))
+    clock = "virtual" if re.search(r'^runtime\s*=\s*"sim"', cfg, re.M) else "wall"
     recs = [json.loads(l) for l in open(os.path.join(d, "metrics.jsonl")) if l.strip()]
     inner = [r for r in recs if r.get("kind") == "worker"]
     evals = [r for r in recs if r.get("kind") == "eval"]
@@ -62,7 +65,7 @@ def read_run(d):
                 continue  # a partial round can only be the last (steps not a multiple of H)
             curve.append((n + 1, len(pts) + sum(len(rounds[m]) for m in rounds if m < n),
                           max(p["end_s"] for p in pts), sum(p["loss"] for p in pts) / len(pts)))
-    return {"method": method, "k": k, "t_max": steps * k, "curve": curve, "val": val}
+    return {"method": method, "clock": clock, "k": k, "t_max": steps * k, "curve": curve, "val": val}
 
 
 def at(curve, i, x):
@@ -71,12 +74,44 @@ def at(curve, i, x):
     return seen[-1] if seen else None
 
 
+def ppl(loss):
+    """e^loss, short: a diverged run's perplexity is astronomically large."""
+    return f"{math.exp(loss):.1f}" if loss < 20 else f"e^{loss:.1f}"
+
+
 def fmt(p):
     return f"{p[3]:.4f}" if p else "-"
 
 
+def load(root):
+    """Every finished run of one `lowcomm compare` directory, by run name."""
+    runs = {}
+    for name in sorted(os.listdir(os.path.join(root, "runs"))):
+        d = os.path.join(root, "runs", name)
+        if os.path.exists(os.path.join(d, "result.json")):
+            r = read_run(d)
+            if r["curve"]:
+                runs[name] = r
+    if not runs:
+        sys.exit(f"no finished runs (runs/*/result.json) under {root}/runs")
+    return runs
+
+
+def final(roots):
+    """The paper's Tables 1 and 2: final val perplexity (val loss), one column per result directory."""
+    cols = [load(r) for r in roots]
+    names = sorted({n for c in cols for n in c})
+    print("| run | " + " | ".join(os.path.basename(r.rstrip("/")) for r in roots) + " |")
+    print("|---|" + "---|" * len(roots))
+    for n in names:
+        cells = [f"{ppl(c[n]['val'])} ({c[n]['val']:.4f})" if n in c else "-" for c in cols]
+        print(f"| {n} | " + " | ".join(cells) + " |")
+
+
 def main():
     args = sys.argv[1:]
+    if args[:1] == ["--final"]:
+        return final(args[1:])
     out_csv = None
     target = None
     if "--csv" in args:
@@ -90,16 +125,7 @@ def main():
     if len(args) != 1:
         sys.exit("usage: async_diloco_curves.py RESULT_DIR [--csv OUT.csv] [--target-loss 5.5]"
                  " (e.g. docs/results/async-diloco/hetero/very)")
-    root = args[0]
-    runs = {}
-    for name in sorted(os.listdir(os.path.join(root, "runs"))):
-        d = os.path.join(root, "runs", name)
-        if os.path.exists(os.path.join(d, "result.json")):
-            r = read_run(d)
-            if r["curve"]:
-                runs[name] = r
-    if not runs:
-        sys.exit(f"no finished runs (runs/*/result.json) under {root}/runs")
+    runs = load(args[0])
     t_max = min(r["t_max"] for r in runs.values())
     marks = [t_max // 4, t_max // 2, t_max]
     t_end = min(r["curve"][-1][2] for r in runs.values())
@@ -107,17 +133,18 @@ def main():
     if target is None and sync:
         target = sync["curve"][-1][3]
     say_target = f"{target:.4f}" if target is not None else "none"
+    clock = next(iter(runs.values()))["clock"]
     head = " | ".join(f"loss at {m} local steps" for m in marks)
-    print(f"| run | server updates | {head} | loss at {t_end:.1f} virtual s | virtual s | "
-          f"s to {say_target} | local steps to {say_target} | val loss | val ppl |")
-    print("|---|---|" + "---|" * len(marks) + "---|---|---|---|---|---|")
+    print(f"| run | server updates | {head} | loss at {t_end:.1f} {clock} s | {clock} s | "
+          f"{clock} s to {say_target} | local steps to {say_target} | lowest | val loss | val ppl |")
+    print("|---|---|" + "---|" * len(marks) + "---|---|---|---|---|---|---|")
     for name, r in runs.items():
         c = r["curve"]
         by_n = " | ".join(fmt(at(c, 1, m)) for m in marks)
         reach = next((p for p in c if target is not None and p[3] <= target + 1e-12), None)
         print(f"| {name} | {len(c)} | {by_n} | {fmt(at(c, 2, t_end))} | {c[-1][2]:.1f} | "
               + (f"{reach[2]:.1f} | {reach[1]}" if reach else "not reached | not reached")
-              + f" | {r['val']:.4f} | {math.exp(r['val']):.1f} |")
+              + f" | {min(p[3] for p in c):.4f} | {r['val']:.4f} | {ppl(r['val'])} |")
     if out_csv:
         tmp = out_csv + ".tmp-curves"
         with open(tmp, "w", newline="") as f:
