@@ -44,6 +44,8 @@ fn async_diloco_runs_with_a_server_and_reports_it() {
         "--grace",
         "0.25",
         "--dylu",
+        "--shards",
+        "3",
     ];
     let o = lowcomm(tmp.path(), &args);
     let err = stderr(&o);
@@ -51,7 +53,8 @@ fn async_diloco_runs_with_a_server_and_reports_it() {
     assert_mentions(
         &err,
         &[
-            "async-diloco (h 2, outer dn lr 0.7, beta 0.9, N 2, c 0, grace 0.25 s, dylu)",
+            "async-diloco (h 2, outer dn lr 0.7, beta 0.9, N 2, c 0, grace 0.25 s, dylu, 3 shards)",
+            "inner steps handed out per data shard: 0: ",
             "on 2 workers + a parameter server",
             "server (participant 2):",
             "updates applied (worker 0: ",
@@ -67,7 +70,7 @@ fn async_diloco_runs_with_a_server_and_reports_it() {
     let (fast, slow) = (per_worker(0), per_worker(1));
     assert!(fast > slow && fast + slow >= 8, "t_max = 2 x 4 local steps, more from the fast worker: {fast}, {slow}");
     let saved = std::fs::read_to_string(tmp.path().join("run/config.toml")).unwrap();
-    for key in ["[methods.async-diloco]", "grace = 0.25", "dylu = true", "outer = \"dn\""] {
+    for key in ["[methods.async-diloco]", "grace = 0.25", "dylu = true", "outer = \"dn\"", "shards = 3"] {
         assert!(saved.contains(key), "{key}: {saved}");
     }
     // The final checkpoint holds a part per worker and the server's (with the outer state).
@@ -102,7 +105,11 @@ fn bad_async_diloco_settings_name_the_key_and_an_example() {
     let base = ["train", "--config", &cfg, "--workers", "2", "--steps", "2", "--method", "async-diloco"];
     let run = |extra: &[&str]| lowcomm(tmp.path(), &[&base[..], extra].concat());
     // Out-of-range flag values are refused by the command line parser, on its first line.
-    for (flag, needles) in [("--h", ["--h", "at least 1"]), ("--dn-buffer", ["--dn-buffer", "at least 1"])] {
+    for (flag, needles) in [
+        ("--h", ["--h", "at least 1"]),
+        ("--dn-buffer", ["--dn-buffer", "at least 1"]),
+        ("--shards", ["--shards", "at least 1"]),
+    ] {
         let o = run(&[flag, "0"]);
         assert!(!o.status.success());
         assert_mentions(stderr(&o).lines().next().unwrap_or(""), &needles);
@@ -115,6 +122,10 @@ fn bad_async_diloco_settings_name_the_key_and_an_example() {
     assert_one_error(run(&["--outer", "adam"]), &["[methods.async-diloco]", "outer \"adam\" does not exist"]);
     assert_one_error(run(&["--speeds", "1,1,1"]), &["--speeds has 3 values but there are 2 workers", "--speeds 1,1"]);
     assert_one_error(run(&["--tau", "2"]), &["`tau` is a setting of", "not of async-diloco"]);
+    assert_one_error(
+        run(&["--fixed-shards", "--shards", "3"]),
+        &["[methods.async-diloco]", "shards must equal the workers (2), got 3", "--shards 2"],
+    );
     assert_one_error(
         lowcomm(tmp.path(), &["train", "--config", &cfg, "--method", "diloco", "--workers", "2", "--grace", "1"]),
         &["`grace` is a setting of async-diloco, not of diloco"],

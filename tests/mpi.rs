@@ -146,12 +146,13 @@ fn local_update_methods_over_mpi_give_the_in_process_bits() {
 
 #[test]
 fn async_diloco_runs_4_workers_and_the_server_on_the_last_of_5_ranks() {
-    // mpirun -np 5 --workers 4: the server is rank 4. Equal speeds and a
+    // mpirun -np 5 --workers 4: the server is rank 4. Equal speeds, fixed shards and a
     // grace period covering everyone: every round is synchronous, so the
     // result is the simulator's up to the order in which the server summed
     // the arrivals (DN with N = 4 accumulates them).
     let tmp = tempdir();
-    let extra = ["--h", "2", "--outer", "dn", "--dn-buffer", "4", "--grace", "1000000"];
+    // Fixed shards: which worker trains which shard does not depend on arrival order.
+    let extra = ["--h", "2", "--outer", "dn", "--dn-buffer", "4", "--grace", "1000000", "--fixed-shards"];
     let run = |backend: &str, rt: &str| {
         let out = tmp.path().join(format!("async-{backend}-{rt}"));
         let cfg = tmp.path().join(format!("async-{backend}-{rt}.toml"));

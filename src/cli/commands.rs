@@ -181,6 +181,8 @@ pub(super) fn method_flags(a: &TrainArgs) -> Vec<(&'static str, toml::Value)> {
     put("dn_c", a.dn_c.map(Float));
     put("grace", a.grace.map(Float));
     put("dylu", a.dylu.then_some(Boolean(true)));
+    put("shards", a.shards.map(|x| Integer(x as i64)));
+    put("fixed_shards", a.fixed_shards.then_some(Boolean(true)));
     v
 }
 
@@ -217,6 +219,8 @@ pub(super) fn flags_for(a: &TrainArgs, method: &str, methods: &[String]) -> Resu
                 "dn_c" => out.dn_c = None,
                 "grace" => out.grace = None,
                 "dylu" => out.dylu = false,
+                "shards" => out.shards = None,
+                "fixed_shards" => out.fixed_shards = false,
                 other => unreachable!("method flag {other} has no field"),
             }
         }

@@ -304,6 +304,13 @@ pub struct TrainArgs {
     /// async-diloco: Dynamic Local Updates: each worker's steps per round in proportion to its speed.
     #[arg(long)]
     pub dylu: bool,
+    /// async-diloco: data shards the server samples rounds from (eq. 2), each with its own
+    /// lr schedule, >= 1 [default: one per worker].
+    #[arg(long, allow_negative_numbers = true, value_parser = values::positive_u64)]
+    pub shards: Option<u64>,
+    /// async-diloco: worker i always trains on shard i (no eq. 2 draw; shards = workers).
+    #[arg(long)]
+    pub fixed_shards: bool,
 }
 
 #[derive(Args, Debug)]

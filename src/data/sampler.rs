@@ -93,6 +93,21 @@ impl WindowSampler {
         }
     }
 
+    /// Draws from `range` from now on, continuing the same random stream
+    /// (async DiLoCo moves a worker from data shard to data shard); an
+    /// error, as in [`WindowSampler::new`], when it cannot hold a window.
+    pub fn set_range(&mut self, range: Range<usize>) -> Result<()> {
+        if range.len() < self.ctx + 1 {
+            bail!(
+                "the token range {range:?} has only {} tokens, fewer than one context window ({})",
+                range.len(),
+                self.ctx + 1
+            );
+        }
+        self.range = range;
+        Ok(())
+    }
+
     /// Windows drawn so far.
     pub fn windows_drawn(&self) -> u64 {
         self.windows_drawn

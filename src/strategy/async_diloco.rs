@@ -5,15 +5,19 @@
 //!
 //! ```text
 //! server (Algorithm 2)                              worker w (Algorithm 4's train_worker)
-//! theta = theta^(0); send (theta, steps_w) to all   send hello (its speed v(w))
-//! while t_local < t_max:                            loop: receive (theta, steps) or stop
-//!     recv_any(deadline = tau_sync + tau_grace)           theta_old = theta
-//!     an update from w arrived:                           `steps` inner steps (state kept, App. 10.1)
+//! theta = theta^(0); send (theta, round_w) to all   send hello (its speed v(w), tokens)
+//! while t_local < t_max:                            loop: receive (theta, round) or stop
+//!     recv_any(deadline = tau_sync + tau_grace)           theta_old = theta; data = round's shard
+//!     an update from w arrived:                           `steps` inner steps at the shard's lr (App. 10.1)
 //!         theta = OuterOpt(theta, delta)   line 17        send delta = theta_old - theta_w
 //!         W_completed.add(w); t_local += steps
 //!     deadline passed (or nobody is out):
-//!         send (theta, steps_w) to W_completed   line 23
+//!         send (theta, round_w) to W_completed   line 23
 //! ```
+//!
+//! `round_w` (Algorithm 4 lines 4-6, `shards.rs`): the shard drawn by eq. 2,
+//! the steps (DyLU or H), and where the round starts in the shard's own
+//! learning-rate schedule.
 //!
 //! - `t_max` is `plan.end` local steps per worker, `plan.end x workers` in
 //!   all, as `--steps` counts a worker's inner steps in sync DiLoCo.
@@ -42,6 +46,7 @@ use super::diloco::{pseudo_gradient, save_outer};
 use super::journal::{Journal, StrategyState};
 use super::local::{memory, Inner};
 use super::param_server::{dylu_steps, Grace};
+use super::shards::{RoundOrder, ShardRound, Shards};
 use super::worker::{MemoryBytes, ModelPiece, Outcome, Plan, Worker};
 use crate::comm::Message;
 use crate::optim::OuterOpt;
@@ -58,8 +63,8 @@ pub async fn worker<C: Ctx>(ctx: &mut C, w: &mut Worker, plan: &Plan, j: &mut Jo
     let n = w.model.num_params();
     let Some(server) = ctx.topology().server_rank() else { bail!("async-diloco needs a server participant") };
     let mut inner = Inner::new(plan, n)?;
-    // Scalars travel as f64, exactly.
-    let hello = Message::new(HELLO).with_scalars(vec![ctx.speed()]);
+    // Scalars travel as f64, exactly. The stream's length sizes the server's data shards.
+    let hello = Message::new(HELLO).with_scalars(vec![ctx.speed(), w.data_tokens() as f64]);
     ctx.run(Send { to: server, msg: hello }).await;
     loop {
         let m = ctx.run(Recv { from: server }).await;
@@ -67,13 +72,16 @@ pub async fn worker<C: Ctx>(ctx: &mut C, w: &mut Worker, plan: &Plan, j: &mut Jo
             break;
         }
         ensure!(m.tag == MODEL && m.values.len() == n, "worker {}: unexpected message {}", ctx.rank(), m.tag);
-        let steps = m.scalars[0] as u64;
+        // Algorithm 4 lines 4-6: the shard, the steps, the shard's schedule.
+        let order = RoundOrder::from_scalars(&m.scalars)?;
+        w.use_shard(order.shard, order.shards)?;
+        let steps = order.steps;
         let theta_old = m.values;
         w.model.params.copy_from_slice(&theta_old);
         let (start, first) = (ctx.now(), j.points().len());
-        for _ in 0..steps {
-            // The schedule follows this worker's own step count.
-            inner.step(ctx, w, plan, inner.steps, j).await;
+        for k in 0..steps {
+            // The rate follows the shard's own step count (shards.rs), not this worker's.
+            inner.step_at(ctx, w, plan, inner.steps, order.lr(&plan.schedule, k), j).await;
         }
         let per_step = (ctx.now() - start) / steps.max(1) as f64;
         let round = &j.points()[first..];
@@ -104,6 +112,8 @@ pub struct Served {
     pub outcome: Outcome,
     /// Updates applied, per worker.
     pub updates: Vec<u64>,
+    /// Every round handed out: worker, shard, where in the shard's schedule.
+    pub shard_rounds: Vec<ShardRound>,
 }
 
 /// The server side (Algorithm 2), from the initial model `theta0`.
@@ -124,21 +134,24 @@ pub async fn server<C: Ctx>(
     let mut updates = vec![0u64; k];
     // Each worker's speed v(w): declared in its hello, then measured (module docs).
     let mut speed = vec![1.0f64; k];
+    let mut tokens = 0;
     for _ in 0..k {
         let m = ctx.run(RecvAny { deadline_s: None }).await;
         let Some((from, m)) = m else { bail!("server: a worker never said hello") };
         ensure!(m.tag == HELLO && from < k, "server: expected a hello, got message {} from {from}", m.tag);
         speed[from] = m.scalars[0];
+        tokens = m.scalars[1] as usize;
     }
-    // Algorithm 4 line 5: each worker's local steps (DyLU, eq. 6, or H).
+    let mut shards = Shards::new(tokens, s.shard_count(k), k, &plan.schedule, plan.seed, s.fixed_shards)?;
+    // Algorithm 4: each worker's shard (eq. 2) and local steps (line 5: DyLU, eq. 6, or H).
     let steps_of = |speed: &[f64], to: usize| if s.dylu { dylu_steps(speed, s.h)[to] } else { s.h };
-    let model = |steps: u64, theta: &[f32]| {
-        let m = Message::new(MODEL).with_scalars(vec![steps as f64]);
+    let mut model = |to: usize, speed: &[f64], theta: &[f32]| {
+        let m = Message::new(MODEL).with_scalars(shards.order(to, steps_of(speed, to)).to_scalars());
         m.with_values(theta.to_vec(), plan.wire)
     };
     // Line 9: train(W, theta).
     for to in 0..k {
-        ctx.run(Send { to, msg: model(steps_of(&speed, to), &theta) }).await;
+        ctx.run(Send { to, msg: model(to, &speed, &theta) }).await;
         out += 1;
     }
     let mut completed: Vec<usize> = Vec::new();
@@ -169,7 +182,7 @@ pub async fn server<C: Ctx>(
             grace.close();
             if t_local < t_max {
                 for to in completed.drain(..) {
-                    ctx.run(Send { to, msg: model(steps_of(&speed, to), &theta) }).await;
+                    ctx.run(Send { to, msg: model(to, &speed, &theta) }).await;
                     out += 1;
                 }
             }
@@ -197,5 +210,5 @@ pub async fn server<C: Ctx>(
         memory,
         model: Some(ModelPiece { offset: 0, values: theta }),
     };
-    Ok(Served { outcome, updates })
+    Ok(Served { outcome, updates, shard_rounds: shards.rounds })
 }

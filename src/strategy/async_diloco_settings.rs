@@ -40,6 +40,17 @@ pub struct AsyncDilocoSettings {
     /// steps, v its speed as measured from its reported time per inner step.
     /// Flag `--dylu`. Default false (H steps everywhere).
     pub dylu: bool,
+    /// Data shards S, >= 1: the training token stream split into S
+    /// contiguous near-equal pieces; the server draws each round's shard
+    /// (eq. 2) and each shard has its own lr schedule (`shards.rs`). Flag
+    /// `--shards`. Default: one per worker (the paper's).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shards: Option<u64>,
+    /// Worker i always trains on shard i (no eq. 2 draw; needs as many
+    /// shards as workers): the setting under which equal speeds and a
+    /// covering grace period give sync DiLoCo. Flag `--fixed-shards`.
+    /// Default false (eq. 2).
+    pub fixed_shards: bool,
 }
 
 impl Default for AsyncDilocoSettings {
@@ -54,6 +65,8 @@ impl Default for AsyncDilocoSettings {
             dn_c: d.dn_c,
             grace: 0.0,
             dylu: false,
+            shards: None,
+            fixed_shards: false,
         }
     }
 }
@@ -87,7 +100,15 @@ impl AsyncDilocoSettings {
                 self.grace
             );
         }
+        if self.shards == Some(0) {
+            bail!("[methods.async-diloco]: shards must be at least 1, e.g. shards = 4 (flag --shards 4); leave it out for one per worker");
+        }
         self.outer_config().validate("async-diloco")
+    }
+
+    /// Data shards for `workers` workers (one per worker unless set).
+    pub fn shard_count(&self, workers: usize) -> usize {
+        self.shards.map_or(workers, |s| s as usize)
     }
 }
 
@@ -104,7 +125,12 @@ pub fn parse(table: toml::Table) -> Result<AsyncDilocoSettings> {
 pub fn describe(s: &AsyncDilocoSettings, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
     f.write_str("async-diloco (")?;
     super::diloco_settings::describe_round(&s.diloco(), f)?;
-    write!(f, ", grace {} s{})", s.grace, if s.dylu { ", dylu" } else { "" })
+    write!(f, ", grace {} s{}", s.grace, if s.dylu { ", dylu" } else { "" })?;
+    match (s.shards, s.fixed_shards) {
+        (_, true) => f.write_str(", fixed shards)"),
+        (Some(n), false) => write!(f, ", {n} shards)"),
+        (None, false) => f.write_str(")"),
+    }
 }
 
 #[cfg(test)]
@@ -119,7 +145,8 @@ mod tests {
     fn defaults_and_bad_values_name_the_key_and_an_example() {
         let d = parse(toml::Table::new()).unwrap();
         assert_eq!((d.h, d.outer, d.outer_lr, d.outer_momentum), (50, OuterKind::Nesterov, 0.7, 0.9));
-        assert_eq!((d.grace, d.dylu), (0.0, false));
+        assert_eq!((d.grace, d.dylu, d.shards, d.fixed_shards), (0.0, false, None, false));
+        assert_eq!((d.shard_count(3), parse("shards = 5".parse().unwrap()).unwrap().shard_count(3)), (3, 5));
         let s = parse("outer = \"dn\"\ndn_buffer = 2\ndn_c = 0.5\nh = 3\ngrace = 1.5\ndylu = true".parse().unwrap())
             .unwrap();
         assert_eq!((s.outer, s.dn_buffer, s.dn_c, s.h, s.grace, s.dylu), (OuterKind::Dn, 2, 0.5, 3, 1.5, true));
@@ -132,6 +159,7 @@ mod tests {
             ("grace = -1.0", &["grace must be >= 0 seconds, got -1", "--grace 0.5"]),
             ("outer = \"adam\"", &["outer \"adam\" does not exist", "--outer dn"]),
             ("dylu = 1", &["[methods.async-diloco]:"]),
+            ("shards = 0", &["[methods.async-diloco]: shards must be at least 1", "--shards 4"]),
         ] {
             let e = err(text);
             for n in needles {

@@ -90,12 +90,25 @@ impl Inner {
     /// Inner step `step` (0-based over the run): `grad_accum` micro-batches,
     /// the worker's own clip, one optimizer step at `lr(step)`; recorded.
     pub async fn step<C: Ctx>(&mut self, ctx: &mut C, w: &mut Worker, plan: &Plan, step: u64, j: &mut Journal) {
+        self.step_at(ctx, w, plan, step, plan.schedule.lr(step), j).await
+    }
+
+    /// Inner step `step` at learning rate `lr` (async DiLoCo: the lr of
+    /// the round's data shard, whose schedule is not the worker's own).
+    pub async fn step_at<C: Ctx>(
+        &mut self,
+        ctx: &mut C,
+        w: &mut Worker,
+        plan: &Plan,
+        step: u64,
+        lr: f32,
+        j: &mut Journal,
+    ) {
         ctx.mark_round(step);
         let loss = accumulate(ctx, w, plan.grad_accum).await;
         if plan.grad_clip > 0.0 {
             clip_global_norm(&mut w.model.grads, plan.grad_clip);
         }
-        let lr = plan.schedule.lr(step);
         let (m, opt) = (&mut w.model, &mut self.opt);
         ctx.compute(Work::Optimizer { params: m.params.len() }, || opt.step(&mut m.params, &m.grads, lr, &plan.decay))
             .await;

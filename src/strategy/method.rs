@@ -209,7 +209,10 @@ const SETTINGS: [(&str, &[&str]); 13] = [
     ("demo", DEMO_KEYS),
     ("flexdemo", DEMO_KEYS),
     ("diloco", &["h", "outer", "outer_lr", "outer_momentum", "dn_buffer", "dn_c"]),
-    ("async-diloco", &["h", "outer", "outer_lr", "outer_momentum", "dn_buffer", "dn_c", "grace", "dylu"]),
+    (
+        "async-diloco",
+        &["h", "outer", "outer_lr", "outer_momentum", "dn_buffer", "dn_c", "grace", "dylu", "shards", "fixed_shards"],
+    ),
 ];
 
 /// The keys of `[methods.demo]` and `[methods.flexdemo]`.

@@ -22,6 +22,7 @@ pub mod method;
 pub mod overlap_local_sgd;
 pub mod param_server;
 pub mod sharded;
+pub mod shards;
 pub mod slowmo;
 mod worker;
 pub mod zero1;
@@ -63,7 +64,7 @@ pub async fn run_worker<C: Ctx>(
         Method::Diloco(s) => diloco::run(ctx, w, plan, s, &mut j).await?,
         Method::AsyncDiloco(_) => async_diloco::worker(ctx, w, plan, &mut j).await?,
     };
-    Ok(report(ctx, j, out, w.model.params.clone(), Vec::new()))
+    Ok(report(ctx, j, out, w.model.params.clone(), Vec::new(), Vec::new()))
 }
 
 /// Run `method`'s parameter server from the initial model `theta0`.
@@ -79,10 +80,17 @@ pub async fn run_server<C: Ctx>(
         m => bail!("{} has no parameter server", m.name()),
     };
     let params = served.outcome.model.as_ref().map(|m| m.values.clone()).unwrap_or_default();
-    Ok(report(ctx, j, served.outcome, params, served.updates))
+    Ok(report(ctx, j, served.outcome, params, served.updates, served.shard_rounds))
 }
 
-fn report<C: Ctx>(ctx: &mut C, j: Journal, out: Outcome, params: Vec<f32>, updates: Vec<u64>) -> WorkerReport {
+fn report<C: Ctx>(
+    ctx: &mut C,
+    j: Journal,
+    out: Outcome,
+    params: Vec<f32>,
+    updates: Vec<u64>,
+    shard_rounds: Vec<shards::ShardRound>,
+) -> WorkerReport {
     WorkerReport {
         rank: ctx.rank(),
         points: j.into_points(),
@@ -94,6 +102,7 @@ fn report<C: Ctx>(ctx: &mut C, j: Journal, out: Outcome, params: Vec<f32>, updat
         memory: out.memory,
         exchange: out.exchange,
         updates,
+        shard_rounds,
     }
 }
 

@@ -3,8 +3,8 @@
 //! functions of what the server knows, so each is checked by hand.
 //!
 //! `async_diloco.rs` (the server participant of `--method async-diloco`)
-//! uses `Grace` and `dylu_steps`; shard sampling is not wired into runs
-//! yet (issue 10, milestone 3).
+//! uses `Grace` and `dylu_steps`; `shards.rs` draws each round's shard with
+//! `sample_shard`.
 //!
 //! ```text
 //! get_worker (Alg. 5): w = earliest completed worker not yet synchronised

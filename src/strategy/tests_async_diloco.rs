@@ -8,7 +8,7 @@
 use super::tests::{bits, workers};
 use super::tests_local::{max_diff, sgd_plan};
 use super::*;
-use crate::optim::OuterKind;
+use crate::optim::{LrSchedule, OuterKind};
 use crate::runtime::{real::RealSpec, sim::SimSpec};
 
 fn dn(h: u64, n: u64, grace: f64) -> Method {
@@ -18,6 +18,8 @@ fn dn(h: u64, n: u64, grace: f64) -> Method {
         dn_buffer: n,
         dn_c: 0.0,
         grace,
+        // Worker i on shard i: the setting comparable with sync DiLoCo.
+        fixed_shards: true,
         ..AsyncDilocoSettings::default()
     })
 }
@@ -55,7 +57,12 @@ fn async_dn_with_equal_speeds_and_grace_covering_all_is_sync_diloco() {
         assert_eq!(r.optimizer_steps, 6, "worker {}: its share of t_max", r.rank);
     }
     // Vanilla async (Nesterov on every arrival) is another method.
-    let nesterov = Method::AsyncDiloco(AsyncDilocoSettings { h: 2, grace: 1e9, ..AsyncDilocoSettings::default() });
+    let nesterov = Method::AsyncDiloco(AsyncDilocoSettings {
+        h: 2,
+        grace: 1e9,
+        fixed_shards: true,
+        ..AsyncDilocoSettings::default()
+    });
     let v = run(&nesterov, &rt, 3, &p);
     assert!(max_diff(&want[0].params, &v[3].params) > 1e-4);
 }
@@ -111,10 +118,71 @@ fn real_threads_agree_with_sim_when_timing_does_not_matter() {
 #[test]
 fn one_worker_and_a_server_is_sync_diloco_on_one_worker() {
     // --workers 1 with async-diloco: the server applies each update in turn.
-    let p = sgd_plan(4);
+    // One shard, the whole budget: its schedule is the run's, advanced by
+    // the shard's steps = the worker's (a cosine, so a wrong step would show).
+    let p = Plan { schedule: LrSchedule { max_lr: 0.1, warmup_steps: 1, total_steps: 3, min_lr: 0.01 }, ..sgd_plan(4) };
     let rt = Runtime::Sim(SimSpec::flat(1, 1.0, None));
     let sync = run(&Method::Diloco(DilocoSettings { h: 2, ..DilocoSettings::default() }), &rt, 1, &p);
     let a = run(&Method::AsyncDiloco(AsyncDilocoSettings { h: 2, ..AsyncDilocoSettings::default() }), &rt, 1, &p);
     assert_eq!(a[1].updates, [2]);
     assert_eq!(bits(&sync[0].params), bits(&a[1].params));
+}
+
+fn sampled(h: u64, shards: Option<u64>) -> Method {
+    Method::AsyncDiloco(AsyncDilocoSettings { h, shards, ..AsyncDilocoSettings::default() })
+}
+
+#[test]
+fn eq_2_draws_inside_a_run_give_each_group_the_under_sampled_shards() {
+    // 2 workers of equal speed, 2 shards of equal size, H = 2, no grace:
+    // both finish together, so each hand-out is a pair. The first of a pair
+    // finds both shards equally trained (eq. 2 falls back to the sizes: a
+    // draw); then its shard is over-sampled, so the second gets the other.
+    let p = sgd_plan(6);
+    let r = run(&sampled(2, None), &sim_speeds(vec![1.0, 1.0]), 2, &p);
+    let rounds = &r[2].shard_rounds;
+    assert_eq!(rounds.len(), 6, "3 pairs of 2 x 2 steps reach t_max = 2 x 6 steps: {rounds:?}");
+    for pair in rounds.chunks(2) {
+        assert_eq!((pair[0].worker, pair[1].worker), (0, 1));
+        assert_ne!(pair[0].shard, pair[1].shard, "the second of a pair gets the under-sampled shard: {rounds:?}");
+        // Each shard's schedule advances by its own steps: 0, 2, 4 on each.
+        assert_eq!(pair[0].first_step, pair[1].first_step, "{rounds:?}");
+    }
+    assert_eq!(rounds.iter().map(|x| x.first_step).collect::<Vec<_>>(), [0, 0, 2, 2, 4, 4]);
+    // The draws are the server's, seeded: the run reproduces itself, and
+    // both shards are drawn first at some pair (not always worker i on shard i).
+    let again = run(&sampled(2, None), &sim_speeds(vec![1.0, 1.0]), 2, &p);
+    assert_eq!(again[2].shard_rounds, *rounds);
+    assert_eq!(bits(&again[2].params), bits(&r[2].params));
+    let seeded = |seed| run(&sampled(2, None), &sim_speeds(vec![1.0, 1.0]), 2, &Plan { seed, ..p.clone() });
+    let firsts: Vec<usize> = (0..8).map(|seed| seeded(seed)[2].shard_rounds[0].shard).collect();
+    assert!(firsts.contains(&0) && firsts.contains(&1), "worker 0's first shard over seeds 0..8: {firsts:?}");
+}
+
+#[test]
+fn per_shard_schedules_follow_each_shards_steps_to_the_floor_and_no_further() {
+    // Speeds 1 and 0.25, H = 2, 2 shards, a cosine over 8 steps per worker
+    // (16 in all, 8 per shard). The fast worker runs far past 8 steps of its
+    // own; each shard's steps stay balanced by eq. 2 and end near T_i = 8.
+    let sched = LrSchedule { max_lr: 0.1, warmup_steps: 0, total_steps: 8, min_lr: 0.01 };
+    let p = Plan { schedule: sched.clone(), ..sgd_plan(8) };
+    let r = run(&sampled(2, None), &sim_speeds(vec![1.0, 0.25]), 2, &p);
+    assert!(r[0].optimizer_steps > 8, "the fast worker's own steps: {}", r[0].optimizer_steps);
+    let rounds = &r[2].shard_rounds;
+    let mut next = [0u64; 2];
+    for x in rounds {
+        // Each shard's rounds take consecutive steps of its own schedule.
+        assert_eq!(x.first_step, next[x.shard], "{rounds:?}");
+        next[x.shard] += x.steps;
+        // Two shards: the drawn one was the less trained (eq. 2), so they never drift apart by more than a round.
+        assert!(next[0].abs_diff(next[1]) <= 2, "{rounds:?}");
+    }
+    let shards = crate::strategy::shards::Shards::new(r[0].params.len().max(1000), 2, 2, &sched, 0, false).unwrap();
+    for (i, n) in next.into_iter().enumerate() {
+        let t = shards.schedule(i);
+        assert_eq!(t.total_steps, 8, "each shard's share of the 16-step budget");
+        // The floor is reached (the last step is at or past T_i - H) and not run far past (at most one round).
+        assert!(n + 2 >= t.total_steps && n <= t.total_steps + 2, "shard {i}: {n} steps of {}", t.total_steps);
+        assert_eq!(t.lr(n.max(t.total_steps)), sched.min_lr, "clamped at the floor");
+    }
 }

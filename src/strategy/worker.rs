@@ -6,7 +6,7 @@ use crate::data::sampler::{SamplerState, WindowSampler};
 use crate::model::Gpt;
 use crate::optim::{DecaySegments, LrSchedule, OptimizerConfig};
 use crate::runtime::{Ctx, Work, WorkerTimes};
-use anyhow::Result;
+use anyhow::{Context, Result};
 use std::ops::Range;
 use std::sync::Arc;
 
@@ -38,6 +38,11 @@ impl Worker {
         Ok(Self { model, sampler, tokens, inputs: vec![0; batch * seq], targets: vec![0; batch * seq], batch, seq })
     }
 
+    /// Tokens in the whole training stream (every shard's).
+    pub fn data_tokens(&self) -> usize {
+        self.tokens.len()
+    }
+
     /// Tokens per micro-batch.
     pub fn tokens_per_micro_batch(&self) -> usize {
         self.batch * self.seq
@@ -48,6 +53,15 @@ impl Worker {
     pub fn micro_batch(&mut self, loss_scale: f32) -> f32 {
         self.sampler.fill_batch(&self.tokens, &mut self.inputs, &mut self.targets);
         self.model.forward_backward(&self.inputs, &self.targets, self.batch, self.seq, loss_scale)
+    }
+
+    /// Trains on data shard `shard` of `shards` (`shard_range` of the token
+    /// stream) from now on, its sampler's random stream continuing.
+    pub fn use_shard(&mut self, shard: usize, shards: usize) -> Result<()> {
+        let range = crate::data::sampler::shard_range(self.tokens.len(), shard, shards);
+        self.sampler.set_range(range).with_context(|| {
+            format!("data shard {shard} of {shards} is too small: use fewer shards (--shards) or more text")
+        })
     }
 
     /// Where this worker's data stream and dropout are (for a checkpoint).
@@ -97,6 +111,9 @@ pub struct Plan {
     pub fixed_micro_batches: Option<usize>,
     /// How gradients and parameters travel (scalars always travel in f32).
     pub wire: WireDtype,
+    /// The run's seed (`train.seed`): seeds draws a strategy makes besides
+    /// the workers' data (async DiLoCo's shard sampling).
+    pub seed: u64,
 }
 
 impl Plan {
@@ -113,6 +130,7 @@ impl Plan {
             grad_clip: 0.0,
             fixed_micro_batches: None,
             wire: WireDtype::F32,
+            seed: 0,
         }
     }
 }
@@ -188,6 +206,9 @@ pub struct WorkerReport {
     /// The parameter server's report: updates it applied from each worker
     /// (empty for workers and methods without a server).
     pub updates: Vec<u64>,
+    /// The parameter server's rounds as handed out: worker, data shard and
+    /// where in the shard's schedule (empty for workers and methods without one).
+    pub shard_rounds: Vec<super::shards::ShardRound>,
 }
 
 /// Bytes of model states held by one worker, by category (ACCO paper,

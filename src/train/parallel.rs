@@ -164,6 +164,9 @@ pub fn setup(cfg: RunConfig, opts: &RunOptions) -> Result<Setup> {
     let seq = cfg.seq_len(&model_cfg);
     let mut init = Gpt::new(model_cfg.clone(), t.seed)?;
     let (world, runtime) = runtime(&cfg.parallel, &model_cfg, init.num_params(), t.batch_size * seq)?;
+    if let Method::AsyncDiloco(a) = &method {
+        crate::strategy::shards::check(tokens.len(), a.shard_count(world), world, a.fixed_shards, seq + 1)?;
+    }
     // A method with a parameter server gets one more participant, the last.
     let mut runtime = runtime.with_server(method.needs_server());
     if method.needs_server() && opts.resume.is_some() {
@@ -189,6 +192,7 @@ pub fn setup(cfg: RunConfig, opts: &RunOptions) -> Result<Setup> {
         grad_clip: t.grad_clip,
         fixed_micro_batches: cfg.parallel.fixed_micro_batches,
         wire,
+        seed: t.seed,
     };
     let resumed = match &opts.resume {
         Some(path) => {
@@ -513,6 +517,13 @@ pub fn report_table(method: &Method, all: &Summary, reports: &[WorkerReport], pa
             server.iter().map(|w| w.bytes_sent).sum::<u64>() as f64 / 1e6,
             metrics::fixed(server.iter().map(|w| w.idle_s).sum::<f64>(), 3, 0),
         );
+    }
+    if let Some(r) = server_rank.and_then(|p| reports.get(p)).filter(|r| !r.shard_rounds.is_empty()) {
+        // Eq. 2 keeps the shards' steps in proportion to their sizes.
+        let mut steps = vec![0u64; r.shard_rounds.iter().map(|x| x.shard + 1).max().unwrap_or(0)];
+        r.shard_rounds.iter().for_each(|x| steps[x.shard] += x.steps);
+        let per: Vec<String> = steps.iter().enumerate().map(|(i, n)| format!("{i}: {n}")).collect();
+        out += &format!("inner steps handed out per data shard: {}\n", per.join(", "));
     }
     out
 }

@@ -51,6 +51,9 @@ struct ReportWire {
     /// The server's updates applied per worker (empty for workers).
     #[serde(default)]
     updates: Vec<u64>,
+    /// The server's rounds as handed out (empty for workers).
+    #[serde(default)]
+    shard_rounds: Vec<crate::strategy::shards::ShardRound>,
 }
 
 fn params_sha256(params: &[f32]) -> String {
@@ -278,6 +281,7 @@ fn run_rank_inner(mpi: &MpiProcess, mut cfg: RunConfig, opts: &RunOptions) -> Re
         model: report.model.clone().map(|m| (m.offset, m.values)),
         params_sha256: params_sha256(&report.params),
         updates: report.updates.clone(),
+        shard_rounds: report.shard_rounds.clone(),
     };
     let Some(all) = mpi.gather_bytes(&serde_json::to_vec(&wire)?) else { return Ok(None) };
     let mut reports = Vec::with_capacity(size);
@@ -306,6 +310,7 @@ fn run_rank_inner(mpi: &MpiProcess, mut cfg: RunConfig, opts: &RunOptions) -> Re
             memory: w.memory,
             exchange: w.exchange,
             updates: w.updates,
+            shard_rounds: w.shard_rounds,
         });
     }
     drop(show.map(|l| Arc::into_inner(l).map(|l| l.finish())));
