@@ -28,9 +28,10 @@ if [[ ${FRESH:-0} == 1 ]]; then COMMON="$COMMON --fresh"; fi
 methods() {
   echo "diloco,async-diloco,async-diloco:outer=sgd,async-diloco:outer=dn:dn_buffer=$1,async-diloco:outer=dn:dn_buffer=$1:dylu=true"
 }
-# Experiment 2's extra run: DN with a grace period covering a whole round; with equal speeds every group is
-# then a synchronous round and DN with N = workers applies Nesterov to its mean: sync DiLoCo again.
-GRACE="async-diloco:outer=dn:dn_buffer=4:grace=1e6"
+# Experiment 2's extra run: DN with a grace period covering a whole round and worker i on shard i (no eq. 2
+# draw); with equal speeds every group is then a synchronous round and DN with N = workers applies Nesterov to
+# its mean: sync DiLoCo again, up to the order of floating-point sums. The other async runs draw shards (eq. 2).
+GRACE="async-diloco:outer=dn:dn_buffer=4:grace=1e6:fixed_shards=true"
 declare -A SPEEDS=(
   [no]=1,1,1,1
   [slight]=1,0.9,0.8,0.7
