@@ -99,7 +99,8 @@ def load(root):
 
 def final(roots):
     """The paper's Tables 1 and 2: final val perplexity (val loss), one column per result directory."""
-    cols = [load(r) for r in roots]
+    # DN's buffer is N = workers: one row for it across directories of different worker counts.
+    cols = [{re.sub(r"dn_buffer_\d+", "dn_buffer_N", n): r for n, r in load(root).items()} for root in roots]
     names = sorted({n for c in cols for n in c})
     print("| run | " + " | ".join(os.path.basename(r.rstrip("/")) for r in roots) + " |")
     print("|---|" + "---|" * len(roots))
