@@ -2,25 +2,36 @@
 # Reruns the experiments of docs/results/async-diloco.md (issue 10, "Reproduce the paper, small"), one at a time.
 #
 #   bash scripts/async_diloco_run.sh [hetero|homogeneous|workers|real|faults|all]
-#   python3 scripts/async_diloco_curves.py docs/results/async-diloco/<exp>/<level>   # tables per update / per second
+#   python3 scripts/async_diloco_curves.py docs/results/async-diloco/<exp>[/<level>]   # the page's tables
 #
-# Each step is a `lowcomm compare` into docs/results/async-diloco/<exp>[/<level>]. Experiments 1-3 and 5 run in
-# virtual time (--runtime sim), so their results do not depend on the machine's load; experiment 4 runs threads
-# (--runtime real) and its times are this machine's (say which machine when quoting them). Delete the runs/
-# directories before committing.
+# Each step is a `lowcomm compare` into $RESULTS/<exp>[/<level>]. Experiments 1-3 and 5 run in virtual time
+# (--runtime sim), so their results do not depend on the machine's load; experiment 4 runs threads
+# (--runtime real) and its times are this machine's (say which machine when quoting them). `compare` reuses a
+# method's result.json when its configuration is unchanged: after changing the code, pass FRESH=1 (--fresh).
+# Delete the runs/ directories before committing (.gitignore already skips them).
+#
+# Environment: LOWCOMM (binary, default target/release/lowcomm), RESULTS (default docs/results/async-diloco),
+# STEPS (each worker's inner steps, the paper's t_max = STEPS x workers local steps in all; default 160),
+# H (inner steps per round; default 10), FAULTS (experiment 5's plan), FRESH=1.
 #
 # The paper gives its four heterogeneity levels only as a figure (async-local-sgd.txt, Fig. 4 and Fig. 10); the
 # speed factors below are our choice, from equal (no) to eightfold (very) between the fastest and the slowest worker.
 set -euo pipefail
 L=${LOWCOMM:-target/release/lowcomm}
-R=docs/results/async-diloco
-STEPS=${STEPS:-400}
-COMMON="--runtime sim --preset nano --steps $STEPS --batch-size 8 --eval-every 0 --quiet --h 50"
+R=${RESULTS:-docs/results/async-diloco}
+STEPS=${STEPS:-160}
+H=${H:-10}
+COMMON="--runtime sim --preset nano --steps $STEPS --batch-size 8 --eval-every 0 --quiet --h $H"
+if [[ ${FRESH:-0} == 1 ]]; then COMMON="$COMMON --fresh"; fi
 # The five methods of the paper's Fig. 2 / Table 1: sync DiLoCo, async with Nesterov, async with SGD outer,
 # async Delayed Nesterov (N = workers), async DN + DyLU. $1 = workers (DN's buffer N).
 methods() {
   echo "diloco,async-diloco,async-diloco:outer=sgd,async-diloco:outer=dn:dn_buffer=$1,async-diloco:outer=dn:dn_buffer=$1:dylu=true"
 }
+# Experiment 2's extra run: DN with a grace period covering a whole round and worker i on shard i (no eq. 2
+# draw); with equal speeds every group is then a synchronous round and DN with N = workers applies Nesterov to
+# its mean: sync DiLoCo again, up to the order of floating-point sums. The other async runs draw shards (eq. 2).
+GRACE="async-diloco:outer=dn:dn_buffer=4:grace=1e6:fixed_shards=true"
 declare -A SPEEDS=(
   [no]=1,1,1,1
   [slight]=1,0.9,0.8,0.7
@@ -28,37 +39,46 @@ declare -A SPEEDS=(
   [very]=1,0.5,0.25,0.125
 )
 run() { echo "+ $*" >&2; nice -n 10 "$L" "$@"; }
+# One heterogeneity level, 4 workers; "no" (equal speeds) is experiment 2 too, so it adds the grace run.
+level() {
+  local m; m=$(methods 4)
+  if [[ $1 == no ]]; then m="$m,$GRACE"; fi
+  run compare --methods "$m" --workers 4 --speeds "${SPEEDS[$1]}" --results "$R/hetero/$1" $COMMON
+}
 what=${1:-all}
+case $what in hetero | homogeneous | workers | real | faults | all) ;; *)
+  echo "unknown experiment '$what': one of hetero, homogeneous, workers, real, faults, all (e.g. hetero)" >&2
+  exit 2
+  ;;
+esac
 if [[ $what == hetero || $what == all ]]; then
-  # 1. Four workers at each heterogeneity level: perplexity per update and per virtual second.
-  for level in no slight moderate very; do
-    run compare --methods "$(methods 4)" --workers 4 --speeds "${SPEEDS[$level]}" --results $R/hetero/$level $COMMON
-  done
+  # 1. Four workers at each heterogeneity level: loss per update and per virtual second, final perplexity.
+  for l in no slight moderate very; do level $l; done
 fi
-if [[ $what == homogeneous || $what == all ]]; then
-  # 2. Homogeneous workers: vanilla async vs DN (paper Sec. 6), with and without a grace period covering a round.
-  run compare --methods "diloco,async-diloco,async-diloco:outer=dn:dn_buffer=4,async-diloco:outer=dn:dn_buffer=4:grace=1e6" \
-    --workers 4 --results $R/homogeneous $COMMON
+if [[ $what == homogeneous ]]; then
+  # 2. Homogeneous workers: vanilla async vs DN (paper Sec. 4, "Is staleness the cause?"): the "no" level of 1.
+  level no
 fi
 if [[ $what == workers || $what == all ]]; then
   # 3. 8 and 16 workers, "very" heterogeneous speeds repeated (paper Table 2's direction).
   for k in 8 16; do
     speeds=$(python3 -c "print(','.join(['1','0.5','0.25','0.125'] * ($k // 4)))")
-    run compare --methods "$(methods $k)" --workers $k --speeds "$speeds" --results $R/workers-$k $COMMON
+    run compare --methods "$(methods $k)" --workers $k --speeds "$speeds" --results "$R/workers-$k" $COMMON
   done
 fi
 if [[ $what == real || $what == all ]]; then
-  # 4. Threads, 4 workers at speeds 1, 1, 0.5, 0.25: wall-clock to a target loss (summary.md's "time to").
+  # 4. Threads, 4 workers at speeds 1, 1, 0.5, 0.25: wall clock to a target loss, and the workers' idle share.
   run compare --methods "diloco,async-diloco:outer=dn:dn_buffer=4:dylu=true" --workers 4 --speeds 1,1,0.5,0.25 \
-    --results $R/real ${COMMON/--runtime sim/--runtime real}
+    --results "$R/real" ${COMMON/--runtime sim/--runtime real}
 fi
 if [[ $what == faults || $what == all ]]; then
-  # 5. A crash and a rejoin: worker 2 down from 60 to 150 virtual seconds (async_diloco_curves.py marks both on
-  # the loss-vs-time curve from the runs' `fault` records).
+  # 5. A crash and a rejoin (async_diloco_curves.py marks both on the loss-vs-time curve). Worker 2 (speed 0.5)
+  # is down from 8 to 16 virtual seconds: about a third to two thirds of the run at STEPS 160, H 10 (the DN + DyLU
+  # run of the moderate level takes about 25 virtual s there: 640 local steps at 25.5 steps per virtual s).
   if ! "$L" train --help | grep -q -- '--faults'; then
     echo "skipping faults: this lowcomm has no --faults yet (issue 10, milestone 6)" >&2
   else
     run compare --methods "async-diloco:outer=dn:dn_buffer=4:dylu=true" --workers 4 --speeds "${SPEEDS[moderate]}" \
-      --faults 2:crash@60,2:join@150 --results $R/faults $COMMON
+      --faults ${FAULTS:-2:crash@8,2:join@16} --results "$R/faults" $COMMON
   fi
 fi
