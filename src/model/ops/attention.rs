@@ -86,7 +86,13 @@ pub fn backward(dqkv: &mut [f32], scratch: &mut [f32], dout: &[f32], qkv: &[f32]
     backward_blocked(dqkv, scratch, dout, qkv, probs, d, BLOCK)
 }
 
-/// [`backward`] with the forward's query blocks of `block` rows.
+/// [`backward`] with the forward's query blocks of `block` rows. Every
+/// product runs per query block, against the keys that block sees: dq of
+/// the block is written whole, while dk and dv of keys `0..i1` are sums over
+/// the query blocks that see them, accumulated block after block from 0 (a
+/// second pass over key blocks, as the reverted first attempt had, would
+/// have to read dS and P back column-block-wise through offset transposed
+/// views; here every view starts at a block's first row).
 pub fn backward_blocked(
     dqkv: &mut [f32],
     scratch: &mut [f32],

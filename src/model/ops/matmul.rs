@@ -4,17 +4,8 @@
 //! a weight is row-major `[oc, c]`, and `y = x W^T + b`. The products go to
 //! the `gemm` crate (AVX-512/AVX2 kernels chosen at run time, threads from
 //! rayon's pool); transposes are expressed as strides, never materialised.
-//!
-//! Threading on few cores: `gemm` splits one product over the pool, which
-//! scales badly for these skinny shapes on 2 cores (docs/decisions.md,
-//! issue 13). So the forward splits its rows into one block per thread and
-//! the backward runs its two independent products (dX and dW) side by side,
-//! each product or block on one thread at that core's single-thread rate.
-//! Neither changes a bit: an output element's reduction order depends only
-//! on `k` (gemm's depth blocking), never on how rows or products are shared.
 
 use gemm::Parallelism;
-use rayon::prelude::*;
 
 /// A read-only strided view handed to GEMM: element (i, j) lives at
 /// `ptr + i * rs + j * cs`.
@@ -47,9 +38,6 @@ pub enum Threads {
     One,
     /// rayon's global pool.
     Pool,
-    /// Half of rayon's pool (one thread on 2 cores): for one of two products
-    /// that run side by side.
-    Half,
 }
 
 /// `out[m, n] = a[m, k] * b[k, n]` (or `+=` when `accumulate`), where `out`
@@ -79,10 +67,6 @@ pub fn gemm(
     let par = match threads {
         Threads::One => Parallelism::None,
         Threads::Pool => Parallelism::Rayon(0),
-        Threads::Half => match rayon::current_num_threads() / 2 {
-            0 | 1 => Parallelism::None,
-            h => Parallelism::Rayon(h),
-        },
     };
     // SAFETY: `out` is exclusively borrowed and large enough (asserted above);
     // `a` and `b` were built from live slices that outlive this call.
@@ -112,8 +96,6 @@ pub fn gemm(
 }
 
 /// Linear layer forward: `out[n, oc] = inp[n, c] W^T + bias`, `W: [oc, c]`.
-/// Rows are split into one block per pool thread, each a single-thread
-/// product (see the module doc).
 pub fn linear_forward(
     out: &mut [f32],
     inp: &[f32],
@@ -132,24 +114,12 @@ pub fn linear_forward(
             row.copy_from_slice(b);
         }
     }
-    let rows = n.div_ceil(rayon::current_num_threads()).max(1);
-    out.par_chunks_mut(rows * oc).zip(inp.par_chunks(rows * c)).for_each(|(o, x)| {
-        let r = x.len() / c;
-        gemm(o, oc, View::rows(x, c), View::transposed(weight, c), r, oc, c, bias.is_some(), Threads::One);
-    });
-}
-
-/// [`linear_forward`] as one product over the whole pool (gemm's own
-/// threading): the baseline of `examples/bench_linear.rs`.
-pub fn linear_forward_pooled(out: &mut [f32], inp: &[f32], weight: &[f32], n: usize, c: usize, oc: usize) {
-    gemm(&mut out[..n * oc], oc, View::rows(inp, c), View::transposed(weight, c), n, oc, c, false, Threads::Pool);
+    gemm(out, oc, View::rows(inp, c), View::transposed(weight, c), n, oc, c, bias.is_some(), Threads::Pool);
 }
 
 /// Linear layer backward. Overwrites `dinp[n, c] = dout W`; accumulates
 /// `dweight[oc, c] += dout^T inp` and `dbias[oc] += sum_rows(dout)` (gradients
 /// accumulate across micro-batches until the optimizer step zeroes them).
-/// The two products are independent and equally large (`n c oc` multiply-adds
-/// each), so they run side by side, each on half the pool.
 #[allow(clippy::too_many_arguments)]
 pub fn linear_backward(
     dinp: Option<&mut [f32]>,
@@ -163,37 +133,13 @@ pub fn linear_backward(
     oc: usize,
 ) {
     debug_assert_eq!(dout.len(), n * oc);
-    let threads = if dinp.is_some() { Threads::Half } else { Threads::Pool };
-    rayon::join(
-        || {
-            if let Some(dinp) = dinp {
-                gemm(&mut dinp[..n * c], c, View::rows(dout, oc), View::rows(weight, c), n, c, oc, false, threads);
-            }
-        },
-        || {
-            gemm(dweight, c, View::transposed(dout, oc), View::rows(inp, c), oc, c, n, true, threads);
-            if let Some(db) = dbias {
-                super::reduce::add_column_sums(db, dout, oc);
-            }
-        },
-    );
-}
-
-/// [`linear_backward`]'s products one after the other, each over the whole
-/// pool (no bias): the baseline of `examples/bench_linear.rs`.
-#[allow(clippy::too_many_arguments)]
-pub fn linear_backward_pooled(
-    dinp: &mut [f32],
-    dweight: &mut [f32],
-    dout: &[f32],
-    inp: &[f32],
-    weight: &[f32],
-    n: usize,
-    c: usize,
-    oc: usize,
-) {
-    gemm(&mut dinp[..n * c], c, View::rows(dout, oc), View::rows(weight, c), n, c, oc, false, Threads::Pool);
+    if let Some(dinp) = dinp {
+        gemm(&mut dinp[..n * c], c, View::rows(dout, oc), View::rows(weight, c), n, c, oc, false, Threads::Pool);
+    }
     gemm(dweight, c, View::transposed(dout, oc), View::rows(inp, c), oc, c, n, true, Threads::Pool);
+    if let Some(db) = dbias {
+        super::reduce::add_column_sums(db, dout, oc);
+    }
 }
 
 #[cfg(test)]
@@ -227,30 +173,6 @@ mod tests {
                 vec![dx, dw, db]
             },
         );
-    }
-
-    #[test]
-    fn row_blocks_and_side_by_side_products_keep_the_bits_of_pooled_products() {
-        // 4 threads: 150 rows make ragged blocks; c = 600 > 512 makes gemm
-        // block the depth of the forward product (a split that changed the
-        // reduction order would show here).
-        let (n, c, oc) = (150, 600, 70);
-        let inp: Vec<f32> = (0..n * c).map(|i| (i as f32 * 0.37).sin()).collect();
-        let w: Vec<f32> = (0..oc * c).map(|i| (i as f32 * 0.11).cos()).collect();
-        let dout: Vec<f32> = (0..n * oc).map(|i| (i as f32 * 0.23).sin()).collect();
-        let pool = rayon::ThreadPoolBuilder::new().num_threads(4).build().unwrap();
-        pool.install(|| {
-            let (mut y, mut y_ref) = (vec![0.0; n * oc], vec![0.0; n * oc]);
-            linear_forward(&mut y, &inp, &w, None, n, c, oc);
-            linear_forward_pooled(&mut y_ref, &inp, &w, n, c, oc);
-            assert!(y.iter().zip(&y_ref).all(|(a, b)| a.to_bits() == b.to_bits()), "forward bits");
-            let (mut dx, mut dw) = (vec![0.0; n * c], vec![0.5; oc * c]);
-            let (mut dx_ref, mut dw_ref) = (dx.clone(), dw.clone());
-            linear_backward(Some(&mut dx), &mut dw, None, &dout, &inp, &w, n, c, oc);
-            linear_backward_pooled(&mut dx_ref, &mut dw_ref, &dout, &inp, &w, n, c, oc);
-            assert!(dx.iter().zip(&dx_ref).all(|(a, b)| a.to_bits() == b.to_bits()), "dX bits");
-            assert!(dw.iter().zip(&dw_ref).all(|(a, b)| a.to_bits() == b.to_bits()), "dW bits");
-        });
     }
 
     #[test]
