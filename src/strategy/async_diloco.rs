@@ -190,12 +190,24 @@ pub async fn server<C: Ctx>(
         None => {
             // Each worker's speed v(w): declared in its hello, then measured (module docs).
             let (mut speed, mut tokens) = (vec![1.0f64; k], 0);
-            for _ in 0..k {
+            let mut greeted = vec![false; k];
+            while greeted.iter().any(|g| !g) {
                 let m = ctx.run(RecvAny { deadline_s: None }).await;
                 let Some((from, m)) = m else { bail!("server: a worker never said hello") };
-                ensure!(m.tag == HELLO && from < k, "server: expected a hello, got message {} from {from}", m.tag);
-                speed[from] = m.scalars[0];
-                tokens = m.scalars[1] as usize;
+                ensure!(from < k, "server: a message from participant {from}, not a worker");
+                match m.tag {
+                    // A worker whose crash came before its first model (it said hello first: FIFO).
+                    LEFT => roster.left(from),
+                    HELLO => {
+                        if greeted[from] {
+                            roster.joined(from); // ... and back already.
+                        }
+                        greeted[from] = true;
+                        speed[from] = m.scalars[0];
+                        tokens = m.scalars[1] as usize;
+                    }
+                    tag => bail!("server: expected a hello, got message {tag} from {from}"),
+                }
             }
             let shards = Shards::new(tokens, s.shard_count(k), k, &plan.schedule, plan.seed, s.fixed_shards)?;
             Progress { t_local: 0, updates: vec![0; k], speed, shards }
@@ -213,8 +225,9 @@ pub async fn server<C: Ctx>(
         let order = p.shards.order(to, steps_of(&p.speed, roster, to));
         Message::new(MODEL).with_scalars(order.to_scalars()).with_values(theta.to_vec(), plan.wire)
     };
-    // Line 9: train(W, theta).
-    for to in 0..k {
+    // Line 9: train(W, theta), to the workers that are up.
+    let up: Vec<usize> = (0..k).filter(|&w| roster.up(w)).collect();
+    for to in up {
         ctx.run(Send { to, msg: model(&mut p, &roster, to, &theta) }).await;
         roster.handed(to);
     }
