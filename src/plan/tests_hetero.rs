@@ -6,9 +6,8 @@
 
 use super::tests_sim::{profile, tiny, workers};
 use super::{hetero, plan_method, Costing};
-use crate::optim::{AdamWConfig, DecaySegments, LrSchedule, OptimizerConfig};
 use crate::strategy::{
-    run_cluster, Co2Settings, DilocoSettings, DpuSettings, Hooks, LocalSgdSettings, Method, Plan, Runtime,
+    run_cluster, Co2Settings, DilocoSettings, DpuSettings, Hooks, LocalSgdSettings, Method, Runtime,
 };
 
 const TAU: u64 = 3;
@@ -39,15 +38,7 @@ fn heterogeneous_plan_matches_the_simulator_or_its_bounds() {
         ];
         for method in methods {
             let per = method.local_tau().unwrap_or(1);
-            let plan = Plan {
-                wire,
-                ..Plan::new(
-                    ROUNDS * per,
-                    LrSchedule::constant(1e-3),
-                    OptimizerConfig::AdamW(AdamWConfig::default()),
-                    DecaySegments::new(layout.decay_ranges()),
-                )
-            };
+            let plan = super::tests_sim::sim_plan(ROUNDS * per, wire, &layout);
             let reports =
                 run_cluster(&method, &Runtime::Sim(spec.clone()), workers(world, batch), &plan, &Hooks::default())
                     .unwrap();

@@ -36,6 +36,41 @@ pub(super) fn profile(name: &str) -> ClusterProfile {
     ClusterProfile::from_file(Path::new(env!("CARGO_MANIFEST_DIR")).join("configs/clusters").join(name)).unwrap()
 }
 
+/// The plan of a short sim run: `steps`, constant lr, AdamW, over `wire`.
+pub(super) fn sim_plan(steps: u64, wire: crate::comm::WireDtype, layout: &crate::model::ParamLayout) -> Plan {
+    Plan {
+        wire,
+        ..Plan::new(
+            steps,
+            LrSchedule::constant(1e-3),
+            OptimizerConfig::AdamW(AdamWConfig::default()),
+            DecaySegments::new(layout.decay_ranges()),
+        )
+    }
+}
+
+/// What plan costs for the tiny model under `spec`, as the run `plan` does (f32, known layout).
+fn sim_costing(
+    spec: crate::runtime::sim::SimSpec,
+    plan: &Plan,
+    batch: usize,
+    layout: &crate::model::ParamLayout,
+) -> Costing {
+    Costing {
+        params: layout.len,
+        tokens_per_micro_batch: batch * tiny().ctx,
+        spec,
+        wire: plan.wire,
+        grad_accum: 1,
+        grad_clip: false,
+        optimizer: plan.optimizer.clone(),
+        fixed_micro_batches: None,
+        device_memory: None,
+        precision: Precision::F32,
+        layout: Some(layout.clone()),
+    }
+}
+
 const TAU: u64 = 3;
 const ROUNDS: u64 = 4;
 
@@ -103,29 +138,9 @@ fn plan_predicts_the_simulator_within_5_percent_and_its_memory_exactly() {
         let layout = crate::model::ParamLayout::new(&cfg);
         for method in methods() {
             let steps = ROUNDS * method.local_tau().unwrap_or(1);
-            let plan = Plan {
-                wire,
-                ..Plan::new(
-                    steps,
-                    LrSchedule::constant(1e-3),
-                    OptimizerConfig::AdamW(AdamWConfig::default()),
-                    DecaySegments::new(layout.decay_ranges()),
-                )
-            };
+            let plan = sim_plan(steps, wire, &layout);
             let (sim_s, sim_mem) = simulate(&method, &Runtime::Sim(spec.clone()), world, &plan);
-            let costing = Costing {
-                params: n,
-                tokens_per_micro_batch: batch * cfg.ctx,
-                spec: spec.clone(),
-                wire,
-                grad_accum: 1,
-                grad_clip: false,
-                optimizer: plan.optimizer.clone(),
-                fixed_micro_batches: None,
-                device_memory: None,
-                precision: Precision::F32,
-                layout: Some(layout.clone()),
-            };
+            let costing = sim_costing(spec.clone(), &plan, batch, &layout);
             let p = plan_method(&method, &costing).unwrap();
             assert!(p.time.exact, "{method}");
             let err = (p.time.round_s - sim_s).abs() / sim_s;
@@ -167,32 +182,11 @@ fn async_diloco_cycles_lie_within_the_plans_bounds_and_its_memory_is_exact() {
         let uneven: Vec<f64> = (0..world).map(|w| [1.0, 0.5, 0.8][w % 3]).collect();
         for speeds in [vec![1.0; world], uneven] {
             let spec = prof.sim_spec(&cfg, n, batch * cfg.ctx, speeds.clone()).unwrap();
-            let wire = prof.wire.unwrap_or_default();
-            let plan = Plan {
-                wire,
-                ..Plan::new(
-                    8 * TAU,
-                    LrSchedule::constant(1e-3),
-                    OptimizerConfig::AdamW(AdamWConfig::default()),
-                    DecaySegments::new(layout.decay_ranges()),
-                )
-            };
+            let plan = sim_plan(8 * TAU, prof.wire.unwrap_or_default(), &layout);
             let reports =
                 run_cluster(&method, &Runtime::Sim(spec.clone()), workers(world, batch), &plan, &Hooks::default())
                     .unwrap();
-            let costing = Costing {
-                params: n,
-                tokens_per_micro_batch: batch * cfg.ctx,
-                spec,
-                wire,
-                grad_accum: 1,
-                grad_clip: false,
-                optimizer: plan.optimizer.clone(),
-                fixed_micro_batches: None,
-                device_memory: None,
-                precision: Precision::F32,
-                layout: Some(layout.clone()),
-            };
+            let costing = sim_costing(spec, &plan, batch, &layout);
             let super::async_diloco::Cycles { bounds, serve, .. } = super::async_diloco::cycles(&s.diloco(), &costing);
             let h = TAU as usize;
             let mut rate = 0.0;
