@@ -65,6 +65,11 @@ fn a_plan_a_run_cannot_honour_is_one_error_before_anything_is_written() {
         &["--faults", "worker 1 joins at 5 s but has not crashed before", example],
     );
     assert_one_error(run(&["--faults", "1:crash@1"]), &["--faults", "--method async-diloco"]);
+    // A checkpoint stops the world with every worker up: not with a fault plan.
+    assert_one_error(
+        run(&["--method", "async-diloco", "--faults", "1:crash@1", "--checkpoint-every", "1"]),
+        &["--faults", "not with --checkpoint-every", "a checkpoint needs every worker up"],
+    );
     assert!(!tmp.path().join("run").exists(), "nothing written");
     // compare refuses a synchronous method named next to a fault plan, before any run.
     let results = tmp.path().join("results");

@@ -244,7 +244,7 @@ pub fn train(a: TrainArgs) -> Result<()> {
         // A bad setting is the first thing to say, before anything about the run directory.
         cfg.validate()?;
         let method = crate::train::parallel::method(&cfg)?;
-        crate::train::parallel::fault_plan(&cfg, &method)?;
+        crate::train::parallel::fault_plan(&cfg, &method, resume.is_some())?;
         if resume.is_none() {
             // Refuse before any work; with --force, replace the old run only
             // once the config is known to be valid (parallel settings are

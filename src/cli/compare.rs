@@ -50,8 +50,8 @@ fn configure(a: &CompareArgs, out: &Path, notes: &mut Vec<String>) -> Result<Vec
             notes.push(format!("{}: skipped: {why}", entry.spec));
             continue;
         }
-        // A fault plan naming a worker the run lacks is refused before the first run.
-        crate::train::parallel::fault_plan(&cfg, &method)?;
+        // A fault plan naming a worker the run lacks is refused before the first run (compare never resumes).
+        crate::train::parallel::fault_plan(&cfg, &method, false)?;
         let config = cfg.to_toml();
         let done = if a.fresh { None } else { MethodResult::load(&dir, &config) };
         planned.push(Planned { entry, cfg, config, done });

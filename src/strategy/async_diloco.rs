@@ -280,7 +280,8 @@ pub async fn server<C: Ctx>(
         if hand_out {
             grace.close();
             if let (Some(b), 0) = (saving, roster.out()) {
-                // Everyone is between rounds (a fault plan runs without checkpoints: parallel.rs): the checkpoint, then rounds for all in worker order.
+                // Everyone is between rounds (a fault plan runs without checkpoints:
+                // parallel::fault_plan): the checkpoint, then rounds for all in worker order.
                 for to in 0..k {
                     ctx.run(Send { to, msg: Message::new(SAVE).with_scalars(vec![b as f64]) }).await;
                 }

@@ -44,14 +44,24 @@ pub fn method(cfg: &RunConfig) -> Result<Method> {
 }
 
 /// The run's fault plan (`[faults]` / `--faults`), checked against its
-/// method, backend and worker count (the profile's, without `--workers`).
-pub fn fault_plan(cfg: &RunConfig, method: &Method) -> Result<crate::strategy::faults::FaultPlan> {
+/// method, backend and worker count (the profile's, without `--workers`),
+/// and against checkpoints: `resuming` says the run continues a checkpoint.
+pub fn fault_plan(cfg: &RunConfig, method: &Method, resuming: bool) -> Result<crate::strategy::faults::FaultPlan> {
     let p = &cfg.parallel;
     let workers = match (p.workers, &p.cluster) {
         (None, Some(c)) if !cfg.faults.is_empty() => crate::runtime::cluster::ClusterProfile::from_file(c)?.workers(),
         (w, _) => w.unwrap_or(1),
     };
-    crate::strategy::faults::FaultPlan::for_run(&cfg.faults.plan, method, workers, &p.backend)
+    let plan = crate::strategy::faults::FaultPlan::for_run(&cfg.faults.plan, method, workers, &p.backend)?;
+    // A checkpoint stops the world with every worker between rounds (async_diloco.rs); a worker
+    // that is down cannot take part, and a resumed run's clock would shift the plan's times.
+    if !plan.is_empty() && (cfg.train.checkpoint_every > 0 || resuming) {
+        bail!(
+            "--faults / [faults] plan: not with {}: a checkpoint needs every worker up and between rounds; run the fault plan without --checkpoint-every (the run's final checkpoint is still written) and from the start",
+            if resuming { "--resume" } else { "--checkpoint-every" }
+        );
+    }
+    Ok(plan)
 }
 
 /// Workers and runtime from the `[parallel]` section; errors name the field.
@@ -162,16 +172,8 @@ pub struct Setup {
 pub fn setup(cfg: RunConfig, opts: &RunOptions) -> Result<Setup> {
     let model_cfg = cfg.validate()?;
     let method = method(&cfg)?;
-    let faults = fault_plan(&cfg, &method)?;
+    let faults = fault_plan(&cfg, &method, opts.resume.is_some())?;
     let t = &cfg.train;
-    // A checkpoint stops the world with every worker between rounds (async_diloco.rs); a worker
-    // that is down cannot take part, and a resumed run's clock would shift the plan's times.
-    if !faults.is_empty() && (t.checkpoint_every > 0 || opts.resume.is_some()) {
-        bail!(
-            "--faults / [faults] plan: not with {}: a checkpoint needs every worker up and between rounds; run the fault plan without --checkpoint-every (the run's final checkpoint is still written) and from the start",
-            if opts.resume.is_some() { "--resume" } else { "--checkpoint-every" }
-        );
-    }
     if method.accumulates_while_communicating() && t.grad_accum > 1 {
         bail!(
             "--grad-accum {} does not apply to {}: it accumulates as many micro-batches as fit while a round communicates; fix the count per stage with --fixed-micro-batches K instead",
