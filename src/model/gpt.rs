@@ -8,7 +8,7 @@
 
 use super::activations::Activations;
 use super::layout::ParamLayout;
-use super::ops::{attention, embedding, gelu, layernorm, matmul, xent};
+use super::ops::{attention, embedding, gelu, layernorm, matmul, residual, xent};
 use super::profile::Timer;
 use super::GptConfig;
 use anyhow::{bail, Result};
@@ -132,21 +132,19 @@ impl Gpt {
         embedding::forward(&mut a.x0, inputs, &p[l.wte.clone()], &p[l.wpe.clone()], t, c);
         dropout_forward(&mut a.x0[..n * c], &mut a.mask_emb, drop, &mut self.dropout_rng);
         tm.mark("embedding fwd");
+        // The first LayerNorm on its own; every later one is fused into the
+        // residual add before it (`residual::add_and_normalize`), which also
+        // adds the bias the branch's last product left out.
+        let (ln, mean, rstd, w, bias) = match a.blocks.first_mut() {
+            Some(s) => (&mut s.ln1, &mut s.ln1_mean, &mut s.ln1_rstd, &l.blocks[0].ln1_w, &l.blocks[0].ln1_b),
+            None => (&mut a.lnf, &mut a.lnf_mean, &mut a.lnf_rstd, &l.lnf_w, &l.lnf_b),
+        };
+        layernorm::forward(ln, mean, rstd, &a.x0[..n * c], &p[w.clone()], &p[bias.clone()], c, LN_EPS);
+        tm.mark("layernorm fwd");
         for (i, r) in l.blocks.iter().enumerate() {
             let (done, rest) = a.blocks.split_at_mut(i);
             let x: &[f32] = if i == 0 { &a.x0[..n * c] } else { &done[i - 1].res2[..n * c] };
-            let s = &mut rest[0];
-            layernorm::forward(
-                &mut s.ln1,
-                &mut s.ln1_mean,
-                &mut s.ln1_rstd,
-                x,
-                &p[r.ln1_w.clone()],
-                &p[r.ln1_b.clone()],
-                c,
-                LN_EPS,
-            );
-            tm.mark("layernorm fwd");
+            let (s, later) = rest.split_first_mut().expect("one activation set per block");
             matmul::linear_forward(
                 &mut s.qkv,
                 &s.ln1[..n * c],
@@ -159,68 +157,52 @@ impl Gpt {
             tm.mark("matmul qkv fwd");
             attention::forward(&mut s.atty, &mut s.probs, &s.qkv[..n * 3 * c], dims);
             tm.mark("attention fwd");
-            matmul::linear_forward(
-                &mut a.branch,
-                &s.atty[..n * c],
-                &p[r.proj_w.clone()],
-                Some(&p[r.proj_b.clone()]),
-                n,
-                c,
-                c,
-            );
+            matmul::linear_forward(&mut a.branch, &s.atty[..n * c], &p[r.proj_w.clone()], None, n, c, c);
             tm.mark("matmul attn-proj fwd");
-            dropout_forward(&mut a.branch[..n * c], &mut s.mask_attn, drop, &mut self.dropout_rng);
-            add(&mut s.res1[..n * c], x, &a.branch[..n * c]);
-            tm.mark("residual+dropout fwd");
-            layernorm::forward(
+            let mask = dropout_mask(&mut s.mask_attn[..], n * c, drop, &mut self.dropout_rng);
+            residual::add_and_normalize(
+                &mut s.res1,
                 &mut s.ln2,
                 &mut s.ln2_mean,
                 &mut s.ln2_rstd,
-                &s.res1[..n * c],
+                x,
+                &a.branch[..n * c],
+                &p[r.proj_b.clone()],
+                mask,
                 &p[r.ln2_w.clone()],
                 &p[r.ln2_b.clone()],
-                c,
                 LN_EPS,
             );
-            tm.mark("layernorm fwd");
-            matmul::linear_forward(
-                &mut s.fch,
-                &s.ln2[..n * c],
-                &p[r.fc_w.clone()],
-                Some(&p[r.fc_b.clone()]),
-                n,
-                c,
-                4 * c,
-            );
+            tm.mark("residual+layernorm fwd");
+            matmul::linear_forward(&mut s.fch, &s.ln2[..n * c], &p[r.fc_w.clone()], None, n, c, 4 * c);
             tm.mark("matmul fc fwd");
-            gelu::forward(&mut s.fch_gelu, &s.fch[..n * 4 * c]);
+            gelu::forward_with_bias(&mut s.fch_gelu, &mut s.fch[..n * 4 * c], &p[r.fc_b.clone()]);
             tm.mark("gelu fwd");
-            matmul::linear_forward(
-                &mut a.branch,
-                &s.fch_gelu[..n * 4 * c],
-                &p[r.fcproj_w.clone()],
-                Some(&p[r.fcproj_b.clone()]),
-                n,
-                4 * c,
-                c,
-            );
+            matmul::linear_forward(&mut a.branch, &s.fch_gelu[..n * 4 * c], &p[r.fcproj_w.clone()], None, n, 4 * c, c);
             tm.mark("matmul fc-proj fwd");
-            dropout_forward(&mut a.branch[..n * c], &mut s.mask_mlp, drop, &mut self.dropout_rng);
-            add(&mut s.res2[..n * c], &s.res1[..n * c], &a.branch[..n * c]);
-            tm.mark("residual+dropout fwd");
+            let mask = dropout_mask(&mut s.mask_mlp[..], n * c, drop, &mut self.dropout_rng);
+            // The LayerNorm after this residual: the next block's ln_1, or ln_f.
+            let (ln, mean, rstd, w, bias) = match later.first_mut() {
+                Some(nx) => {
+                    (&mut nx.ln1, &mut nx.ln1_mean, &mut nx.ln1_rstd, &l.blocks[i + 1].ln1_w, &l.blocks[i + 1].ln1_b)
+                }
+                None => (&mut a.lnf, &mut a.lnf_mean, &mut a.lnf_rstd, &l.lnf_w, &l.lnf_b),
+            };
+            residual::add_and_normalize(
+                &mut s.res2,
+                ln,
+                mean,
+                rstd,
+                &s.res1[..n * c],
+                &a.branch[..n * c],
+                &p[r.fcproj_b.clone()],
+                mask,
+                &p[w.clone()],
+                &p[bias.clone()],
+                LN_EPS,
+            );
+            tm.mark("residual+layernorm fwd");
         }
-        let last = a.blocks.last().map_or(&a.x0, |s| &s.res2);
-        layernorm::forward(
-            &mut a.lnf,
-            &mut a.lnf_mean,
-            &mut a.lnf_rstd,
-            &last[..n * c],
-            &p[l.lnf_w.clone()],
-            &p[l.lnf_b.clone()],
-            c,
-            LN_EPS,
-        );
-        tm.mark("layernorm fwd");
         matmul::linear_forward(&mut a.logits, &a.lnf[..n * c], &p[l.wte.clone()], None, n, c, v);
         tm.mark("matmul lm-head fwd");
     }
@@ -362,12 +344,6 @@ fn two_mut<'a>(buf: &'a mut [f32], a: &Range<usize>, b: &Range<usize>) -> (&'a m
     (&mut lo[a.clone()], &mut hi[..b.len()])
 }
 
-fn add(out: &mut [f32], x: &[f32], y: &[f32]) {
-    for ((o, a), b) in out.iter_mut().zip(x).zip(y) {
-        *o = a + b;
-    }
-}
-
 fn mean(x: &[f32]) -> f32 {
     (x.iter().map(|&v| v as f64).sum::<f64>() / x.len() as f64) as f32
 }
@@ -375,14 +351,24 @@ fn mean(x: &[f32]) -> f32 {
 /// Inverted dropout: keep with probability 1-p and scale by 1/(1-p), so
 /// evaluation needs no rescaling. The mask is saved for the backward.
 fn dropout_forward(x: &mut [f32], mask: &mut [f32], p: f32, rng: &mut Pcg64) {
+    if let Some(mask) = dropout_mask(mask, x.len(), p, rng) {
+        for (x, m) in x.iter_mut().zip(mask) {
+            *x *= m;
+        }
+    }
+}
+
+/// Draw dropout's keep-and-scale factors (`0` or `1/(1-p)`) for `len`
+/// values into `mask`, in order from `rng`; `None` (and no draws) when off.
+fn dropout_mask<'a>(mask: &'a mut [f32], len: usize, p: f32, rng: &mut Pcg64) -> Option<&'a [f32]> {
     if p <= 0.0 {
-        return;
+        return None;
     }
     let keep = 1.0 / (1.0 - p);
-    for (m, x) in mask[..x.len()].iter_mut().zip(x.iter_mut()) {
+    for m in &mut mask[..len] {
         *m = if rng.random::<f32>() < p { 0.0 } else { keep };
-        *x *= *m;
     }
+    Some(&mask[..len])
 }
 
 /// Gradient through dropout: `dy * mask`, or `dy` itself when off.

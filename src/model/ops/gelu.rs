@@ -13,12 +13,34 @@ const INV_SQRT_2PI: f32 = 0.398_942_3;
 /// Elements per parallel task.
 const CHUNK: usize = 1 << 14;
 
+/// gelu(x) = 0.5 x (1 + erf(x / sqrt 2)).
+#[inline(always)]
+fn gelu(x: f32) -> f32 {
+    let u = x * FRAC_1_SQRT_2;
+    0.5 * x * (1.0 + erf_with_exp(u, exp(-u * u)))
+}
+
 /// `out = gelu(inp)`.
 pub fn forward(out: &mut [f32], inp: &[f32]) {
     out[..inp.len()].par_chunks_mut(CHUNK).zip(inp.par_chunks(CHUNK)).for_each(|(out, inp)| {
         for (y, &x) in out.iter_mut().zip(inp) {
-            let u = x * FRAC_1_SQRT_2;
-            *y = 0.5 * x * (1.0 + erf_with_exp(u, exp(-u * u)));
+            *y = gelu(x);
+        }
+    });
+}
+
+/// The fc layer's epilogue: `pre += bias` (row-wise; `pre` is `[rows,
+/// bias.len()]` and is kept for the backward), then `out = gelu(pre)`, in
+/// one pass. The product leaves the bias to this pass instead of writing it
+/// over its whole output first (docs/decisions.md, issue 13).
+pub fn forward_with_bias(out: &mut [f32], pre: &mut [f32], bias: &[f32]) {
+    let task = bias.len() * (CHUNK / bias.len()).max(1);
+    out[..pre.len()].par_chunks_mut(task).zip(pre.par_chunks_mut(task)).for_each(|(out, pre)| {
+        for (out, pre) in out.chunks_exact_mut(bias.len()).zip(pre.chunks_exact_mut(bias.len())) {
+            for ((y, h), b) in out.iter_mut().zip(pre.iter_mut()).zip(bias) {
+                *h += b;
+                *y = gelu(*h);
+            }
         }
     });
 }
@@ -51,6 +73,17 @@ mod tests {
         assert_eq!(y[0], 0.0);
         assert!((y[1] - 0.841_344_7).abs() < 1e-6);
         assert!((y[2] + 0.158_655_3).abs() < 1e-6);
+    }
+
+    #[test]
+    fn bias_then_gelu_by_hand() {
+        // rows [0, 2] and [-2, 0] plus bias [1, -1]: pre = [1, 1, -1, -1], out = gelu(pre)
+        let (mut pre, mut y) = ([0.0, 2.0, -2.0, 0.0], [0.0; 4]);
+        forward_with_bias(&mut y, &mut pre, &[1.0, -1.0]);
+        assert_eq!(pre, [1.0, 1.0, -1.0, -1.0]);
+        for (y, want) in y.iter().zip([0.841_344_7, 0.841_344_7, -0.158_655_3, -0.158_655_3]) {
+            assert!((y - want).abs() < 1e-6, "{y}");
+        }
     }
 
     #[test]

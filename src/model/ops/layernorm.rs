@@ -10,7 +10,7 @@ use super::fastmath::{dot, sum};
 use rayon::prelude::*;
 
 /// Rows per parallel task: enough work to amortise scheduling.
-const ROWS_PER_TASK: usize = 16;
+pub(crate) const ROWS_PER_TASK: usize = 16;
 
 /// Forward over `inp: [rows, c]`; writes `out: [rows, c]`, `mean`, `rstd: [rows]`.
 #[allow(clippy::too_many_arguments)]
@@ -32,19 +32,27 @@ pub fn forward(
         .zip(inp.par_chunks(c * ROWS_PER_TASK))
         .for_each(|(((out, mean), rstd), inp)| {
             for (((y, m), s), x) in out.chunks_exact_mut(c).zip(mean).zip(rstd).zip(inp.chunks_exact(c)) {
-                let mu = sum(x) / c as f32;
-                // two-pass variance: y holds x - mu for a moment
-                for (y, x) in y.iter_mut().zip(x) {
-                    *y = x - mu;
-                }
-                let var = dot(y, y) / c as f32;
-                let r = 1.0 / (var + eps).sqrt();
-                for ((y, w), b) in y.iter_mut().zip(w).zip(b) {
-                    *y = *y * r * w + b;
-                }
-                (*m, *s) = (mu, r);
+                (*m, *s) = normalize_row(y, x, w, b, eps);
             }
         });
+}
+
+/// One row of the forward: `y = (x - mean) * rstd * w + b`; returns
+/// `(mean, rstd)`. Shared with the fused residual kernel (`residual.rs`).
+#[inline]
+pub fn normalize_row(y: &mut [f32], x: &[f32], w: &[f32], b: &[f32], eps: f32) -> (f32, f32) {
+    let c = x.len();
+    let mu = sum(x) / c as f32;
+    // two-pass variance: y holds x - mu for a moment
+    for (y, x) in y.iter_mut().zip(x) {
+        *y = x - mu;
+    }
+    let var = dot(y, y) / c as f32;
+    let r = 1.0 / (var + eps).sqrt();
+    for ((y, w), b) in y.iter_mut().zip(w).zip(b) {
+        *y = *y * r * w + b;
+    }
+    (mu, r)
 }
 
 /// Backward. ACCUMULATES into `dinp` (the residual stream's gradient) and

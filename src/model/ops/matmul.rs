@@ -6,6 +6,7 @@
 //! rayon's pool); transposes are expressed as strides, never materialised.
 
 use gemm::Parallelism;
+use rayon::prelude::*;
 
 /// A read-only strided view handed to GEMM: element (i, j) lives at
 /// `ptr + i * rs + j * cs`.
@@ -96,6 +97,10 @@ pub fn gemm(
 }
 
 /// Linear layer forward: `out[n, oc] = inp[n, c] W^T + bias`, `W: [oc, c]`.
+/// With `bias: None` the caller adds it in its next element-wise pass
+/// (`gelu::forward_with_bias`, `residual::add_and_normalize`): writing it
+/// over `out` ahead of the product cost a pass over `out` that the product
+/// then read back (docs/decisions.md, issue 13).
 pub fn linear_forward(
     out: &mut [f32],
     inp: &[f32],
@@ -108,13 +113,22 @@ pub fn linear_forward(
     debug_assert_eq!(inp.len(), n * c);
     debug_assert_eq!(weight.len(), oc * c);
     let out = &mut out[..n * oc];
+    gemm(out, oc, View::rows(inp, c), View::transposed(weight, c), n, oc, c, false, Threads::Pool);
     if let Some(b) = bias {
-        // Seed every row with the bias so GEMM can accumulate onto it.
-        for row in out.chunks_exact_mut(oc) {
-            row.copy_from_slice(b);
-        }
+        add_bias(out, b);
     }
-    gemm(out, oc, View::rows(inp, c), View::transposed(weight, c), n, oc, c, bias.is_some(), Threads::Pool);
+}
+
+/// `out[i, j] += bias[j]` for every row of `out`.
+pub fn add_bias(out: &mut [f32], bias: &[f32]) {
+    let rows = (1 << 14) / bias.len() + 1;
+    out.par_chunks_mut(rows * bias.len()).for_each(|out| {
+        for row in out.chunks_exact_mut(bias.len()) {
+            for (y, b) in row.iter_mut().zip(bias) {
+                *y += b;
+            }
+        }
+    });
 }
 
 /// Linear layer backward. Overwrites `dinp[n, c] = dout W`; accumulates

@@ -12,4 +12,5 @@ pub mod gradcheck;
 pub mod layernorm;
 pub mod matmul;
 pub mod reduce;
+pub mod residual;
 pub mod xent;
