@@ -48,15 +48,17 @@ pub fn forward_blocked(out: &mut [f32], probs: &mut [f32], qkv: &[f32], d: Dims,
         .zip(probs[..b * heads * t * t].par_chunks_mut(heads * t * t))
         .zip(qkv.par_chunks(t * 3 * c))
         .for_each(|((out, probs), qkv)| {
+            let mut kt = vec![0.0f32; hs * t];
             for (h, p) in probs.chunks_exact_mut(t * t).enumerate() {
                 let (q, k, v) = (&qkv[h * hs..], &qkv[c + h * hs..], &qkv[2 * c + h * hs..]);
+                transpose_head(&mut kt, k, t, 3 * c);
                 for i0 in (0..t).step_by(block.max(1)) {
                     // Query rows i0..i1 see keys 0..i1 at most (causal).
                     let i1 = (i0 + block.max(1)).min(t);
                     let pb = &mut p[i0 * t..i1 * t];
-                    // S = q k^T (k^T is k read with swapped strides)
+                    // S = q k^T, k^T from its copy (`transpose_head`)
                     let qb = View::strided(&q[i0 * 3 * c..], 3 * c, 1);
-                    gemm(pb, t, qb, View::strided(k, 1, 3 * c), i1 - i0, i1, hs, false, Threads::One);
+                    gemm(pb, t, qb, View::rows(&kt, t), i1 - i0, i1, hs, false, Threads::One);
                     for (r, row) in pb.chunks_exact_mut(t).enumerate() {
                         causal_softmax_row(&mut row[..i1], i0 + r, scale);
                     }
@@ -67,6 +69,24 @@ pub fn forward_blocked(out: &mut [f32], probs: &mut [f32], qkv: &[f32], d: Dims,
                 }
             }
         });
+}
+
+/// `dst[d * t + j] = head[j * ld + d]` for `j < t`, `d < dst.len() / t`: one
+/// head's `[t, hs]` columns of a packed buffer (`k` or `v` of `qkv`), transposed.
+///
+/// Why: for a row-major product `C = A B`, gemm computes `C^T = B^T A^T` and
+/// copies ("packs") `B^T` into panels of contiguous columns; when `B` is
+/// `k^T` or `v^T` read in place (one row per token, `ld` apart) that copy
+/// gathers value by value, again for every query block. That gather was 30%
+/// of attention's time (`perf`, issue 13); from this copy, made once per
+/// head, gemm copies whole vectors.
+fn transpose_head(dst: &mut [f32], head: &[f32], t: usize, ld: usize) {
+    let hs = dst.len() / t;
+    for (j, row) in head.chunks(ld).take(t).enumerate() {
+        for (d, &x) in row[..hs].iter().enumerate() {
+            dst[d * t + j] = x;
+        }
+    }
 }
 
 /// Row `i` of a causal softmax: entries `0..=i` become softmax(scale * s),
@@ -116,16 +136,18 @@ pub fn backward_blocked(
             for row in dqkv.chunks_exact_mut(3 * c) {
                 row[c..].fill(0.0);
             }
+            let mut vt = vec![0.0f32; hs * t];
             for (h, (ds, p)) in scratch.chunks_exact_mut(t * t).zip(probs.chunks_exact(t * t)).enumerate() {
                 let (q, k, v) = (&qkv[h * hs..], &qkv[c + h * hs..], &qkv[2 * c + h * hs..]);
                 let dy = &dout[h * hs..];
+                transpose_head(&mut vt, v, t, 3 * c);
                 for i0 in (0..t).step_by(block.max(1)) {
                     // Query rows i0..i1 against keys 0..i1 (the forward's block).
                     let i1 = (i0 + block.max(1)).min(t);
                     let (m, dsb, pb) = (i1 - i0, &mut ds[i0 * t..i1 * t], &p[i0 * t..i1 * t]);
                     let dyb = View::strided(&dy[i0 * c..], c, 1);
-                    // dP = dy v^T ; dv[0..i1] += P^T dy
-                    gemm(dsb, t, dyb, View::strided(v, 1, 3 * c), m, i1, hs, false, Threads::One);
+                    // dP = dy v^T (v^T from its copy) ; dv[0..i1] += P^T dy
+                    gemm(dsb, t, dyb, View::rows(&vt, t), m, i1, hs, false, Threads::One);
                     let dv = &mut dqkv[2 * c + h * hs..];
                     gemm(dv, 3 * c, View::transposed(pb, t), dyb, i1, hs, m, true, Threads::One);
                     // dS = P * (dP - sum_j P dP) * scale (softmax backward; 0 in the future since P is)
