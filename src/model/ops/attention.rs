@@ -26,9 +26,11 @@ pub struct Dims {
 /// Query rows per block. Causal attention only needs the lower triangle of
 /// S = q k^T: block-row by block-row, each block only against the keys up to
 /// its last row, skips the upper triangle except inside the diagonal blocks,
-/// leaving (1 + 1/nb) / 2 of the T x T work for nb blocks (3/4 at t = 128,
-/// 5/8 at t = 256). Smaller blocks skip more but make each product smaller.
-pub const BLOCK: usize = 64;
+/// leaving (1 + 1/nb) / 2 of the T x T work for nb blocks (5/8 at t = 128,
+/// 9/16 at t = 256). Smaller blocks skip more but make each product
+/// smaller; `examples/bench_attention.rs` measured 16 and 32 fastest on
+/// both bench shapes, 64 (the first choice) 5-10% slower (docs/decisions.md).
+pub const BLOCK: usize = 32;
 
 /// Forward: writes `out: [b*t, c]` and `probs: [b, heads, t, t]`. Row `i` of
 /// `probs` is written up to the end of its block (entries past `i` exactly
@@ -82,9 +84,14 @@ pub fn forward_blocked(out: &mut [f32], probs: &mut [f32], qkv: &[f32], d: Dims,
 /// head, gemm copies whole vectors.
 fn transpose_head(dst: &mut [f32], head: &[f32], t: usize, ld: usize) {
     let hs = dst.len() / t;
-    for (j, row) in head.chunks(ld).take(t).enumerate() {
-        for (d, &x) in row[..hs].iter().enumerate() {
-            dst[d * t + j] = x;
+    // 8 tokens at a time: each write is 8 contiguous values of one row of
+    // `dst` (a plain token-by-token loop writes one value per cache line).
+    for j0 in (0..t).step_by(8) {
+        let j1 = (j0 + 8).min(t);
+        for (d, out) in dst.chunks_exact_mut(t).take(hs).enumerate() {
+            for (j, y) in (j0..j1).zip(&mut out[j0..j1]) {
+                *y = head[j * ld + d];
+            }
         }
     }
 }
