@@ -6,7 +6,7 @@
 //!                         x = x + drop(c_proj(gelu(c_fc(ln_2(x)))))
 //! Head:                   logits = ln_f(x) wte^T   (tied to the token embedding)
 
-use super::activations::Activations;
+use super::activations::{Activations, BlockActs};
 use super::layout::ParamLayout;
 use super::ops::{attention, embedding, gelu, layernorm, matmul, residual, xent};
 use super::profile::Timer;
@@ -135,11 +135,8 @@ impl Gpt {
         // The first LayerNorm on its own; every later one is fused into the
         // residual add before it (`residual::add_and_normalize`), which also
         // adds the bias the branch's last product left out.
-        let (ln, mean, rstd, w, bias) = match a.blocks.first_mut() {
-            Some(s) => (&mut s.ln1, &mut s.ln1_mean, &mut s.ln1_rstd, &l.blocks[0].ln1_w, &l.blocks[0].ln1_b),
-            None => (&mut a.lnf, &mut a.lnf_mean, &mut a.lnf_rstd, &l.lnf_w, &l.lnf_b),
-        };
-        layernorm::forward(ln, mean, rstd, &a.x0[..n * c], &p[w.clone()], &p[bias.clone()], c, LN_EPS);
+        let ln = layernorm_ahead(a.blocks.first_mut(), [&mut a.lnf, &mut a.lnf_mean, &mut a.lnf_rstd], p, l, 0);
+        layernorm::forward(ln.out, ln.mean, ln.rstd, &a.x0[..n * c], ln.w, ln.b, c, LN_EPS);
         tm.mark("layernorm fwd");
         for (i, r) in l.blocks.iter().enumerate() {
             let (done, rest) = a.blocks.split_at_mut(i);
@@ -182,23 +179,18 @@ impl Gpt {
             tm.mark("matmul fc-proj fwd");
             let mask = dropout_mask(&mut s.mask_mlp[..], n * c, drop, &mut self.dropout_rng);
             // The LayerNorm after this residual: the next block's ln_1, or ln_f.
-            let (ln, mean, rstd, w, bias) = match later.first_mut() {
-                Some(nx) => {
-                    (&mut nx.ln1, &mut nx.ln1_mean, &mut nx.ln1_rstd, &l.blocks[i + 1].ln1_w, &l.blocks[i + 1].ln1_b)
-                }
-                None => (&mut a.lnf, &mut a.lnf_mean, &mut a.lnf_rstd, &l.lnf_w, &l.lnf_b),
-            };
+            let ln = layernorm_ahead(later.first_mut(), [&mut a.lnf, &mut a.lnf_mean, &mut a.lnf_rstd], p, l, i + 1);
             residual::add_and_normalize(
                 &mut s.res2,
-                ln,
-                mean,
-                rstd,
+                ln.out,
+                ln.mean,
+                ln.rstd,
                 &s.res1[..n * c],
                 &a.branch[..n * c],
                 &p[r.fcproj_b.clone()],
                 mask,
-                &p[w.clone()],
-                &p[bias.clone()],
+                ln.w,
+                ln.b,
                 LN_EPS,
             );
             tm.mark("residual+layernorm fwd");
@@ -334,6 +326,41 @@ impl Gpt {
         let (dwte, dwpe) = two_mut(g, &l.wte, &l.wpe);
         embedding::backward(dwte, dwpe, dx0, &a.tokens[..n], t, c);
         tm.mark("embedding bwd");
+    }
+}
+
+/// A LayerNorm's output buffers and parameters.
+struct LayerNormAt<'a> {
+    out: &'a mut [f32],
+    mean: &'a mut [f32],
+    rstd: &'a mut [f32],
+    w: &'a [f32],
+    b: &'a [f32],
+}
+
+/// The LayerNorm that reads the residual stream ahead of block `i`: block
+/// `i`'s `ln_1` (`block_i`: its activations) or, past the last block, `ln_f`
+/// (`lnf`: its output, mean and rstd buffers).
+fn layernorm_ahead<'a>(
+    block_i: Option<&'a mut BlockActs>,
+    lnf: [&'a mut Vec<f32>; 3],
+    p: &'a [f32],
+    l: &ParamLayout,
+    i: usize,
+) -> LayerNormAt<'a> {
+    let [out, mean, rstd] = lnf;
+    match block_i {
+        Some(s) => {
+            let r = &l.blocks[i];
+            LayerNormAt {
+                out: &mut s.ln1,
+                mean: &mut s.ln1_mean,
+                rstd: &mut s.ln1_rstd,
+                w: &p[r.ln1_w.clone()],
+                b: &p[r.ln1_b.clone()],
+            }
+        }
+        None => LayerNormAt { out, mean, rstd, w: &p[l.lnf_w.clone()], b: &p[l.lnf_b.clone()] },
     }
 }
 
