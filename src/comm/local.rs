@@ -40,7 +40,10 @@
 //! messages go through one mailbox per participant (a queue and a condvar;
 //! the message is moved, not copied). A participant whose fabric is dropped
 //! (its thread ended or panicked) is marked gone: a receiver waiting on it
-//! panics with its name instead of hanging.
+//! panics with its name instead of hanging. A participant whose program
+//! failed (`Fabric::failure_notice`, called by the real runtime) makes every
+//! receiver panic, whomever it waits for: the peer it waits on may be
+//! waiting on the failed one.
 
 use super::{CommStats, Communicator, Fabric, Message, ReduceOp, WireDtype};
 use std::collections::{HashMap, VecDeque};
@@ -360,6 +363,8 @@ struct MailState {
     queues: Vec<VecDeque<(usize, Message)>>,
     /// Participants whose fabric was dropped: (gone, was panicking).
     gone: Vec<Option<bool>>,
+    /// The first participant whose program failed (`failure_notice`).
+    failed: Option<usize>,
 }
 
 /// One participant's handle on an in-process job: groups and mailboxes.
@@ -380,6 +385,7 @@ impl LocalFabric {
             mail: Mutex::new(MailState {
                 queues: (0..participants).map(|_| VecDeque::new()).collect(),
                 gone: vec![None; participants],
+                failed: None,
             }),
             cvs: (0..participants).map(|_| Condvar::new()).collect(),
         });
@@ -397,6 +403,15 @@ impl LocalFabric {
         if let Some(panicking) = st.gone[who] {
             let why = if panicking { "panicked" } else { "ended" };
             panic!("local fabric: participant {} waits for a message from participant {who}, which {why}", self.rank);
+        }
+    }
+
+    /// Panics if some participant's program failed: whoever we wait for may
+    /// be waiting for it (a server for a failed worker's update, a worker
+    /// for the server's next model), so waiting on could last for ever.
+    fn check_no_failure(&self, st: &MailState) {
+        if let Some(who) = st.failed {
+            panic!("local fabric: participant {} stops waiting for messages: participant {who} failed", self.rank);
         }
     }
 }
@@ -453,6 +468,8 @@ impl Fabric for LocalFabric {
                 self.stats.count_message(msg.wire_len(), false);
                 return msg;
             }
+            // The failure first: it is why `from` may have gone too.
+            self.check_no_failure(&st);
             self.check_alive(&st, from);
             st = self.net.cvs[self.rank].wait(st).unwrap_or_else(|e| e.into_inner());
         }
@@ -466,6 +483,7 @@ impl Fabric for LocalFabric {
                 self.stats.count_message(msg.wire_len(), false);
                 return Some((from, msg));
             }
+            self.check_no_failure(&st);
             // With no deadline and nobody left to send, this would wait for ever.
             if deadline.is_none() && (0..self.net.participants).all(|p| p == self.rank || st.gone[p].is_some()) {
                 panic!(
@@ -487,6 +505,13 @@ impl Fabric for LocalFabric {
     }
     fn message_stats(&self) -> CommStats {
         self.stats
+    }
+    fn failure_notice(&self) -> Box<dyn Fn() + Send + Sync> {
+        let (net, rank) = (self.net.clone(), self.rank);
+        Box::new(move || {
+            net.mail.lock().unwrap_or_else(|e| e.into_inner()).failed.get_or_insert(rank);
+            net.cvs.iter().for_each(Condvar::notify_all);
+        })
     }
 }
 

@@ -319,6 +319,48 @@ fn receiver_of_a_participant_that_ended_panics_instead_of_hanging() {
 }
 
 #[test]
+fn a_failed_participant_wakes_every_receiver_whomever_it_waits_for() {
+    // 0 waits for 2, 2 waits for anyone (up to a minute): without the
+    // notice from 1, 2 would wait out its deadline and 0 with it.
+    let t0 = std::time::Instant::now();
+    let msgs = std::thread::scope(|s| {
+        let hs: Vec<_> = LocalFabric::job(3)
+            .into_iter()
+            .map(|mut f| {
+                s.spawn(move || match f.rank() {
+                    0 => drop(f.recv(2)),
+                    1 => {
+                        std::thread::sleep(Duration::from_millis(50)); // the others are waiting by now
+                        f.failure_notice()();
+                    }
+                    _ => drop(f.recv_any(Some(Duration::from_secs(60)))),
+                })
+            })
+            .collect();
+        hs.into_iter().map(|h| h.join().err().and_then(|e| e.downcast_ref::<String>().cloned())).collect::<Vec<_>>()
+    });
+    assert!(msgs[1].is_none(), "{msgs:?}");
+    for p in [0, 2] {
+        let m = msgs[p].as_deref().unwrap_or_default();
+        assert!(
+            m.contains(&format!("participant {p} stops waiting")) && m.contains("participant 1 failed"),
+            "{msgs:?}"
+        );
+    }
+    assert!(t0.elapsed() < Duration::from_secs(30), "the receivers waited {:?}", t0.elapsed());
+}
+
+#[test]
+fn messages_sent_before_a_failure_are_still_delivered() {
+    let mut fabrics = LocalFabric::job(2);
+    fabrics[0].send(1, Message::new(7));
+    fabrics[0].failure_notice()();
+    assert_eq!(fabrics[1].recv(0).tag, 7);
+    let e = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| fabrics[1].recv_any(None))).unwrap_err();
+    assert!(e.downcast_ref::<String>().is_some_and(|m| m.contains("participant 0 failed")));
+}
+
+#[test]
 fn conformance_suite_catches_a_backend_that_sums_in_another_order() {
     // Reversed rank order changes the last bits of some sums: the exact
     // recipe check must notice (this is what makes "same bits" testable).

@@ -212,6 +212,14 @@ pub trait Fabric: Send {
     /// Traffic of this participant's messages (group traffic is counted by
     /// each group's communicator).
     fn message_stats(&self) -> CommStats;
+    /// A call another thread can make once this participant's program has
+    /// failed (returned an error), so that every participant waiting for a
+    /// message fails too, naming it, instead of waiting for ever on a peer
+    /// that waits on the failed one. The default does nothing: an MPI rank
+    /// whose program fails aborts the whole job (`comm::mpi::abort_job`).
+    fn failure_notice(&self) -> Box<dyn Fn() + Send + Sync> {
+        Box::new(|| ())
+    }
 }
 
 /// `n` rounded up to a multiple of `world`: the length of the flat vector a

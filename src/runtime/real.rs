@@ -9,7 +9,10 @@
 //! Tasks run on the communication thread in start order; a handle's
 //! `is_done` is one atomic load and `wait` blocks on a condvar. A task that
 //! panics, or a communication thread that dies, completes every pending
-//! handle with an error, so `wait` reports it instead of hanging.
+//! handle with an error, so `wait` reports it instead of hanging. A
+//! participant whose program returns an error or panics tells the fabric
+//! (`FailureGuard`), so the others stop waiting for messages and the run
+//! ends with its error instead of hanging.
 
 use super::real_comm::RealComm;
 use super::{CommTask, Ctx, StartClocks, Topology, Work, WorkerTimes};
@@ -256,6 +259,7 @@ where
                 let (make, spec) = (&make, &spec);
                 let rank = fabric.rank();
                 s.spawn(move || {
+                    let mut failed = FailureGuard { notice: fabric.failure_notice(), ok: false };
                     let comm_events = Arc::new(Mutex::new(EventLog::new()));
                     let (tx, rx) = mpsc::channel::<Job>();
                     let (link, events) = (spec.link, comm_events.clone());
@@ -277,7 +281,9 @@ where
                         in_flight: 0,
                         measured: (0, 0.0),
                     };
-                    block_on(make(ctx))
+                    let result = block_on(make(ctx));
+                    failed.ok = result.is_ok();
+                    result
                 })
             })
             .collect();
@@ -294,6 +300,24 @@ where
         return Err(results.into_iter().nth(i).expect("exists").err().expect("an error"));
     }
     results.into_iter().collect()
+}
+
+/// Tells the other participants (`Fabric::failure_notice`) that this one's
+/// program failed, when it returns an error or panics (the guard is then
+/// dropped unwinding, `ok` still false): a peer waiting for a message, maybe
+/// from a third participant that waits on this one, then fails instead of
+/// hanging, and the run reports this participant's error.
+struct FailureGuard {
+    notice: Box<dyn Fn() + Send + Sync>,
+    ok: bool,
+}
+
+impl Drop for FailureGuard {
+    fn drop(&mut self) {
+        if !self.ok {
+            (self.notice)();
+        }
+    }
 }
 
 /// The text of a panic payload.

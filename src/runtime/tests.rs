@@ -219,3 +219,37 @@ fn topology_groups_and_routes() {
         .to_string()
         .contains("do not divide"));
 }
+
+#[test]
+fn real_runtime_ends_with_a_failed_participants_error_instead_of_hanging() {
+    // Worker 0 reports to the server and waits for its answer; the server
+    // waits for both workers' reports; worker 1 fails first. Before the
+    // failure notice this waited for ever: worker 1's thread ended, but the
+    // server still had worker 0 to hear from, and worker 0 the server.
+    let topo = Topology { workers: 2, per_node: 2, server: true };
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let spec = real::RealSpec { topology: topo, ..real::RealSpec::flat(2) };
+        let r = real::run(spec, |mut ctx| async move {
+            match ctx.rank() {
+                0 => {
+                    ctx.run(Send { to: 2, msg: Message::new(1) }).await;
+                    ctx.run(Recv { from: 2 }).await;
+                }
+                1 => anyhow::bail!("worker 1: disk full"),
+                _ => {
+                    for _ in 0..2 {
+                        ctx.run(RecvAny { deadline_s: None }).await;
+                    }
+                    for to in 0..2 {
+                        ctx.run(Send { to, msg: Message::new(2) }).await;
+                    }
+                }
+            }
+            Ok(())
+        });
+        let _ = tx.send(r.map_err(|e| e.to_string()));
+    });
+    let got = rx.recv_timeout(std::time::Duration::from_secs(60)).expect("the run hangs");
+    assert_eq!(got.unwrap_err(), "worker 1: disk full");
+}
