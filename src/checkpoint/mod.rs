@@ -81,6 +81,11 @@ pub struct ParallelCheckpoint {
     pub server: bool,
     /// Part file names, in participant order (each also in `files`).
     pub parts: Vec<String>,
+    /// Each participant's latest logged step, in its own numbering (see
+    /// `strategy::SavedPart::last_step`); empty in checkpoints written
+    /// before it was added.
+    #[serde(default)]
+    pub last_steps: Vec<u64>,
 }
 
 /// A checkpoint in memory.

@@ -97,6 +97,10 @@ pub struct SavedPart {
     /// Its rounds since the previous checkpoint (so a process that does not
     /// see them live, MPI's rank 0, can log them).
     pub points: Vec<StepPoint>,
+    /// The `step` of its latest point, in its own numbering (rounds, a
+    /// worker's inner steps, a server's updates; 0 before any): a resumed
+    /// run's metrics log keeps this participant's lines up to it.
+    pub last_step: u64,
     /// The strategy's own state.
     pub state: StrategyState,
 }
@@ -128,6 +132,8 @@ pub struct Journal {
     /// steps call `round_end` only at their own boundaries).
     last_boundary: u64,
     applied: u64,
+    /// The `step` of the latest point (`SavedPart::last_step`).
+    last_step: u64,
     /// Crashes and joins of this participant (a worker under a fault plan).
     faults: Vec<FaultRecord>,
     /// Updates this participant sent to a parameter server.
@@ -147,12 +153,14 @@ impl Journal {
     ) -> Journal {
         let applied = resumed.as_ref().map_or(0, |r| r.applied);
         let last_boundary = resumed.as_ref().map_or(0, |r| r.round);
+        let last_step = resumed.as_ref().map_or(0, |r| r.last_step);
         Journal {
             participant: p,
             points: Vec::new(),
             since_save: 0,
             last_boundary,
             applied,
+            last_step,
             faults: Vec::new(),
             sent: 0,
             observer,
@@ -181,6 +189,7 @@ impl Journal {
     /// `loss` and the micro-batches its update applied.
     pub fn step<C: Ctx>(&mut self, ctx: &C, step: u64, loss: f32, applied: u64) {
         self.applied += applied;
+        self.last_step = step;
         let point = StepPoint { step, loss, micro_batches: applied, end_s: ctx.now() };
         if let Some(o) = &self.observer {
             o.point(self.participant, &point);
@@ -237,6 +246,7 @@ impl Journal {
             worker: w.map(Worker::state),
             applied: self.applied,
             points,
+            last_step: self.last_step,
             state: state(),
         })
     }

@@ -50,32 +50,43 @@ impl MetricsLog {
     /// `resume_step` (written by the interrupted run after its last
     /// checkpoint) are dropped first, so the log has each step once.
     pub fn open(dir: &Path, resume_step: Option<u64>) -> Result<Self> {
-        std::fs::create_dir_all(dir).with_context(|| format!("cannot create run directory {}", dir.display()))?;
-        let path = dir.join("metrics.jsonl");
         match resume_step {
-            Some(step) if path.exists() => {
-                let kept: Vec<String> = BufReader::new(File::open(&path)?)
-                    .lines()
-                    .map_while(|l| l.ok())
-                    .filter(|l| {
-                        serde_json::from_str::<serde_json::Value>(l)
-                            .ok()
-                            .and_then(|v| v["step"].as_u64())
-                            .is_some_and(|s| s <= step)
-                    })
-                    .collect();
-                let mut text = kept.join("\n");
-                if !text.is_empty() {
-                    text.push('\n');
-                }
-                crate::util::atomic_write(&path, text.as_bytes())?;
-            }
-            Some(_) => {}
+            Some(step) => Ok(Self::open_keeping(dir, |v| v["step"].as_u64().is_some_and(|s| s <= step))?.0),
             None => {
                 // A fresh run starts a fresh log.
-                crate::util::atomic_write(&path, b"")?;
+                std::fs::create_dir_all(dir)
+                    .with_context(|| format!("cannot create run directory {}", dir.display()))?;
+                crate::util::atomic_write(&dir.join("metrics.jsonl"), b"")?;
+                Self::append(dir.join("metrics.jsonl"))
             }
         }
+    }
+
+    /// Open `dir/metrics.jsonl` for a resumed run, keeping only the lines
+    /// `keep` accepts (those written before the checkpoint; a line that is
+    /// not JSON is dropped too). Also returns the kept lines, in order.
+    pub fn open_keeping(
+        dir: &Path,
+        keep: impl Fn(&serde_json::Value) -> bool,
+    ) -> Result<(Self, Vec<serde_json::Value>)> {
+        std::fs::create_dir_all(dir).with_context(|| format!("cannot create run directory {}", dir.display()))?;
+        let path = dir.join("metrics.jsonl");
+        let mut kept = Vec::new();
+        if path.exists() {
+            let mut text = String::new();
+            for line in BufReader::new(File::open(&path)?).lines().map_while(|l| l.ok()) {
+                if let Some(v) = serde_json::from_str::<serde_json::Value>(&line).ok().filter(&keep) {
+                    text.push_str(&line);
+                    text.push('\n');
+                    kept.push(v);
+                }
+            }
+            crate::util::atomic_write(&path, text.as_bytes())?;
+        }
+        Ok((Self::append(path)?, kept))
+    }
+
+    fn append(path: PathBuf) -> Result<Self> {
         let file = OpenOptions::new()
             .append(true)
             .create(true)

@@ -9,7 +9,7 @@ use super::config::{ParallelSection, RunConfig};
 use super::metrics::MetricsLog;
 use super::parallel_ckpt::{CheckpointWriter, Resumed, RunIdentity};
 pub use super::parallel_log::RoundRecord;
-use super::parallel_log::{RoundLog, RoundLogSpec};
+use super::parallel_log::{logged_rounds, resume_log, RoundLog, RoundLogSpec};
 use super::run::RunOptions;
 use super::trainer::{decay_segments, evaluate, open_data};
 use crate::comm::{LinkModel, Tier, WireDtype};
@@ -288,23 +288,29 @@ impl Setup {
     /// The metrics log (when `write`) and progress (when not quiet) over
     /// `workers`' rounds, continuing a resumed run's log.
     pub fn round_log(&self, write: bool, workers: usize) -> Result<RoundLog> {
-        let first = self.resumed.as_ref().map_or(0, |r| r.round);
-        let log = if write {
-            Some(MetricsLog::open(&self.cfg.train.out_dir, self.resumed.as_ref().map(|r| r.round))?)
-        } else {
-            None
+        let pooled = self.method.needs_server();
+        let dir = &self.cfg.train.out_dir;
+        let (log, first, tokens, pool) = match (&self.resumed, write) {
+            (None, true) => (Some(MetricsLog::open(dir, None)?), 0, 0, Vec::new()),
+            (None, false) => (None, 0, 0, Vec::new()),
+            (Some(r), true) => {
+                let l = resume_log(dir, &r.into(), workers, pooled, self.tokens_per_micro_batch())?;
+                (Some(l.log), l.first, l.tokens, l.pool)
+            }
+            (Some(r), false) => (None, logged_rounds(&r.into(), workers, pooled), r.tokens_seen, Vec::new()),
         };
         Ok(RoundLog::new(
             log,
             RoundLogSpec {
                 workers,
                 first,
-                tokens: self.resumed.as_ref().map_or(0, |r| r.tokens_seen),
+                tokens,
+                pool,
                 total: self.plan.steps,
                 tokens_per_micro_batch: self.tokens_per_micro_batch(),
                 schedule: self.plan.schedule.clone(),
                 virtual_time: matches!(self.runtime, Runtime::Sim(_)),
-                pooled: self.method.needs_server(),
+                pooled,
                 quiet: self.quiet || (write && workers > 1 && matches!(self.cfg.parallel.backend.as_str(), "mpi")),
                 label: self.label.clone(),
             },

@@ -35,6 +35,9 @@ struct PartMeta {
     worker: Option<WorkerState>,
     applied: u64,
     points: Vec<StepPoint>,
+    /// Absent in parts written before it was added: then the last point's.
+    #[serde(default)]
+    last_step: Option<u64>,
     scalars: serde_json::Value,
     optimizer_steps: u64,
     model_offset: Option<usize>,
@@ -55,6 +58,7 @@ pub fn write_part(dir: &Path, part: &SavedPart) -> Result<String> {
         worker: part.worker.clone(),
         applied: part.applied,
         points: part.points.clone(),
+        last_step: Some(part.last_step),
         scalars: s.scalars.clone(),
         optimizer_steps: s.optimizer_steps,
         model_offset: s.model.as_ref().map(|m| m.offset),
@@ -96,6 +100,7 @@ pub fn read_part(path: &Path) -> Result<SavedPart> {
         clock: m.clock,
         worker: m.worker,
         applied: m.applied,
+        last_step: m.last_step.or_else(|| m.points.last().map(|p| p.step)).unwrap_or(m.round),
         points: m.points,
         state,
     })
@@ -152,6 +157,7 @@ impl RunIdentity {
                 per_node: t.per_node,
                 server: t.server,
                 parts: parts.clone(),
+                last_steps: summary.last_steps.clone(),
             }),
         };
         staging.commit(state, &parts, self.cfg.train.keep_checkpoints)
@@ -173,6 +179,8 @@ pub struct PartsSummary {
     pub wall_s: f64,
     /// Participant 0's committed optimizer steps.
     pub optimizer_steps: u64,
+    /// Each participant's `last_step`.
+    pub last_steps: Vec<u64>,
 }
 
 impl PartsSummary {
@@ -182,6 +190,7 @@ impl PartsSummary {
             applied: parts.iter().map(|p| p.applied).sum(),
             wall_s: parts.iter().map(|p| p.clock.total_s).fold(0.0, f64::max),
             optimizer_steps: parts.first().map_or(0, |p| p.state.optimizer_steps),
+            last_steps: parts.iter().map(|p| p.last_step).collect(),
         }
     }
 }

@@ -15,12 +15,14 @@
 //! like a synchronous run's; a last group of fewer rounds is not logged.
 
 use super::metrics::MetricsLog;
+use super::parallel_ckpt::Resumed;
 use crate::optim::LrSchedule;
 use crate::strategy::{Observer, StepPoint};
 use anyhow::Result;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;
 use std::io::IsTerminal;
+use std::path::Path;
 use std::sync::Mutex;
 use std::time::Instant;
 
@@ -99,6 +101,85 @@ pub struct RoundLogSpec {
     /// Workers run unequal numbers of rounds (a parameter server): pool the
     /// run's curve (module docs).
     pub pooled: bool,
+    /// A resumed pooled run's worker rounds logged before its checkpoint
+    /// but in no `train` line yet (fewer than `workers`).
+    pub pool: Vec<StepPoint>,
+}
+
+/// Where a resumed run's log continues ([`resume_log`]).
+pub struct LogResume {
+    /// The log, trimmed to the lines written before the checkpoint.
+    pub log: MetricsLog,
+    /// The run's rounds (`train` lines) those lines hold.
+    pub first: u64,
+    /// Tokens applied by the worker rounds in those `train` lines.
+    pub tokens: u64,
+    /// Worker rounds logged after the last of them ([`RoundLogSpec::pool`]).
+    pub pool: Vec<StepPoint>,
+}
+
+/// Reopens `dir/metrics.jsonl` for a run resumed from `r`, keeping each
+/// line written before the checkpoint and no other. Participants number
+/// their lines in their own steps (`SavedPart::last_step`): a synchronous
+/// run's workers by rounds, async DiLoCo's by their own inner steps and the
+/// server by updates applied, so each participant's lines are kept up to
+/// its own step at the checkpoint, and a pooled run's `train` lines up to
+/// the groups its workers' kept rounds fill, the rest of them going back
+/// into the pool. Checkpoints from before `last_steps` was saved keep every
+/// line up to the checkpoint's round.
+pub fn resume_log(
+    dir: &Path,
+    r: &Position,
+    workers: usize,
+    pooled: bool,
+    tokens_per_micro_batch: u64,
+) -> Result<LogResume> {
+    let steps = r.last_steps;
+    let first = logged_rounds(r, workers, pooled);
+    let keep = |l: &serde_json::Value| {
+        let Some(step) = l["step"].as_u64() else { return false };
+        let own = l["worker"].as_u64().and_then(|p| steps.get(p as usize));
+        match (l["kind"].as_str(), own) {
+            (Some("worker" | "server" | "fault"), Some(&last)) => step <= last,
+            (Some("train"), _) => step <= first,
+            _ => step <= r.round,
+        }
+    };
+    let (log, kept) = MetricsLog::open_keeping(dir, keep)?;
+    let pool: Vec<StepPoint> = if pooled {
+        let rounds = kept.iter().filter(|l| l["kind"] == "worker" && l["worker"].as_u64() < Some(workers as u64));
+        rounds.skip(first as usize * workers).filter_map(|l| serde_json::from_value(l.clone()).ok()).collect()
+    } else {
+        Vec::new()
+    };
+    let pooled_mb: u64 = pool.iter().map(|p| p.micro_batches).sum();
+    let tokens = r.tokens_seen.saturating_sub(pooled_mb * tokens_per_micro_batch);
+    Ok(LogResume { log, first, tokens, pool })
+}
+
+/// How far a checkpoint's run had got (from [`Resumed`]).
+pub struct Position<'a> {
+    /// Rounds completed.
+    pub round: u64,
+    /// Tokens applied.
+    pub tokens_seen: u64,
+    /// Each participant's last step (`ParallelCheckpoint::last_steps`).
+    pub last_steps: &'a [u64],
+}
+
+impl<'a> From<&'a Resumed> for Position<'a> {
+    fn from(r: &'a Resumed) -> Self {
+        Position { round: r.round, tokens_seen: r.tokens_seen, last_steps: &r.shape.last_steps }
+    }
+}
+
+/// The run's rounds logged before the checkpoint `r`: its round, or for a
+/// pooled curve the groups of `workers` rounds its workers had ended.
+pub fn logged_rounds(r: &Position, workers: usize, pooled: bool) -> u64 {
+    match r.last_steps.get(..workers) {
+        Some(w) if pooled => w.iter().sum::<u64>() / workers as u64,
+        _ => r.round,
+    }
 }
 
 impl RoundLog {
@@ -117,7 +198,7 @@ impl RoundLog {
             inner: Mutex::new(Inner {
                 workers: spec.workers,
                 pending: (0..spec.workers).map(|_| Default::default()).collect(),
-                pool: spec.pooled.then(Vec::new),
+                pool: spec.pooled.then_some(spec.pool),
                 next: spec.first + 1,
                 tokens: spec.tokens,
                 tokens_per_micro_batch: spec.tokens_per_micro_batch,
@@ -239,8 +320,8 @@ impl Observer for RoundLog {
 mod tests {
     use super::*;
 
-    fn log(pooled: bool) -> RoundLog {
-        let spec = RoundLogSpec {
+    fn spec(pooled: bool) -> RoundLogSpec {
+        RoundLogSpec {
             workers: 2,
             first: 0,
             tokens: 0,
@@ -251,8 +332,12 @@ mod tests {
             quiet: true,
             label: String::new(),
             pooled,
-        };
-        RoundLog::new(None, spec)
+            pool: Vec::new(),
+        }
+    }
+
+    fn log(pooled: bool) -> RoundLog {
+        RoundLog::new(None, spec(pooled))
     }
 
     /// Worker 0 runs 4 rounds (losses 1..4, ending at 1..4 s), worker 1 two
@@ -283,5 +368,38 @@ mod tests {
         let r = pooled.finish().unwrap();
         let got: Vec<_> = r.iter().map(|r| (r.step, r.loss, r.wall_s, r.tokens)).collect();
         assert_eq!(got, [(1, 1.5, 2.0, 20), (2, 6.5, 3.0, 40), (3, 12.0, 4.0, 60)]);
+    }
+
+    #[test]
+    fn a_resumed_pooled_log_equals_the_uninterrupted_one() {
+        // Two workers and a server (participant 2); each point 1 micro-batch.
+        let p = |step| StepPoint { step, loss: step as f32, micro_batches: 1, end_s: step as f64 };
+        let before = [(0, p(1)), (0, p(2)), (1, p(1)), (0, p(3)), (1, p(2)), (2, p(1)), (2, p(2))];
+        let after = [(0, p(4)), (0, p(5)), (2, p(3))];
+        let feed = |l: &RoundLog, points: &[(usize, StepPoint)]| points.iter().for_each(|(w, q)| l.point(*w, q));
+        let whole = tempfile::tempdir().unwrap();
+        let l = RoundLog::new(Some(MetricsLog::open(whole.path(), None).unwrap()), spec(true));
+        feed(&l, &before);
+        feed(&l, &after);
+        l.finish().unwrap();
+        // Interrupted after `before` (a checkpoint: worker 0 at its step 3,
+        // worker 1 at 2, the server at 2) and after `after` had been logged.
+        let resumed = tempfile::tempdir().unwrap();
+        let l = RoundLog::new(Some(MetricsLog::open(resumed.path(), None).unwrap()), spec(true));
+        feed(&l, &before);
+        feed(&l, &after);
+        l.finish().unwrap();
+        let at = Position { round: 2, tokens_seen: 50, last_steps: &[3, 2, 2] };
+        let r = resume_log(resumed.path(), &at, 2, true, 10).unwrap();
+        // 5 worker rounds: 2 pooled rounds (40 tokens), worker 1's step 2 back in the pool.
+        assert_eq!((r.first, r.tokens, r.pool.clone()), (2, 40, vec![p(2)]));
+        let l =
+            RoundLog::new(Some(r.log), RoundLogSpec { first: r.first, tokens: r.tokens, pool: r.pool, ..spec(true) });
+        feed(&l, &after);
+        l.finish().unwrap();
+        let text = |d: &tempfile::TempDir| std::fs::read_to_string(d.path().join("metrics.jsonl")).unwrap();
+        // (Trimming every line by the checkpoint's round, 2, as before this
+        // test, dropped worker 0's step 3 and started the pool empty.)
+        assert_eq!(text(&resumed), text(&whole));
     }
 }
