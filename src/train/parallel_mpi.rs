@@ -19,8 +19,9 @@
 //! that, by the collective timeout of [`crate::comm::mpi::Poll`].
 
 use super::config::RunConfig;
-use super::parallel::{finish, setup, ParallelSummary};
+use super::parallel::{setup, ParallelSummary};
 use super::parallel_ckpt::{read_part, write_part, PartsSummary, RunIdentity};
+use super::parallel_report::finish;
 use super::run::RunOptions;
 use crate::checkpoint::Staging;
 use crate::comm::mpi::{MpiComm, MpiProcess};
