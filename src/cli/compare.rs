@@ -189,7 +189,7 @@ fn write_report(a: &CompareArgs, results: &[MethodResult], notes: &[String]) -> 
     let command = format!("lowcomm {}", std::env::args().skip(1).collect::<Vec<_>>().join(" "));
     let target_says = match a.target_loss {
         Some(v) => format!("--target-loss {v}"),
-        None => format!("the worst method's final training loss, {target:.4}, which every method reaches (set it with --target-loss)"),
+        None => format!("the highest final training loss among the methods that ended below their first round's, {target:.4} (a method that diverged does not set it; set it with --target-loss)"),
     };
     let legend = vec![
         format!("Training loss is a {SMOOTH}-round moving average of the mean over workers."),

@@ -23,11 +23,25 @@ fn smoothed(r: &MethodResult) -> Vec<f64> {
     smooth(&r.rounds.iter().map(|x| x.loss).collect::<Vec<_>>(), SMOOTH)
 }
 
-/// The loss every method is timed to: `given`, else the worst (highest)
-/// final smoothed training loss, which every method reaches.
+/// The loss every method is timed to: `given`, else the highest final
+/// smoothed training loss among the methods that ended below their first
+/// round's loss (each of them reaches it). A method that diverged, ending
+/// above where it started, is left out: its final loss would be a target
+/// every method "reaches" in its first round. If no method improved, the
+/// highest finite final loss.
 pub fn target_loss(results: &[MethodResult], given: Option<f64>) -> f64 {
     given.unwrap_or_else(|| {
-        results.iter().filter_map(|r| smoothed(r).last().copied()).filter(|v| v.is_finite()).fold(f64::NAN, f64::max)
+        let highest_end = |improved_only: bool| {
+            results
+                .iter()
+                .filter_map(|r| {
+                    let s = smoothed(r);
+                    let (first, last) = (*s.first()?, *s.last()?);
+                    (last.is_finite() && (!improved_only || last < first)).then_some(last)
+                })
+                .fold(f64::NAN, f64::max)
+        };
+        Some(highest_end(true)).filter(|t| !t.is_nan()).unwrap_or_else(|| highest_end(false))
     })
 }
 
@@ -215,6 +229,12 @@ mod tests {
         // a: smoothed 6, 5, 4 (window 10 covers all): final 4; b: 6, 5.5, 5: final 5.
         assert_eq!(target_loss(&rs, None), 5.0);
         assert_eq!(target_loss(&rs, Some(4.5)), 4.5);
+        // A method that diverged (smoothed 6, 33, 72: it ends above its
+        // start) does not set the target, else every method would reach
+        // 72 in its first round; with only diverged methods, the highest end.
+        let diverged = result("d", &[6.0, 60.0, 150.0]);
+        assert_eq!(target_loss(&[rs[0].clone(), rs[1].clone(), diverged.clone()], None), 5.0);
+        assert_eq!(target_loss(&[diverged], None), 72.0);
         assert_eq!(time_to(&rs[0], 5.0), Some(2.0));
         assert_eq!(time_to(&rs[1], 5.0), Some(3.0));
         assert_eq!(time_to(&rs[1], 4.5), None);

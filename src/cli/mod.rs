@@ -71,7 +71,7 @@ pub struct CompareArgs {
     /// runs/METHOD/ (a finished method's result.json is reused by the next compare here).
     #[arg(long = "results", default_value = "docs/results/compare")]
     pub results: PathBuf,
-    /// Training loss each method is timed to (default: the worst method's final training loss).
+    /// Training loss each method is timed to (default: the highest final training loss among the methods that ended below their first round's; a diverged method does not set it).
     #[arg(long, allow_negative_numbers = true, value_parser = values::finite_f64)]
     pub target_loss: Option<f64>,
     /// Rerun every method, even those whose result in --results is complete.
