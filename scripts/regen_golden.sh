@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# Rewrite tests/fixtures/golden/tiny_loss_curve.json from the current code.
+# Rewrite the golden loss curves in tests/fixtures/golden/ (the tiny model, and the
+# same at ctx 96: three attention query blocks) from the current code; then
+# `git status` shows whether an intended-neutral change moved any bits.
 # Only after an intended change to the math; say why in the commit.
 set -euo pipefail
 cd "$(dirname "$0")/.."

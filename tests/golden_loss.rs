@@ -1,5 +1,6 @@
-//! Golden loss curve (torchtitan style): 30 steps of the tiny model on the
-//! committed fixture must reproduce the checked-in per-step losses.
+//! Golden loss curves (torchtitan style): 30 steps of the tiny model on the
+//! committed fixture, at its context of 32 and at 96 (several attention
+//! query blocks), must reproduce the checked-in per-step losses.
 //!
 //! Regenerate after an intended change to the math (and say why in the
 //! commit): `bash scripts/regen_golden.sh`.
@@ -10,6 +11,7 @@ use common::*;
 use std::path::Path;
 
 const GOLDEN: &str = "tests/fixtures/golden/tiny_loss_curve.json";
+const GOLDEN_CTX96: &str = "tests/fixtures/golden/tiny_ctx96_loss_curve.json";
 const STEPS: u64 = 30;
 /// On one machine the run is bit-reproducible; across CPUs the GEMM kernels
 /// (AVX-512 vs AVX2) sum in another order, which moves losses by far less
@@ -19,20 +21,38 @@ const TOLERANCE: f64 = 5e-3;
 
 #[test]
 fn loss_curve_matches_golden() {
+    check_golden(GOLDEN, None);
+}
+
+/// The same at a context of 96 tokens: three of attention's 32-row query
+/// blocks (`BLOCK` in src/model/ops/attention.rs), where the tiny model's
+/// 32 fit in one. A kernel change that moves the bits only across blocks
+/// (the backward sums dk and dv block by block) shows in this fixture when
+/// `bash scripts/regen_golden.sh` rewrites it: the block size went from 64
+/// to 32 unnoticed, as the 32-token curve could not see it.
+#[test]
+fn loss_curve_across_attention_blocks_matches_golden() {
+    check_golden(GOLDEN_CTX96, Some(96));
+}
+
+fn check_golden(fixture: &str, ctx: Option<usize>) {
     let tmp = tempdir();
     let run = tmp.path().join("run");
     let mut cfg = tiny_config(corpus(), &run);
     cfg.train.steps = STEPS;
+    if let Some(ctx) = ctx {
+        cfg.model.ctx = Some(ctx);
+    }
     lowcomm::train::run(cfg, &quiet()).unwrap();
     let losses: Vec<f64> = records(&read_metrics(&run), "train").iter().map(|r| r["loss"].as_f64().unwrap()).collect();
     assert_eq!(losses.len() as u64, STEPS);
-    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(GOLDEN);
+    let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(fixture);
     if std::env::var_os("LOWCOMM_REGEN_GOLDEN").is_some() {
-        let doc = serde_json::json!({
-            "what": "per-step training loss of tests/common tiny_config (30 steps) on tests/fixtures/tiny-shakespeare-macbeth.txt",
-            "generated_by": "bash scripts/regen_golden.sh",
-            "loss": losses,
-        });
+        let what = format!(
+            "per-step training loss of tests/common tiny_config{} (30 steps) on tests/fixtures/tiny-shakespeare-macbeth.txt",
+            ctx.map_or(String::new(), |c| format!(" with ctx {c}"))
+        );
+        let doc = serde_json::json!({ "what": what, "generated_by": "bash scripts/regen_golden.sh", "loss": losses });
         std::fs::write(&path, serde_json::to_string_pretty(&doc).unwrap() + "\n").unwrap();
         return;
     }
