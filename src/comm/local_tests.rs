@@ -9,7 +9,8 @@
 //!   (<= 2^-8 |result| <= 2^-8 A (1 + 2^-8)): tol = (2^-7 * 1.01 + (p+1) u32) A.
 
 use super::*;
-use crate::comm::padded_len;
+use crate::comm::{padded_len, Fabric, Message};
+use std::time::Duration;
 
 const SIZES: [usize; 3] = [1, 7, 1001];
 const WIRES: [WireDtype; 2] = [WireDtype::F32, WireDtype::Bf16];
