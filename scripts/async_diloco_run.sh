@@ -8,7 +8,8 @@
 # (--runtime sim), so their results do not depend on the machine's load; experiment 4 runs threads
 # (--runtime real) and its times are this machine's (say which machine when quoting them). `compare` reuses a
 # method's result.json when its configuration is unchanged: after changing the code, pass FRESH=1 (--fresh).
-# Delete the runs/ directories before committing (.gitignore already skips them).
+# Delete the runs/ directories before committing (.gitignore already skips them); the page commits only each
+# directory's summary.md, local_steps.csv and loss_vs_time.svg (compare's other files are made again by a rerun).
 #
 # Environment: LOWCOMM (binary, default target/release/lowcomm), RESULTS (default docs/results/async-diloco),
 # STEPS (each worker's inner steps, the paper's t_max = STEPS x workers local steps in all; default 160),
