@@ -34,6 +34,19 @@ struct MailState {
     failed: Option<usize>,
 }
 
+impl Net {
+    fn mail(&self) -> MutexGuard<'_, MailState> {
+        self.mail.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Changes the mail state (a participant gone or failed), then wakes
+    /// every receiver so it checks again.
+    fn mark_and_wake(&self, mark: impl FnOnce(&mut MailState)) {
+        mark(&mut self.mail());
+        self.cvs.iter().for_each(Condvar::notify_all);
+    }
+}
+
 /// One participant's handle on an in-process job: groups and mailboxes.
 pub struct LocalFabric {
     rank: usize,
@@ -62,7 +75,7 @@ impl LocalFabric {
     }
 
     fn mail(&self) -> MutexGuard<'_, MailState> {
-        self.net.mail.lock().unwrap_or_else(|e| e.into_inner())
+        self.net.mail()
     }
 
     /// Panics if `who` is gone and nothing it sent is left for us.
@@ -85,10 +98,8 @@ impl LocalFabric {
 
 impl Drop for LocalFabric {
     fn drop(&mut self) {
-        let mut st = self.mail();
-        st.gone[self.rank] = Some(std::thread::panicking());
-        drop(st);
-        self.net.cvs.iter().for_each(Condvar::notify_all);
+        let panicking = std::thread::panicking();
+        self.net.mark_and_wake(|st| st.gone[self.rank] = Some(panicking));
     }
 }
 
@@ -176,8 +187,9 @@ impl Fabric for LocalFabric {
     fn failure_notice(&self) -> Box<dyn Fn() + Send + Sync> {
         let (net, rank) = (self.net.clone(), self.rank);
         Box::new(move || {
-            net.mail.lock().unwrap_or_else(|e| e.into_inner()).failed.get_or_insert(rank);
-            net.cvs.iter().for_each(Condvar::notify_all);
+            net.mark_and_wake(|st| {
+                st.failed.get_or_insert(rank);
+            })
         })
     }
 }
