@@ -13,6 +13,12 @@ const INV_SQRT_2PI: f32 = 0.398_942_3;
 /// Elements per parallel task.
 const CHUNK: usize = 1 << 14;
 
+/// Values per parallel task of a row-wise pass over rows of `cols` values:
+/// whole rows, about [`CHUNK`] values (gelu's bias pass, `matmul::add_bias`).
+pub(crate) fn row_task(cols: usize) -> usize {
+    cols * (CHUNK / cols).max(1)
+}
+
 /// gelu(x) = 0.5 x (1 + erf(x / sqrt 2)).
 #[inline(always)]
 fn gelu(x: f32) -> f32 {
@@ -34,7 +40,7 @@ pub fn forward(out: &mut [f32], inp: &[f32]) {
 /// one pass. The product leaves the bias to this pass instead of writing it
 /// over its whole output first (docs/decisions.md, issue 13).
 pub fn forward_with_bias(out: &mut [f32], pre: &mut [f32], bias: &[f32]) {
-    let task = bias.len() * (CHUNK / bias.len()).max(1);
+    let task = row_task(bias.len());
     out[..pre.len()].par_chunks_mut(task).zip(pre.par_chunks_mut(task)).for_each(|(out, pre)| {
         for (out, pre) in out.chunks_exact_mut(bias.len()).zip(pre.chunks_exact_mut(bias.len())) {
             for ((y, h), b) in out.iter_mut().zip(pre.iter_mut()).zip(bias) {

@@ -121,9 +121,7 @@ pub fn linear_forward(
 
 /// `out[i, j] += bias[j]` for every row of `out`.
 pub fn add_bias(out: &mut [f32], bias: &[f32]) {
-    // whole rows, about 16k values per parallel task (as gelu's bias pass)
-    let rows = ((1 << 14) / bias.len()).max(1);
-    out.par_chunks_mut(rows * bias.len()).for_each(|out| {
+    out.par_chunks_mut(super::gelu::row_task(bias.len())).for_each(|out| {
         for row in out.chunks_exact_mut(bias.len()) {
             for (y, b) in row.iter_mut().zip(bias) {
                 *y += b;
