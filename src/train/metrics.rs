@@ -86,6 +86,11 @@ impl MetricsLog {
         Ok((Self::append(path)?, kept))
     }
 
+    /// Open `dir/metrics.jsonl` to append to it as it is (made if missing).
+    pub fn append_to(dir: &Path) -> Result<Self> {
+        Self::append(dir.join("metrics.jsonl"))
+    }
+
     fn append(path: PathBuf) -> Result<Self> {
         let file = OpenOptions::new()
             .append(true)

@@ -34,9 +34,10 @@ pub fn finish(s: Setup, reports: Vec<WorkerReport>, log: RoundLog, checkpoint: P
     // The whole run's rounds, a resumed run's earlier ones included.
     let rounds = read_rounds(&t.out_dir).unwrap_or(this_run);
     let last = rounds.last();
-    // Reopened to append, keeping every line: under a server a fast
-    // worker's steps and the server's updates can pass plan.end.
-    let mut mlog = MetricsLog::open(&t.out_dir, Some(u64::MAX))?;
+    // Reopened to append, keeping every line (under a server a fast
+    // worker's steps and the server's updates can pass plan.end), without
+    // reading and rewriting the log as a resumed run's trim does.
+    let mut mlog = MetricsLog::append_to(&t.out_dir)?;
     let eval = super::metrics::EvalRecord {
         step: plan.end,
         tokens: last.map_or(0, |r| r.tokens),
