@@ -55,7 +55,11 @@
 //!   server stops waiting for it, and answers its hello at its join time
 //!   with the current model (the worker's inner state fresh). A fault plan
 //!   runs without intermediate checkpoints: a checkpoint needs every
-//!   worker up and between rounds (train refuses the two together).
+//!   worker up and between rounds (train refuses the two together). A
+//!   dropped round's steps keep their losses in the worker's curve but
+//!   count no micro-batches (no update applied them, so they are not
+//!   tokens trained on): while a crash is still ahead of a worker, its
+//!   journal holds each round's points until the round is sent or lost.
 
 use super::async_diloco_settings::AsyncDilocoSettings;
 use super::diloco::pseudo_gradient;
@@ -117,6 +121,11 @@ pub async fn worker<C: Ctx>(ctx: &mut C, w: &mut Worker, plan: &Plan, j: &mut Jo
             let theta_old = m.values;
             w.model.params.copy_from_slice(&theta_old);
             let (start, first) = (ctx.now(), j.points().len());
+            // While a crash is still ahead, this round may be lost: its steps
+            // count as applied only once its update is sent.
+            if life.next_crash().is_some() {
+                j.hold();
+            }
             let mut lost = false;
             for k in 0..steps {
                 // A crash stops the round between inner steps; its delta is never sent.
@@ -140,9 +149,11 @@ pub async fn worker<C: Ctx>(ctx: &mut C, w: &mut Worker, plan: &Plan, j: &mut Jo
                     Message::new(UPDATE).with_scalars(vec![steps as f64, loss, per_step]).with_values(delta, plan.wire);
                 ctx.run(Send { to: server, msg }).await;
                 j.sent_update();
+                j.settle(true);
                 w.model.params = theta_old;
                 continue;
             }
+            j.settle(false);
         }
         // Down until the plan's join (or the run's end); back with fresh
         // inner state, the step counter continuing (membership.rs).

@@ -138,6 +138,8 @@ pub struct Journal {
     faults: Vec<FaultRecord>,
     /// Updates this participant sent to a parameter server.
     sent: u64,
+    /// Index in `points` of the first round held back by [`Journal::hold`].
+    held: Option<usize>,
     observer: Option<Arc<dyn Observer>>,
     checkpoints: Checkpointing,
     resumed: Option<SavedPart>,
@@ -163,6 +165,7 @@ impl Journal {
             last_step,
             faults: Vec::new(),
             sent: 0,
+            held: None,
             observer,
             checkpoints,
             resumed,
@@ -188,13 +191,44 @@ impl Journal {
     /// Records round `step` (1-based: rounds completed) with its mean
     /// `loss` and the micro-batches its update applied.
     pub fn step<C: Ctx>(&mut self, ctx: &C, step: u64, loss: f32, applied: u64) {
-        self.applied += applied;
         self.last_step = step;
         let point = StepPoint { step, loss, micro_batches: applied, end_s: ctx.now() };
-        if let Some(o) = &self.observer {
-            o.point(self.participant, &point);
+        if self.held.is_none() {
+            self.publish(&point);
         }
         self.points.push(point);
+    }
+
+    /// Counts `point` as applied and shows it to the observer.
+    fn publish(&mut self, point: &StepPoint) {
+        self.applied += point.micro_batches;
+        if let Some(o) = &self.observer {
+            o.point(self.participant, point);
+        }
+    }
+
+    /// Holds back the rounds recorded from now on (neither counted as
+    /// applied nor shown to the observer) until [`Journal::settle`] says
+    /// whether their update reached the model. For a worker that may crash:
+    /// a round a crash cuts short is never sent, and its micro-batches must
+    /// not count in the run's tokens.
+    pub fn hold(&mut self) {
+        self.held.get_or_insert(self.points.len());
+    }
+
+    /// Ends a [`Journal::hold`]: `applied` false keeps the held rounds'
+    /// losses (they were computed) with `micro_batches` 0. No-op when
+    /// nothing is held.
+    pub fn settle(&mut self, applied: bool) {
+        let Some(from) = self.held.take() else { return };
+        let mut held = self.points.split_off(from);
+        for point in &mut held {
+            if !applied {
+                point.micro_batches = 0;
+            }
+            self.publish(point);
+        }
+        self.points.append(&mut held);
     }
 
     /// Records a crash or a join of this worker.

@@ -55,6 +55,16 @@ fn a_crash_and_a_rejoin_finish_lose_no_update_and_match_the_plan() {
     assert_eq!(alive_intervals(records, k, end)[1], [(0.0, 3.5), (7.0, end)]);
     // Worker 1's lost round: inner steps it ran beyond the H per update it sent.
     assert_eq!(r[1].optimizer_steps, 2 * r[1].sent + 2, "one round of 2 steps lost");
+    // Micro-batches (tokens) count only where an update applied them: H = 2
+    // steps of one micro-batch per update sent; the lost round's steps keep
+    // their losses in the curve with 0 micro-batches.
+    for w in &r[..k] {
+        let applied: u64 = w.points.iter().map(|p| p.micro_batches).sum();
+        assert_eq!(applied, 2 * w.sent, "micro-batches applied by worker {}", w.rank);
+    }
+    let lost: Vec<u64> =
+        r[1].points.iter().filter(|p| p.end_s > 2.0 && p.end_s <= 4.0).map(|p| p.micro_batches).collect();
+    assert_eq!(lost, [0, 0], "the round from 2 s to 4 s was lost");
     // Its step counter continues after the join (its curve's steps keep rising).
     assert!(r[1].points.windows(2).all(|p| p[1].step == p[0].step + 1));
     assert!(r[1].points.iter().any(|p| p.end_s > 7.0), "it trained again after joining");
