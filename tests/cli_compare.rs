@@ -2,7 +2,8 @@
 //! lands in one complete, self-contained report.html (well-formed, no
 //! external resource); a second run reuses the finished methods, reruns
 //! one whose result is missing, and `--fresh` reruns all; a misfit of the
-//! setup is skipped under `all` and refused when named.
+//! setup is skipped under `all` and refused when named; flags of a single
+//! `train` run (--out, --resume, --stop-at, ...) are refused.
 
 mod common;
 
@@ -200,4 +201,30 @@ fn a_misfit_is_skipped_under_all_and_refused_when_named() {
     assert!(!o.status.success());
     assert_mentions(&stderr(&o), &["--methods acco: acco does not fit this setup", "--fixed-micro-batches"]);
     assert!(!named.join("runs/zero1").exists(), "zero1 ran before acco was refused");
+}
+
+#[test]
+fn flags_of_a_single_run_are_refused_before_anything_runs() {
+    // Each was accepted and silently ignored before.
+    let tmp = tempdir();
+    let cfg = tmp.path().join("run.toml");
+    std::fs::write(&cfg, tiny_toml(corpus(), &tmp.path().join("run"))).unwrap();
+    let results = tmp.path().join("cmp");
+    for (flag, value, instead) in [
+        ("--method", Some("ddp"), "--methods"),
+        ("--out", Some("elsewhere"), "--results/runs/METHOD"),
+        ("--trace", Some("t.json"), "trace.json"),
+        ("--resume", None, "run the same compare again"),
+        ("--stop-at", Some("1"), "lowcomm train --stop-at"),
+        ("--force", None, "--fresh"),
+    ] {
+        let mut args = vec!["compare", "--methods", "ddp", "--config", cfg.to_str().unwrap()];
+        args.extend(["--results", results.to_str().unwrap(), flag]);
+        args.extend(value);
+        let o = lowcomm(tmp.path(), &args);
+        let err = stderr(&o);
+        assert!(!o.status.success(), "{flag} accepted: {err}");
+        assert!(err.contains(&format!("compare: {flag} applies to one `train` run")) && err.contains(instead), "{err}");
+        assert!(!results.exists(), "{flag}: {} written", results.display());
+    }
 }

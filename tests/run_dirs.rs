@@ -1,9 +1,9 @@
 //! Run directories a user can trust, through the real binary: `--resume RUN`
-//! continues in RUN from any directory (moved or copied too), `--out` never
-//! replaces a run without `--force`, `export` never overwrites, negative
-//! numbers get range errors, broken checkpoints are described as they are,
-//! `eval` agrees with training, and every command an error suggests works
-//! when pasted.
+//! continues in RUN from any directory (moved or copied too), `--resume`
+//! alone continues in --out, `--out` never replaces a run without
+//! `--force`, `export` never overwrites, negative numbers get range
+//! errors, broken checkpoints are described as they are, `eval` agrees with
+//! training, and every command an error suggests works when pasted.
 
 mod common;
 
@@ -128,6 +128,16 @@ fn resume_continues_in_the_run_directory_from_anywhere_and_after_a_move_or_copy(
     // --out naming another directory is refused, not silently followed.
     let line = error_line(lowcomm(&proj, &["train", "--resume", "runs/whole-copy", "--out", "runs/other"]));
     assert_mentions(&line, &["continues in the run's own directory", "runs/whole-copy", "copy its directory"]);
+
+    // `--resume` without a value: the run in --out (it was refused with "a
+    // value is required" until the flag became clap's optional value),
+    // also as the last argument.
+    for args in [&["--out", "runs/whole-copy", "--resume"][..], &["--resume", "--out", "runs/whole-copy"][..]] {
+        let steps = train_steps(&copy).len() + 1;
+        let steps = steps.to_string();
+        ok(lowcomm(&proj, &[&["train", "--steps", &steps, "--quiet"][..], args].concat()));
+        assert_eq!(train_steps(&copy), (1..=steps.parse().unwrap()).collect::<Vec<_>>(), "{args:?}");
+    }
 }
 
 #[test]

@@ -58,7 +58,10 @@ pub(super) fn run_config(a: &TrainArgs) -> Result<(RunConfig, Option<Resume>)> {
         return Ok((cfg, None));
     };
     // `--resume` without a value: the run in --out (or the config's out_dir).
-    let arg = if r.as_os_str().is_empty() { apply_flags(base.clone(), a)?.train.out_dir } else { r.clone() };
+    let arg = match r {
+        Some(path) => path.clone(),
+        None => apply_flags(base.clone(), a)?.train.out_dir,
+    };
     let resume = rundir::resolve_resume(&arg, a.out.as_deref())?;
     let saved = if a.config.is_some() { base } else { resume.config.clone() };
     let mut cfg = apply_flags(saved, a)?;

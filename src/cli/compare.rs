@@ -7,7 +7,7 @@
 use super::compare_methods::{expand, misfit, Entry};
 use super::compare_store::MethodResult;
 use super::compare_table::{curves_csv, plots, tables, target_loss, SMOOTH};
-use super::CompareArgs;
+use super::{CompareArgs, TrainArgs};
 use crate::train::RunConfig;
 use anyhow::{bail, Context, Result};
 use std::path::Path;
@@ -66,8 +66,35 @@ fn eta_s(finished: &[(f64, u64)], remaining_steps: u64) -> Option<f64> {
     (steps > 0).then(|| secs / steps as f64 * remaining_steps as f64)
 }
 
+/// Refuses the `train` flags that belong to one run: compare sets them per
+/// method, or has its own way of doing what they ask. Before, they were
+/// accepted and ignored.
+fn refuse_single_run_flags(t: &TrainArgs) -> Result<()> {
+    let single_run = [
+        (t.method.is_some(), "--method", "name the methods with --methods"),
+        (t.out.is_some(), "--out", "each method's run goes to --results/runs/METHOD"),
+        (t.trace.is_some(), "--trace", "each method's run writes --results/runs/METHOD/trace.json"),
+        (
+            t.resume.is_some(),
+            "--resume",
+            "run the same compare again: finished methods are reused from --results, unfinished ones start over",
+        ),
+        (
+            t.stop_at.is_some(),
+            "--stop-at",
+            "compare runs every method to --steps; stop one run with `lowcomm train --stop-at`",
+        ),
+        (t.force, "--force", "compare starts unfinished runs over itself, and --fresh reruns the finished ones"),
+    ];
+    match single_run.iter().find(|(given, ..)| *given) {
+        Some((_, flag, instead)) => bail!("compare: {flag} applies to one `train` run, not to a sweep: {instead}"),
+        None => Ok(()),
+    }
+}
+
 /// Runs `lowcomm compare`.
 pub fn compare(a: &CompareArgs) -> Result<()> {
+    refuse_single_run_flags(&a.train)?;
     let out = &a.results;
     std::fs::create_dir_all(out).with_context(|| format!("cannot create {}", out.display()))?;
     let mut runner = super::mpi::runner(a.train.backend.as_deref().unwrap_or("local"))?;

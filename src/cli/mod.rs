@@ -195,8 +195,11 @@ pub struct TrainArgs {
     pub checkpoint_every: Option<u64>,
     /// Continue from a checkpoint: a run directory (its latest) or a
     /// checkpoints/step-N directory; without a value, the run's --out.
-    #[arg(long, num_args = 0..=1, default_missing_value = "")]
-    pub resume: Option<PathBuf>,
+    // `Option<Option<_>>`: clap's flag with an optional value. An empty
+    // default_missing_value, as before, failed PathBuf's parser, so
+    // `--resume` alone was refused with "a value is required".
+    #[arg(long, num_args = 0..=1)]
+    pub resume: Option<Option<PathBuf>>,
     /// Stop after this step (with a checkpoint), keeping the schedule of --steps.
     #[arg(long, allow_negative_numbers = true, value_parser = values::count_u64)]
     pub stop_at: Option<u64>,
