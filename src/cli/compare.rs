@@ -222,7 +222,7 @@ fn write_report(a: &CompareArgs, results: &[MethodResult], notes: &[String]) -> 
         format!("Training loss is a {SMOOTH}-round moving average of the mean over workers."),
         format!("Time is {clock}-clock seconds{}.", if clock == "virtual" { " of the simulated cluster" } else { " on this machine" }),
         format!("Time to loss: when the training loss first got to the target: {target_says}."),
-        "Sent per worker: bytes each worker sent over the run, all and by tier (ring model; between nodes = one member per node; a collective over several nodes with several members each counts in neither tier).".into(),
+        "Sent per worker: bytes each worker sent over the run, all and by tier (ring model; a collective over several nodes with several members each is split as the hierarchical collective the link model times: a ring inside each node, and between nodes a ring over the nodes on each member's share).".into(),
         "Memory: one worker's model states (parameters, gradients, communication buffers, optimizer and outer state), f32.".into(),
     ];
     // Per-method notes: what each ran as, then what was skipped or reused.

@@ -38,7 +38,8 @@ pub enum LinkTier {
     Intra,
     /// Between nodes (one member per node, or a message across nodes).
     Inter,
-    /// A collective over several nodes with several members each (both tiers).
+    /// A collective over several nodes with several members each (both
+    /// tiers; [`Span::inter_bytes`] says how its bytes split).
     Both,
 }
 
@@ -75,13 +76,52 @@ pub struct Span {
     /// Which links the bytes crossed (comm lane only).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tier: Option<LinkTier>,
+    /// Of `bytes`, those sent between nodes, for tier [`LinkTier::Both`]
+    /// (the rest stayed inside a node); 0 for the other tiers, whose bytes
+    /// are all of that tier.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub inter_bytes: u64,
+}
+
+fn is_zero(x: &u64) -> bool {
+    *x == 0
+}
+
+/// What one transfer moved: the bytes a participant sent, the tier they
+/// crossed, and of those the bytes between nodes (see [`Span::inter_bytes`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Traffic {
+    /// Bytes sent.
+    pub bytes: u64,
+    /// The links crossed.
+    pub tier: LinkTier,
+    /// Of `bytes`, those between nodes (all of them for `Inter`, none for `Intra`).
+    pub inter: u64,
+}
+
+impl Traffic {
+    /// `bytes` all on `tier` (`Intra` or `Inter`: a message, a collective in one tier).
+    pub fn on(tier: LinkTier, bytes: u64) -> Traffic {
+        Traffic { bytes, tier, inter: if tier == LinkTier::Inter { bytes } else { 0 } }
+    }
 }
 
 impl Span {
     /// A span with no bytes, no micro-batches, round 0; chain the `with_*`
     /// setters for the rest.
     pub fn new(worker: usize, lane: Lane, name: impl Into<String>, start_s: f64, end_s: f64) -> Span {
-        Span { worker, lane, name: name.into(), start_s, end_s, bytes: 0, micro_batches: 0, round: 0, tier: None }
+        Span {
+            worker,
+            lane,
+            name: name.into(),
+            start_s,
+            end_s,
+            bytes: 0,
+            micro_batches: 0,
+            round: 0,
+            tier: None,
+            inter_bytes: 0,
+        }
     }
 
     /// A compute-lane span; see [`Span::new`].
@@ -110,6 +150,28 @@ impl Span {
     pub fn with_tier(mut self, tier: LinkTier) -> Span {
         self.tier = Some(tier);
         self
+    }
+
+    /// Sets the bytes, the tier and the bytes between nodes of a transfer.
+    pub fn with_traffic(mut self, t: Traffic) -> Span {
+        self.bytes = t.bytes;
+        self.tier = Some(t.tier);
+        self.inter_bytes = if t.tier == LinkTier::Both { t.inter } else { 0 };
+        self
+    }
+
+    /// Of this span's bytes, `(inside a node, between nodes)`; `(0, 0)`
+    /// when no tier was recorded.
+    pub fn tier_bytes(&self) -> (u64, u64) {
+        match self.tier {
+            None => (0, 0),
+            Some(LinkTier::Intra) => (self.bytes, 0),
+            Some(LinkTier::Inter) => (0, self.bytes),
+            Some(LinkTier::Both) => {
+                let inter = self.inter_bytes.min(self.bytes);
+                (self.bytes - inter, inter)
+            }
+        }
     }
 
     /// Sets the round.

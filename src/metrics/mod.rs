@@ -21,7 +21,7 @@ pub mod plot;
 pub mod summary;
 pub mod trace;
 
-pub use events::{EventLog, Lane, LinkTier, Span};
+pub use events::{EventLog, Lane, LinkTier, Span, Traffic};
 pub use intervals::Intervals;
 pub use jsonl::{read_jsonl, write_jsonl, EventsFile, Record};
 pub use summary::{summarize, MicroBatchStats, Summary, WorkerSummary};

@@ -26,13 +26,15 @@
 //!   Rounds where the worker computed no micro-batch are not counted.
 //! - **Bytes sent**: sum of `bytes` over comm-lane spans (compute-lane bytes
 //!   are ignored). **Intra** / **inter**: of those, the spans whose transfer
-//!   stayed inside a node / went between nodes only (one member per node,
-//!   or a message across nodes); a collective over several nodes with
-//!   several members each counts in neither (it crosses both tiers).
+//!   stayed inside a node / went between nodes (one member per node, or a
+//!   message across nodes). A collective over several nodes with several
+//!   members each splits its bytes as the hierarchical collective the link
+//!   model times does (`Span::inter_bytes`, `runtime::collective_traffic`):
+//!   inside each node over its members, between nodes a member's share.
 //! - **Tokens/s**: the token count given by the caller over `wall_s`
 //!   (`None` when `wall_s` is 0); real or virtual, as the clock was.
 
-use super::events::{Lane, LinkTier, Span};
+use super::events::{Lane, Span};
 use super::intervals::Intervals;
 use anyhow::{bail, Result};
 use serde::{Deserialize, Serialize};
@@ -178,8 +180,10 @@ fn summarize_worker(spans: &[Span], worker: usize, wall_s: f64) -> WorkerSummary
     let comm = lane_set(Lane::Comm);
     let (compute_s, comm_s) = (compute.total(), comm.total());
     let overlap_s = comm.intersection_len(&compute);
-    let tier_bytes =
-        |t: LinkTier| mine().filter(|s| s.lane == Lane::Comm && s.tier == Some(t)).map(|s| s.bytes).sum::<u64>();
+    let (bytes_intra, bytes_inter) = mine()
+        .filter(|s| s.lane == Lane::Comm)
+        .map(Span::tier_bytes)
+        .fold((0, 0), |(a, b), (intra, inter)| (a + intra, b + inter));
 
     let mut per_round: BTreeMap<u64, u64> = BTreeMap::new();
     for s in mine().filter(|s| s.lane == Lane::Compute && s.micro_batches > 0) {
@@ -196,8 +200,8 @@ fn summarize_worker(spans: &[Span], worker: usize, wall_s: f64) -> WorkerSummary
         overlap_s,
         overlap_ratio: (comm_s > 0.0).then(|| overlap_s / comm_s),
         bytes_sent: mine().filter(|s| s.lane == Lane::Comm).map(|s| s.bytes).sum(),
-        bytes_intra: tier_bytes(LinkTier::Intra),
-        bytes_inter: tier_bytes(LinkTier::Inter),
+        bytes_intra,
+        bytes_inter,
         micro_batches: micro_batch_stats(per_round.values().copied()),
     }
 }
@@ -264,6 +268,24 @@ mod tests {
         assert!(close(s.overlap_ratio.unwrap(), 3.0 / 5.0));
         assert_eq!(s.bytes_sent, 1030);
         assert!(close(s.idle_share.unwrap(), 2.0 / 10.0));
+    }
+
+    #[test]
+    fn bytes_of_a_collective_over_both_tiers_split_as_recorded() {
+        use crate::metrics::{LinkTier, Traffic};
+        let spans = vec![
+            Span::comm(0, "send", 0.0, 1.0).with_traffic(Traffic::on(LinkTier::Intra, 100)),
+            Span::comm(0, "send", 1.0, 2.0).with_traffic(Traffic::on(LinkTier::Inter, 10)),
+            Span::comm(0, "all_reduce", 2.0, 3.0).with_traffic(Traffic {
+                bytes: 6000,
+                tier: LinkTier::Both,
+                inter: 2000,
+            }),
+            // No tier recorded (an old log): in the total only.
+            Span::comm(0, "all_reduce", 3.0, 4.0).with_bytes(1),
+        ];
+        let w = &summarize(&spans, 1, 0).unwrap().workers[0];
+        assert_eq!((w.bytes_sent, w.bytes_intra, w.bytes_inter), (6111, 4100, 2010));
     }
 
     #[test]

@@ -2,8 +2,9 @@
 //! `--runtime sim` on shipped cluster profiles (a tiny model costed as the
 //! profile's GPT-Neo-125M, as the CLI does), and the plan's time per
 //! step/round must be within 5% of the simulated one (measured in steady
-//! state, between the ends of the second and the last round of worker 0)
-//! and its f32 memory equal to what the run measures.
+//! state, between the ends of the second and the last round of worker 0),
+//! its bytes per round inside and between nodes within 1% of those the run
+//! sends in that window, and its f32 memory equal to what the run measures.
 
 use super::{plan_method, Costing, Precision};
 use crate::data::sampler::shard_range;
@@ -112,14 +113,30 @@ fn methods() -> Vec<Method> {
     ]
 }
 
-/// Simulated seconds per round of worker 0 in steady state, and its measured memory.
-fn simulate(method: &Method, rt: &Runtime, world: usize, plan: &Plan) -> (f64, crate::strategy::MemoryBytes) {
+/// Simulated seconds per round of worker 0 in steady state, its measured
+/// memory, and the bytes it sent per round inside nodes and between them.
+fn simulate(
+    method: &Method,
+    rt: &Runtime,
+    world: usize,
+    plan: &Plan,
+) -> (f64, crate::strategy::MemoryBytes, (f64, f64)) {
     let reports = run_cluster(method, rt, workers(world, 2), plan, &Hooks::default()).unwrap();
     let r = &reports[0];
     let per = method.local_tau().unwrap_or(1) as usize;
     // Ends of rounds 2 and ROUNDS (1-based); a local method's round ends with its tau-th inner step.
     let end = |round: usize| r.points[round * per - 1].end_s;
-    ((end(ROUNDS as usize) - end(2)) / (ROUNDS - 2) as f64, r.memory)
+    let (from, to) = (end(2), end(ROUNDS as usize));
+    // Bytes of the transfers started in the same window.
+    let (intra, inter) = r
+        .events
+        .spans()
+        .iter()
+        .filter(|s| s.lane == crate::metrics::Lane::Comm && s.start_s >= from && s.start_s < to)
+        .map(crate::metrics::Span::tier_bytes)
+        .fold((0, 0), |(a, b), (x, y)| (a + x, b + y));
+    let per_round = |b: u64| b as f64 / (ROUNDS - 2) as f64;
+    ((to - from) / (ROUNDS - 2) as f64, r.memory, (per_round(intra), per_round(inter)))
 }
 
 #[test]
@@ -139,7 +156,7 @@ fn plan_predicts_the_simulator_within_5_percent_and_its_memory_exactly() {
         for method in methods() {
             let steps = ROUNDS * method.local_tau().unwrap_or(1);
             let plan = sim_plan(steps, wire, &layout);
-            let (sim_s, sim_mem) = simulate(&method, &Runtime::Sim(spec.clone()), world, &plan);
+            let (sim_s, sim_mem, sim_bytes) = simulate(&method, &Runtime::Sim(spec.clone()), world, &plan);
             let costing = sim_costing(spec.clone(), &plan, batch, &layout);
             let p = plan_method(&method, &costing).unwrap();
             assert!(p.time.exact, "{method}");
@@ -157,6 +174,14 @@ fn plan_predicts_the_simulator_within_5_percent_and_its_memory_exactly() {
                 (m.params, m.grads, m.comm_buffers, m.optimizer, m.outer),
                 (sim_mem.params, sim_mem.grads, sim_mem.comm_buffers, sim_mem.optimizer, sim_mem.outer),
                 "{method} on {}: plan's memory vs the run's",
+                prof.name
+            );
+            // Plan costs the profile's model (comm_scale x the tiny one's elements); the run counts the tiny model's bytes.
+            let planned = (p.time.bytes_intra / spec.comm_scale, p.time.bytes_inter / spec.comm_scale);
+            let near = |a: f64, b: f64| (a - b).abs() <= 0.01 * a.max(b) + 8.0;
+            assert!(
+                near(planned.0, sim_bytes.0) && near(planned.1, sim_bytes.1),
+                "{method} on {}: plan's bytes per round inside / between nodes {planned:?} vs the run's {sim_bytes:?}",
                 prof.name
             );
         }

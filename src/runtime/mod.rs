@@ -28,7 +28,7 @@ pub mod tasks;
 mod tests;
 
 use crate::comm::{CommStats, LinkModel, Message, ReduceOp, WireDtype};
-use crate::metrics::EventLog;
+use crate::metrics::{EventLog, LinkTier, Traffic};
 use std::sync::Arc;
 
 pub use tasks::{AllGather, AllGatherBytes, AllReduce, Broadcast, Recv, RecvAny, ReduceScatter, Send};
@@ -307,6 +307,55 @@ pub fn collective_bytes(
         tasks::Kind::Broadcast => s.count_broadcast(elems, p, bytes_per_elem, me, root),
     }
     s.bytes_sent
+}
+
+/// What participant `me` (its index in `members`) sends in one collective
+/// over `members` of `g`: the bytes of [`collective_bytes`], the tier they
+/// cross, and of those the bytes between nodes.
+///
+/// A collective over several nodes with several members each (tier
+/// `Both`) is split as the hierarchical collective that `LinkModel` times
+/// (comm/link.rs): each member sends inside its node what a ring over the
+/// node's k members would, and between nodes what a ring over the m nodes
+/// would on its k-th of the buffer. The two add up to the flat ring's
+/// count: 2(p-1)/p = 2(k-1)/k + 2(m-1)/(mk) for an all-reduce. plan's
+/// `Net::coll` splits the same way. A broadcast (a chain from the root)
+/// sends between nodes when the member it hands on to is on another node.
+#[allow(clippy::too_many_arguments)]
+pub fn collective_traffic(
+    topo: &Topology,
+    g: &Group,
+    members: &[usize],
+    kind: tasks::Kind,
+    elems: usize,
+    bytes_per_elem: usize,
+    me: usize,
+    root: usize,
+) -> Traffic {
+    let p = members.len();
+    let bytes = collective_bytes(kind, elems, bytes_per_elem, p, me, root);
+    let tier = LinkTier::of(topo, g, members);
+    if tier != LinkTier::Both {
+        return Traffic::on(tier, bytes);
+    }
+    let mut nodes: Vec<usize> = members.iter().map(|&w| topo.node_of(w)).collect();
+    nodes.dedup();
+    let (m, k) = (nodes.len(), p.div_ceil(nodes.len()));
+    let inter = match kind {
+        tasks::Kind::AllReduce => collective_bytes(kind, elems / k, bytes_per_elem, m, 0, 0),
+        tasks::Kind::ReduceScatter | tasks::Kind::AllGather => {
+            collective_bytes(kind, elems / p.max(1) * m, bytes_per_elem, m, 0, 0)
+        }
+        tasks::Kind::Broadcast => {
+            let next = members[(me + 1) % p];
+            if topo.node_of(next) != topo.node_of(members[me]) {
+                bytes
+            } else {
+                0
+            }
+        }
+    };
+    Traffic { bytes, tier, inter: inter.min(bytes) }
 }
 
 /// Seconds a collective of `kind` over `elems` elements takes on `route`.

@@ -8,9 +8,9 @@
 //! So every member's op completes at about `last join + max(copy, modeled)`.
 
 use super::tasks::Kind;
-use super::{collective_bytes, collective_cost, CommSide, Group, Topology, Work};
+use super::{collective_cost, collective_traffic, CommSide, Group, Topology, Work};
 use crate::comm::{Communicator, Fabric, LinkModel, Message, ReduceOp, WireDtype};
-use crate::metrics::{EventLog, LinkTier, Span};
+use crate::metrics::{EventLog, LinkTier, Span, Traffic};
 use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
@@ -41,9 +41,8 @@ impl<'a> RealComm<'a> {
         self.t0.elapsed().as_secs_f64()
     }
 
-    fn span(&self, name: &str, start: f64, bytes: u64, tier: LinkTier) {
-        let span =
-            Span::comm(self.rank, name, start, self.secs()).with_bytes(bytes).with_round(self.round).with_tier(tier);
+    fn span(&self, name: &str, start: f64, traffic: Traffic) {
+        let span = Span::comm(self.rank, name, start, self.secs()).with_round(self.round).with_traffic(traffic);
         self.events.lock().unwrap_or_else(|e| e.into_inner()).push(span);
     }
 
@@ -75,8 +74,7 @@ impl<'a> RealComm<'a> {
         };
         op(comm);
         hold_until(joined, modeled.unwrap_or(0.0));
-        let tier = LinkTier::of(&self.topo, g, &members);
-        self.span(kind.name(), start, collective_bytes(kind, elems, bpe, members.len(), me, root), tier);
+        self.span(kind.name(), start, collective_traffic(&self.topo, g, &members, kind, elems, bpe, me, root));
     }
 }
 
@@ -128,19 +126,19 @@ impl CommSide for RealComm<'_> {
         self.fabric.send(to, msg);
         let tier =
             if self.topo.node_of(self.rank) == self.topo.node_of(to) { LinkTier::Intra } else { LinkTier::Inter };
-        self.span("send", start, bytes as u64, tier);
+        self.span("send", start, Traffic::on(tier, bytes as u64));
     }
     async fn recv(&mut self, from: usize) -> Message {
         let start = self.secs();
         let m = self.fabric.recv(from);
-        self.span("recv", start, 0, LinkTier::Intra);
+        self.span("recv", start, Traffic::on(LinkTier::Intra, 0));
         m
     }
     async fn recv_any(&mut self, deadline_s: Option<f64>) -> Option<(usize, Message)> {
         let start = self.secs();
         let timeout = deadline_s.map(|d| Duration::from_secs_f64((d - start).max(0.0)));
         let m = self.fabric.recv_any(timeout);
-        self.span("recv", start, 0, LinkTier::Intra);
+        self.span("recv", start, Traffic::on(LinkTier::Intra, 0));
         m
     }
     async fn work<R>(&mut self, _work: Work, f: impl FnOnce() -> R) -> R {

@@ -13,9 +13,9 @@
 
 use super::sim::{sleep_until, Lane, State};
 use super::tasks::Kind;
-use super::{collective_bytes, collective_cost, CommSide, Group, Topology, Work};
+use super::{collective_cost, collective_traffic, CommSide, Group, Topology, Work};
 use crate::comm::{Message, ReduceOp, WireDtype};
-use crate::metrics::{LinkTier, Span};
+use crate::metrics::{LinkTier, Span, Traffic};
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::future::Future;
@@ -174,12 +174,12 @@ impl SimComm {
     }
 
     /// Records this participant's span of a finished collective.
-    fn span(&self, name: &str, start: f64, bytes: u64, tier: LinkTier) {
+    fn span(&self, name: &str, start: f64, traffic: Traffic) {
         let mut st = self.state.borrow_mut();
         let now = st.now;
         let part = &mut st.parts[self.rank];
-        let span = Span::comm(self.rank, name, start, now).with_bytes(bytes).with_round(self.round);
-        part.events.push(span.with_tier(tier));
+        let span = Span::comm(self.rank, name, start, now).with_round(self.round);
+        part.events.push(span.with_traffic(traffic));
         part.blocked = None;
     }
 
@@ -212,7 +212,7 @@ impl SimComm {
         let res = self.collective(g, What::Dense { kind, op, wire, root }, Data::Dense(contribution), elems).await;
         output.copy_from_slice(res.dense());
         let members = self.topology().members(g, self.rank);
-        let (p, me) = (members.len(), members.iter().position(|&m| m == self.rank).unwrap_or(0));
+        let me = members.iter().position(|&m| m == self.rank).unwrap_or(0);
         // The last member holding a result hands its buffer back.
         let back = match res {
             Data::Dense(v) => Some(v),
@@ -222,8 +222,8 @@ impl SimComm {
         if let Some(v) = back {
             self.state.borrow_mut().give_buf(v);
         }
-        let tier = LinkTier::of(&self.topology(), g, &members);
-        self.span(kind.name(), start, collective_bytes(kind, elems, wire.bytes_per_elem(), p, me, root), tier);
+        let traffic = collective_traffic(&self.topology(), g, &members, kind, elems, wire.bytes_per_elem(), me, root);
+        self.span(kind.name(), start, traffic);
     }
 }
 
@@ -377,8 +377,14 @@ impl CommSide for SimComm {
         let start = self.now();
         let res = self.collective(g, What::Bytes, Data::Bytes(input.to_vec()), output.len()).await;
         output.copy_from_slice(res.bytes());
-        let tier = LinkTier::of(&self.topology(), g, &self.topology().members(g, self.rank));
-        self.span("all_gather_bytes", start, ((p - 1) * input.len()) as u64, tier);
+        let members = self.topology().members(g, self.rank);
+        let me = members.iter().position(|&m| m == self.rank).unwrap_or(0);
+        let n = output.len();
+        self.span(
+            "all_gather_bytes",
+            start,
+            collective_traffic(&self.topology(), g, &members, Kind::AllGather, n, 1, me, 0),
+        );
     }
     async fn send(&mut self, to: usize, mut msg: Message) {
         let start = self.now();
@@ -402,7 +408,7 @@ impl CommSide for SimComm {
         };
         sleep_until(&self.state, self.rank, Lane::Comm, arrival).await;
         let tier = if topo.node_of(self.rank) == topo.node_of(to) { LinkTier::Intra } else { LinkTier::Inter };
-        self.span("send", start, bytes as u64, tier);
+        self.span("send", start, Traffic::on(tier, bytes as u64));
     }
     async fn recv(&mut self, from: usize) -> Message {
         let start = self.now();
@@ -411,14 +417,14 @@ impl CommSide for SimComm {
             .await
             .expect("no deadline")
             .1;
-        self.span("recv", start, 0, LinkTier::Intra);
+        self.span("recv", start, Traffic::on(LinkTier::Intra, 0));
         msg
     }
     async fn recv_any(&mut self, deadline_s: Option<f64>) -> Option<(usize, Message)> {
         let start = self.now();
         self.state.borrow_mut().parts[self.rank].blocked = Some("a message from anyone".into());
         let got = TakeMail { state: &self.state, rank: self.rank, from: None, deadline: deadline_s }.await;
-        self.span("recv", start, 0, LinkTier::Intra);
+        self.span("recv", start, Traffic::on(LinkTier::Intra, 0));
         got
     }
     async fn work<R>(&mut self, work: Work, f: impl FnOnce() -> R) -> R {

@@ -253,3 +253,27 @@ fn real_runtime_ends_with_a_failed_participants_error_instead_of_hanging() {
     let got = rx.recv_timeout(std::time::Duration::from_secs(60)).expect("the run hangs");
     assert_eq!(got.unwrap_err(), "worker 1: disk full");
 }
+
+#[test]
+fn a_collective_across_nodes_of_several_members_splits_its_bytes_by_tier() {
+    // 2 nodes of 2, 1000 f32 (b = 4000 bytes). All-reduce: a flat ring's
+    // 2 (p-1)/p b = 6000 per member; hierarchically 2 (k-1)/k b = 4000
+    // inside the node and 2 (m-1)/m (b/k) = 2000 between nodes.
+    use crate::metrics::{LinkTier, Traffic};
+    use tasks::Kind;
+    let t = Topology { workers: 4, per_node: 2, server: false };
+    let world: Vec<usize> = (0..4).collect();
+    let traffic = |kind, me| collective_traffic(&t, &Group::World, &world, kind, 1000, 4, me, 0);
+    assert_eq!(traffic(Kind::AllReduce, 0), Traffic { bytes: 6000, tier: LinkTier::Both, inter: 2000 });
+    // Reduce-scatter / all-gather: (p-1) b/p = 3000; (m-1) b/p = 1000 between nodes.
+    assert_eq!(traffic(Kind::ReduceScatter, 3), Traffic { bytes: 3000, tier: LinkTier::Both, inter: 1000 });
+    assert_eq!(traffic(Kind::AllGather, 1), Traffic { bytes: 3000, tier: LinkTier::Both, inter: 1000 });
+    // Broadcast from 0 along the chain 0 -> 1 -> 2 -> 3: only 1 hands on across nodes, 3 sends nothing.
+    let sent: Vec<(u64, u64)> = (0..4).map(|me| traffic(Kind::Broadcast, me)).map(|x| (x.bytes, x.inter)).collect();
+    assert_eq!(sent, [(4000, 0), (4000, 4000), (4000, 0), (0, 0)]);
+    // One tier only: all of the bytes in it.
+    let node = collective_traffic(&t, &Group::Node, &[2, 3], Kind::AllReduce, 1000, 4, 0, 0);
+    assert_eq!(node, Traffic { bytes: 4000, tier: LinkTier::Intra, inter: 0 });
+    let across = collective_traffic(&t, &Group::Replicas, &[1, 3], Kind::AllReduce, 1000, 4, 0, 0);
+    assert_eq!(across, Traffic { bytes: 4000, tier: LinkTier::Inter, inter: 4000 });
+}
