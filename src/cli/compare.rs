@@ -240,7 +240,7 @@ fn write_report(a: &CompareArgs, results: &[MethodResult], notes: &[String]) -> 
     md += &legend.iter().map(|l| format!("\n{l}")).collect::<String>();
     md += "\n\nPer round, averaged over workers (c = compute, m = communication):\n\n";
     md += &t.per_round.markdown();
-    md += "\nBytes per worker per round (ring model; between nodes = one member per node):\n\n";
+    md += "\nBytes per worker per round (ring model; tiers as in the table above):\n\n";
     md += &t.bytes.markdown();
     md += &format!("\nNotes:\n\n{}", notes.iter().map(|n| format!("- {n}\n")).collect::<String>());
     crate::util::atomic_write(&out.join("summary.md"), md.as_bytes())?;
