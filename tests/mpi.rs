@@ -1,7 +1,8 @@
 //! The MPI backend under a real `mpirun` (MPICH), 2 and 4 processes:
 //! conformance of the communicator, bitwise equivalence with the
-//! in-process backend for zero1, acco and the local-update methods, and a dead or silent rank ending
-//! the job with a clear error instead of a hang.
+//! in-process backend for zero1, acco and the local-update methods,
+//! `compare` over MPI, and a dead or silent rank ending the job with a
+//! clear error instead of a hang.
 //!
 //! Only with `cargo test --features mpi` (.ci/run installs MPICH); needs
 //! `mpirun` on PATH.
@@ -316,4 +317,45 @@ fn mpi_backend_refuses_a_fault_plan_before_writing_anything() {
         text(&o)
     );
     assert!(!tmp.path().join("run").exists(), "nothing written");
+}
+
+#[test]
+fn compare_over_mpi_matches_the_in_process_compare_and_reuses_finished_methods() {
+    // Rank 0 writes the report; every rank decides reuse from the same
+    // result.json (one machine here: a shared filesystem).
+    let tmp = tempdir();
+    let cfg = tiny_toml_file(tmp.path());
+    let compare = |results: &str| {
+        ["compare", "--methods", "ddp,zero1", "--config", &cfg, "--steps", "3", "--quiet", "--results", results]
+            .map(String::from)
+            .to_vec()
+    };
+    let run_mpi = || {
+        let args = [compare("mpi-cmp"), vec!["--backend".into(), "mpi".into()]].concat();
+        let args: Vec<&str> = args.iter().map(String::as_str).collect();
+        mpirun(2, &[], &args, tmp.path())
+    };
+    let o = run_mpi();
+    assert!(o.status.success(), "{}", text(&o));
+    let local = Command::new(BIN).args(compare("local-cmp")).args(["--workers", "2"]).current_dir(tmp.path()).output();
+    let local = local.unwrap();
+    assert!(local.status.success(), "{}", text(&local));
+    // The same final losses, method by method (the backends give the same bits).
+    let finals = |dir: &str| {
+        let md = std::fs::read_to_string(tmp.path().join(dir).join("summary.md")).unwrap();
+        md.lines()
+            .filter(|l| l.starts_with("| ddp |") || l.starts_with("| zero1 |"))
+            .take(2) // the first table's rows: rounds, tokens, final train loss, ...
+            .map(|l| l.split('|').nth(4).unwrap().trim().to_string())
+            .collect::<Vec<_>>()
+    };
+    let (mpi_finals, local_finals) = (finals("mpi-cmp"), finals("local-cmp"));
+    assert_eq!(mpi_finals.len(), 2, "{mpi_finals:?}");
+    assert_eq!(mpi_finals, local_finals);
+    // Run again: both methods are reused, nothing reruns.
+    let again = text(&run_mpi());
+    for m in ["[1/2] ddp", "[2/2] zero1"] {
+        assert!(again.contains(&format!("compare {m}: done earlier, reused")), "{m}: {again}");
+    }
+    assert!(!again.contains(": running"), "{again}");
 }
