@@ -9,18 +9,20 @@
 //! node: the inter-node link; `out` the server's outer step on n values):
 //!
 //! ```text
-//! T_w     = msg (model fetch) + [H (K mb + opt(n)) + pg(n)] / s_w + msg (pseudo-gradient send) + out
+//! H_w     = H, or with DyLU floor(s_w / max s x H) (eq. 6, the engine's dylu_steps)
+//! T_w     = msg (model fetch) + [H_w (K mb + opt(n)) + pg(n)] / s_w + msg (pseudo-gradient send) + out
 //! serve   = out + msg                      the server's work per update (its sends are serial)
 //! lower:  cycle_w >= T_w                   nobody queues
 //! server: sum_w 1 / cycle_w <= 1 / serve   it applies and answers one update at a time
-//! upper:  cycle_w <= T_w + (N - 1) serve   every other update is served first
-//! tokens/s <= min(sum_w H K tokens / T_w, H K tokens / serve)     (the row: this best case)
+//! upper:  cycle_w <= T_w + grace + (N - 1) serve   its group waits out the grace period, then
+//!                                                  every other update is served first
+//! tokens/s <= min(sum_w H_w K tokens / T_w, max_w H_w K tokens / serve)   (the row: this best case)
 //! ```
 //!
-//! The row's time per round is the workers' mean cycle at that best
-//! throughput (N H K tokens / tokens/s, a harmonic mean): max(T, N serve)
-//! with equal speeds; its compute is the same mean of each worker's local
-//! time, and the rest is exposed.
+//! The row's time per round is the workers' cycle at that best throughput,
+//! weighted by their tokens (sum_w H_w K tokens / tokens/s; with equal
+//! speeds N H K tokens / tokens/s = max(T, N serve)); its compute is the
+//! same mean of each worker's local time, and the rest is exposed.
 //! The server's limit binds the sum, not each worker: the worker it
 //! answers first can cycle faster than N serve while others wait longer.
 
@@ -37,7 +39,8 @@ use super::rank::gb;
 use super::{Costing, MethodPlan, Precision};
 use crate::comm::payload::MESSAGE_HEADER;
 use crate::runtime::Work;
-use crate::strategy::{DilocoSettings, MemoryBytes};
+use crate::strategy::param_server::dylu_steps;
+use crate::strategy::{AsyncDilocoSettings, DilocoSettings, MemoryBytes};
 use anyhow::Result;
 
 /// The name the row carries (`--methods async-diloco`).
@@ -78,57 +81,66 @@ pub struct Cycles {
     pub serve: f64,
     /// One message of the model or a pseudo-gradient.
     pub msg: f64,
-    /// A worker's local work at speed 1 (H steps and the pseudo-gradient).
-    pub local: f64,
+    /// Per worker: its local work at speed 1 (H_w steps and the pseudo-gradient).
+    pub local: Vec<f64>,
+    /// Per worker: inner steps per round, H_w.
+    pub steps: Vec<u64>,
     /// Speed factors (>= 1 over the slowest, plan::hetero), or all 1.
     pub speeds: Vec<f64>,
 }
 
 /// The cycle bounds of every worker under `c` (speed factors from the spec, or all 1).
-pub fn cycles(s: &DilocoSettings, c: &Costing) -> Cycles {
+pub fn cycles(s: &AsyncDilocoSettings, c: &Costing) -> Cycles {
     let (n, world) = (c.params, c.workers());
     let k = c.grad_accum.max(1) as f64;
     let cost = |w: Work| c.spec.cost(w, 1.0);
     let msg = message_s(c, n);
     let out = cost(Work::Elementwise { name: "async-diloco outer step", elems: 3 * n });
-    let local = s.h as f64 * (k * cost(Work::MicroBatch) + cost(Work::Optimizer { params: n }))
-        + cost(Work::Elementwise { name: "diloco pseudo-gradient", elems: n });
+    let step = k * cost(Work::MicroBatch) + cost(Work::Optimizer { params: n });
+    let pg = cost(Work::Elementwise { name: "diloco pseudo-gradient", elems: n });
     let serve = out + msg;
     let speeds: Vec<f64> = if c.spec.speeds.len() == world { c.spec.speeds.clone() } else { vec![1.0; world] };
+    // DyLU's steps from the speeds the simulator runs at (in sim the measured speeds are these).
+    let steps = if s.dylu { dylu_steps(&speeds, s.h) } else { vec![s.h; world] };
+    let local: Vec<f64> = steps.iter().map(|&h| h as f64 * step + pg).collect();
     let bounds = speeds
         .iter()
-        .map(|sp| {
+        .zip(&local)
+        .map(|(sp, local)| {
             let t_w = msg + local / sp + msg + out;
-            (t_w, t_w + (world as f64 - 1.0) * serve)
+            (t_w, t_w + s.grace + (world as f64 - 1.0) * serve)
         })
         .collect();
-    Cycles { bounds, serve, msg, local, speeds }
+    Cycles { bounds, serve, msg, local, steps, speeds }
 }
 
 /// The async DiLoCo row under `c` (module docs): its time, tokens/s and
 /// scalability at the best case, the worst case in its rule.
-pub fn plan(s: &DilocoSettings, c: &Costing) -> Result<MethodPlan> {
+pub fn plan(s: &AsyncDilocoSettings, c: &Costing) -> Result<MethodPlan> {
     let n = c.params;
     let k = c.grad_accum.max(1) as f64;
-    let Cycles { bounds, serve, msg, local, speeds } = cycles(s, c);
-    let tokens = s.h as f64 * k * c.tokens_per_micro_batch as f64;
-    let best = bounds.iter().map(|(lo, _)| tokens / lo).sum::<f64>().min(tokens / serve);
-    let worst: f64 = bounds.iter().map(|(_, hi)| tokens / hi).sum();
+    let Cycles { bounds, serve, msg, local, steps, speeds } = cycles(s, c);
+    let tokens: Vec<f64> = steps.iter().map(|&h| h as f64 * k * c.tokens_per_micro_batch as f64).collect();
+    let most = tokens.iter().cloned().fold(0.0, f64::max);
+    let best = bounds.iter().zip(&tokens).map(|((lo, _), t)| t / lo).sum::<f64>().min(most / serve);
+    let worst: f64 = bounds.iter().zip(&tokens).map(|((_, hi), t)| t / hi).sum();
     let world = bounds.len() as f64;
-    let round_s = world * tokens / best;
+    let round_s = tokens.iter().sum::<f64>() / best;
     let upper_s = bounds[0].1;
     // The compute part of that mean cycle (the same harmonic mean of each worker's local time).
-    let compute_s = world / speeds.iter().map(|sp| sp / local).sum::<f64>();
-    let (worker, server) = memory(s, c)?;
+    let compute_s = world / speeds.iter().zip(&local).map(|(sp, local)| sp / local).sum::<f64>();
+    let (worker, server) = memory(&s.diloco(), c)?;
     let total = worker.total() as f64;
     let bytes = (MESSAGE_HEADER + 8 + n * c.wire.bytes_per_elem()) as f64;
     let rule = format!(
-        "bound (asynchronous arrivals are not analytical): a worker's cycle is at least fetch + H steps + send + outer step, the server answers one update per outer step + model send, so the mean cycle is at least {round_s:.4} s; worker 0's is at most {upper_s:.4} s when every other update is served first; tokens/s between {worst:.0} and {best:.0}"
+        "bound (asynchronous arrivals are not analytical): a worker's cycle is at least fetch + {} steps + send + outer step, the server answers one update per outer step + model send, so the mean cycle is at least {round_s:.4} s; worker 0's is at most {upper_s:.4} s when {}every other update is served first; tokens/s between {worst:.0} and {best:.0}",
+        if s.dylu { "its DyLU" } else { "H" },
+        if s.grace > 0.0 { "its group waits out the grace period and " } else { "" }
     );
     let time = super::time::Timing {
         round_s,
         steps: s.h,
-        micro_batches: s.h as f64 * k,
+        micro_batches: steps.iter().sum::<u64>() as f64 / world * k,
         compute_s,
         comm_s: 2.0 * msg,
         exposed_s: (round_s - compute_s).max(0.0),
@@ -141,7 +153,13 @@ pub fn plan(s: &DilocoSettings, c: &Costing) -> Result<MethodPlan> {
     let fits = c.device_memory.map(|m| total <= m);
     let mut p = MethodPlan {
         method: NAME.to_string(),
-        label: format!("{NAME} (H {}, outer {:?})", s.h, s.outer),
+        label: format!(
+            "{NAME} (H {}, outer {:?}{}{})",
+            s.h,
+            s.outer,
+            if s.dylu { ", dylu" } else { "" },
+            if s.grace > 0.0 { format!(", grace {} s", s.grace) } else { String::new() }
+        ),
         memory: worker,
         memory_total: total,
         fits,
@@ -175,7 +193,7 @@ mod tests {
 
     #[test]
     fn cycle_bounds_and_memory_by_hand() {
-        let s = DilocoSettings { h: 10, ..DilocoSettings::default() };
+        let s = AsyncDilocoSettings { h: 10, ..AsyncDilocoSettings::default() };
         let c = costing(4, Precision::F32);
         let p = plan(&s, &c).unwrap();
         // One message: (16 + 8 + 4e6) bytes at 1 Gbit/s (1.25e8 B/s) + 1 ms.
@@ -188,20 +206,50 @@ mod tests {
         assert!(p.time.rule.contains(&format!("{:.4} s when every other", t + 3.0 * msg)), "{}", p.time.rule);
         assert!(!p.time.exact);
         // Memory (f32, AdamW s = 2): worker 4n + 4n + 8n + theta_old 4n; server theta + Nesterov momentum.
-        let (w, sv) = memory(&s, &c).unwrap();
+        let (w, sv) = memory(&s.diloco(), &c).unwrap();
         assert_eq!((w.params, w.grads, w.optimizer, w.outer), (4_000_000, 4_000_000, 8_000_000, 4_000_000));
         assert_eq!((sv.params, sv.outer), (4_000_000, 4_000_000));
         // Mixed: bf16 values, K = 12 bytes of optimizer state per parameter.
-        let (w, _) = memory(&s, &costing(4, Precision::Mixed)).unwrap();
+        let (w, _) = memory(&s.diloco(), &costing(4, Precision::Mixed)).unwrap();
         assert_eq!((w.params, w.optimizer), (2_000_000, 12_000_000));
     }
 
     #[test]
     fn the_server_bounds_the_cycle_when_updates_are_cheap_to_compute() {
         // 64 workers, H = 1: the server's 64 model sends take longer than a worker's own cycle.
-        let s = DilocoSettings { h: 1, ..DilocoSettings::default() };
+        let s = AsyncDilocoSettings { h: 1, ..AsyncDilocoSettings::default() };
         let p = plan(&s, &costing(64, Precision::F32)).unwrap();
         let msg = 1e-3 + (16.0 + 8.0 + 4e6) / 1.25e8;
         assert!((p.time.round_s - 64.0 * msg).abs() < 1e-9, "{}", p.time.round_s);
+    }
+
+    #[test]
+    fn dylu_and_the_grace_period_by_hand() {
+        // Speeds 1 and 0.5, H = 10: DyLU gives 10 and 5 steps of 0.5 s, 5 s of
+        // work for both (the point of eq. 6); without it the slow one works 10 s.
+        let mut c = costing(2, Precision::F32);
+        c.spec.speeds = vec![1.0, 0.5];
+        let msg = 1e-3 + (16.0 + 8.0 + 4e6) / 1.25e8;
+        let near = |got: &[f64], want: &[f64]| {
+            assert!(
+                got.len() == want.len() && got.iter().zip(want).all(|(a, b)| (a - b).abs() < 1e-12),
+                "{got:?} vs {want:?}"
+            )
+        };
+        let plain = AsyncDilocoSettings { h: 10, ..AsyncDilocoSettings::default() };
+        let lower = |s: &AsyncDilocoSettings| cycles(s, &c).bounds.iter().map(|b| b.0).collect::<Vec<_>>();
+        near(&lower(&plain), &[2.0 * msg + 5.0, 2.0 * msg + 10.0]);
+        let dylu = AsyncDilocoSettings { dylu: true, ..plain.clone() };
+        assert_eq!(cycles(&dylu, &c).steps, [10, 5]);
+        near(&lower(&dylu), &[2.0 * msg + 5.0; 2]);
+        // Tokens per cycle follow each worker's steps: (10 + 5) x 1000 over one cycle.
+        let p = plan(&dylu, &c).unwrap();
+        assert!((p.tokens_per_s - 15_000.0 / (2.0 * msg + 5.0)).abs() < 1e-6, "{}", p.tokens_per_s);
+        assert!(p.label.contains("dylu"), "{}", p.label);
+        // A grace period of 2 s: the upper end waits it out (then 1 other update), the lower end is unchanged.
+        let graced = AsyncDilocoSettings { grace: 2.0, ..dylu };
+        let (lo, hi) = cycles(&graced, &c).bounds[1];
+        near(&[lo, hi], &[2.0 * msg + 5.0, 2.0 * msg + 5.0 + 2.0 + msg]);
+        assert!(plan(&graced, &c).unwrap().time.rule.contains("grace period"));
     }
 }

@@ -187,7 +187,7 @@ pub fn single_worker_tokens_per_s(c: &Costing) -> f64 {
 pub fn plan_method(method: &Method, c: &Costing) -> Result<MethodPlan> {
     // Asynchronous arrivals: a bound, not a round (async_diloco.rs).
     if let Method::AsyncDiloco(s) = method {
-        return async_diloco::plan(&s.diloco(), c);
+        return async_diloco::plan(s, c);
     }
     let memory = memory::memory(method, c)?;
     let total = memory.total() as f64;

@@ -191,8 +191,9 @@ fn plan_predicts_the_simulator_within_5_percent_and_its_memory_exactly() {
 /// Async DiLoCo is planned as a bound (plan::async_diloco): in the
 /// simulator every worker's steady cycle (between the ends of its second
 /// and its last whole round) lies between the plan's two ends, with equal
-/// and with unequal speeds, the server answers no more updates than one
-/// per `serve`, and the worker's and the server's memory are what the run
+/// and with unequal speeds, plain, with DyLU (each worker's own H_w) and
+/// with a grace period, the server answers no more updates than one per
+/// `serve`, and the worker's and the server's memory are what the run
 /// measures.
 #[test]
 fn async_diloco_cycles_lie_within_the_plans_bounds_and_its_memory_is_exact() {
@@ -200,43 +201,63 @@ fn async_diloco_cycles_lie_within_the_plans_bounds_and_its_memory_is_exact() {
     let layout = crate::model::ParamLayout::new(&cfg);
     let n = layout.len;
     let batch = 2;
-    let s = crate::strategy::AsyncDilocoSettings { h: TAU, ..Default::default() };
-    let method = Method::AsyncDiloco(s.clone());
+    // H = 6 so that DyLU's floor(s_w / max s x H) differs between the speeds below (6, 3, 4).
+    let plain = crate::strategy::AsyncDilocoSettings { h: 2 * TAU, ..Default::default() };
+    let dylu = crate::strategy::AsyncDilocoSettings { dylu: true, ..plain.clone() };
     for prof in [profile("a100-4x8-100g.toml"), profile("tcp-4x1-10g.toml")] {
         let world = prof.workers();
         let uneven: Vec<f64> = (0..world).map(|w| [1.0, 0.5, 0.8][w % 3]).collect();
         for speeds in [vec![1.0; world], uneven] {
             let spec = prof.sim_spec(&cfg, n, batch * cfg.ctx, speeds.clone()).unwrap();
-            let plan = sim_plan(8 * TAU, prof.wire.unwrap_or_default(), &layout);
-            let reports =
-                run_cluster(&method, &Runtime::Sim(spec.clone()), workers(world, batch), &plan, &Hooks::default())
-                    .unwrap();
-            let costing = sim_costing(spec, &plan, batch, &layout);
-            let super::async_diloco::Cycles { bounds, serve, .. } = super::async_diloco::cycles(&s.diloco(), &costing);
-            let h = TAU as usize;
-            let mut rate = 0.0;
-            for (w, r) in reports[..world].iter().enumerate() {
-                let rounds = r.points.len() / h;
-                assert!(rounds >= 4, "worker {w} on {}: only {rounds} rounds", prof.name);
-                let end = |round: usize| r.points[round * h - 1].end_s;
-                let cycle = (end(rounds) - end(2)) / (rounds - 2) as f64;
-                let (lo, hi) = bounds[w];
-                assert!(
-                    cycle >= lo * (1.0 - 1e-9) && cycle <= hi * (1.0 + 1e-9),
-                    "worker {w} (speed {}) on {}: simulated cycle {cycle} s outside the plan's [{lo}, {hi}]",
-                    speeds[w],
-                    prof.name
-                );
-                rate += 1.0 / cycle;
+            let plan = sim_plan(8 * 2 * TAU, prof.wire.unwrap_or_default(), &layout);
+            let costing = sim_costing(spec.clone(), &plan, batch, &layout);
+            // A grace period of half the fastest worker's shortest cycle: groups form and wait.
+            let grace = 0.5 * super::async_diloco::cycles(&plain, &costing).bounds[0].0;
+            let graced = crate::strategy::AsyncDilocoSettings { grace, ..plain.clone() };
+            for s in [&plain, &dylu, &graced] {
+                let method = Method::AsyncDiloco(s.clone());
+                let at = format!("{method} on {} at speeds {:?}", prof.name, &speeds[..3.min(world)]);
+                let reports =
+                    run_cluster(&method, &Runtime::Sim(spec.clone()), workers(world, batch), &plan, &Hooks::default())
+                        .unwrap();
+                let super::async_diloco::Cycles { bounds, serve, steps, .. } = super::async_diloco::cycles(s, &costing);
+                let mut rate = 0.0;
+                for (w, r) in reports[..world].iter().enumerate() {
+                    // Its rounds end where it sends an update (the first send is its hello).
+                    let updates: Vec<f64> =
+                        r.events.spans().iter().filter(|s| s.name == "send").skip(1).map(|s| s.start_s).collect();
+                    assert_eq!(updates.len() as u64, r.sent, "worker {w}, {at}");
+                    // Its first round ran the plan's H_w steps (DyLU's from the declared speeds).
+                    let first = r.points.iter().filter(|p| p.end_s <= updates[0]).count() as u64;
+                    assert_eq!(first, steps[w], "worker {w}, {at}: steps of its first round");
+                    // Steady state: from its second update to its third-last (a shard's
+                    // schedule can cut the last rounds short: shards.rs).
+                    let last = updates.len() - 3;
+                    assert!(last >= 3, "worker {w}, {at}: only {} updates", updates.len());
+                    let cycle = (updates[last] - updates[1]) / (last - 1) as f64;
+                    let (lo, hi) = bounds[w];
+                    assert!(
+                        cycle >= lo * (1.0 - 1e-9) && cycle <= hi * (1.0 + 1e-9),
+                        "worker {w} (speed {}, {} steps), {at}: simulated cycle {cycle} s outside the plan's [{lo}, {hi}]",
+                        speeds[w],
+                        steps[w]
+                    );
+                    rate += 1.0 / cycle;
+                }
+                // The server answers one update per `serve` seconds.
+                assert!(rate * serve <= 1.0 + 1e-9, "{at}: {rate} updates/s beyond the server's 1/{serve}");
+                check_async_memory(&method, &costing, &reports, world, &at);
             }
-            // The server answers one update per `serve` seconds.
-            assert!(rate * serve <= 1.0 + 1e-9, "{}: {rate} updates/s beyond the server's 1/{serve}", prof.name);
-            let p = plan_method(&method, &costing).unwrap();
-            assert!(!p.time.exact, "a bound, not a prediction");
-            let fields = |m: &crate::strategy::MemoryBytes| (m.params, m.grads, m.comm_buffers, m.optimizer, m.outer);
-            assert_eq!(fields(&p.memory), fields(&reports[0].memory), "worker memory on {}", prof.name);
-            let server = p.server.expect("async-diloco plans the server's memory");
-            assert_eq!(fields(&server), fields(&reports[world].memory), "server memory on {}", prof.name);
         }
     }
+}
+
+/// Async DiLoCo's planned worker and server memory against the run's.
+fn check_async_memory(m: &Method, c: &Costing, reports: &[crate::strategy::WorkerReport], world: usize, at: &str) {
+    let p = plan_method(m, c).unwrap();
+    assert!(!p.time.exact, "a bound, not a prediction");
+    let fields = |m: &crate::strategy::MemoryBytes| (m.params, m.grads, m.comm_buffers, m.optimizer, m.outer);
+    assert_eq!(fields(&p.memory), fields(&reports[0].memory), "worker memory, {at}");
+    let server = p.server.expect("async-diloco plans the server's memory");
+    assert_eq!(fields(&server), fields(&reports[world].memory), "server memory, {at}");
 }
