@@ -4,10 +4,11 @@
 //! directory. Each finished method leaves `runs/DIR/result.json`, so the
 //! same command run again reuses it (`--fresh`: rerun everything).
 
-use super::compare_methods::{expand, misfit, Entry};
+use super::compare_methods::misfit;
 use super::compare_store::MethodResult;
 use super::compare_table::{curves_csv, plots, tables, target_loss, SMOOTH};
 use super::{CompareArgs, TrainArgs};
+use crate::strategy::method_spec::{expand, Entry};
 use crate::train::RunConfig;
 use anyhow::{bail, Context, Result};
 use std::path::Path;

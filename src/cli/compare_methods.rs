@@ -1,79 +1,9 @@
-//! Which runs `lowcomm compare --methods` asks for: `all` expanded to every
-//! method of [`Method::NAMES`] with its own defaults, `NAME:key=value`
-//! variants, and the combinations that do not fit this setup (skipped, or
-//! refused when named explicitly).
+//! Which of the runs `lowcomm compare --methods` asks for
+//! (`strategy::method_spec`: names, `NAME:key=value` variants, `all`) do
+//! not fit this setup: skipped under `all`, refused when named.
 
 use crate::strategy::Method;
 use crate::train::RunConfig;
-use anyhow::{bail, Result};
-
-/// One run of a comparison.
-#[derive(Clone, Debug, PartialEq)]
-pub struct Entry {
-    /// As written (`co2:tau=4`); the bare name for a method `all` added.
-    pub spec: String,
-    /// The method's name.
-    pub name: String,
-    /// `[methods.NAME]` keys for this run only.
-    pub settings: Vec<(String, toml::Value)>,
-    /// Added by `all` rather than named: a misfit is skipped, not refused.
-    pub implied: bool,
-}
-
-impl Entry {
-    /// Its directory under `runs/` (the spec with `:`, `=`, `/` made `_`).
-    pub fn dir(&self) -> String {
-        self.spec.replace([':', '=', '/'], "_")
-    }
-}
-
-/// `NAME:key=value:...`: a method and settings written into its
-/// `[methods.NAME]` section for this run only (e.g.
-/// `flexdemo:replicator=random:compression=0.05`), so one comparison can
-/// hold one method several ways. Values are TOML (`true`, `0.05`,
-/// `"random"`); a bare word is taken as a string.
-fn variant(spec: &str) -> Result<Entry> {
-    let mut parts = spec.split(':');
-    let name = parts.next().unwrap_or_default().to_string();
-    let mut settings = Vec::new();
-    for kv in parts {
-        let Some((k, v)) = kv.split_once('=') else {
-            bail!("--methods {spec}: `{kv}` is not key=value; e.g. flexdemo:replicator=random:compression=0.05");
-        };
-        let value = format!("v = {v}")
-            .parse::<toml::Table>()
-            .ok()
-            .and_then(|mut t| t.remove("v"))
-            .unwrap_or_else(|| toml::Value::String(v.to_string()));
-        settings.push((k.to_string(), value));
-    }
-    if name == "all" && !settings.is_empty() {
-        bail!("--methods {spec}: `all` takes no settings; give them per method, e.g. --methods all,co2:tau=24");
-    }
-    Ok(Entry { spec: spec.to_string(), name, settings, implied: false })
-}
-
-/// The runs `specs` ask for, in order. `all` stands for every method of
-/// [`Method::NAMES`] (in that order) with its documented defaults; a spec
-/// next to `all` naming one of them (`all,co2:tau=24`) runs in place of
-/// that method's default run (several variants of it: all of them).
-pub fn expand(specs: &[String]) -> Result<Vec<Entry>> {
-    let named = specs.iter().filter(|s| s.as_str() != "all").map(|s| variant(s)).collect::<Result<Vec<_>>>()?;
-    if !specs.iter().any(|s| s == "all") {
-        return Ok(named);
-    }
-    let mut out = Vec::new();
-    for name in Method::NAMES {
-        let mine: Vec<Entry> = named.iter().filter(|e| e.name == name).cloned().collect();
-        if mine.is_empty() {
-            out.push(Entry { spec: name.to_string(), name: name.to_string(), settings: Vec::new(), implied: true });
-        }
-        out.extend(mine);
-    }
-    // A name that is not a method is kept: it is refused, naming the valid ones, when its config is built.
-    out.extend(named.into_iter().filter(|e| !Method::NAMES.contains(&e.name.as_str())));
-    Ok(out)
-}
 
 /// Why `method` cannot run under `cfg`, if it cannot (a misfit of the
 /// setup, not a bad value: those are errors of the method's own keys).
@@ -96,37 +26,6 @@ pub fn misfit(method: &Method, cfg: &RunConfig) -> Option<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    fn specs(s: &str) -> Vec<String> {
-        s.split(',').map(String::from).collect()
-    }
-
-    #[test]
-    fn all_is_every_method_in_order_and_a_named_variant_replaces_its_default() {
-        let e = expand(&specs("all")).unwrap();
-        let names: Vec<&str> = e.iter().map(|e| e.spec.as_str()).collect();
-        assert_eq!(names, Method::NAMES);
-        assert!(e.iter().all(|e| e.implied && e.settings.is_empty()));
-        let e = expand(&specs("co2:tau=4,all,co2:tau=8")).unwrap();
-        let names: Vec<&str> = e.iter().map(|e| e.spec.as_str()).collect();
-        let i = Method::NAMES.iter().position(|n| *n == "co2").unwrap();
-        assert_eq!(names.len(), Method::NAMES.len() + 1);
-        assert_eq!(&names[i..i + 2], ["co2:tau=4", "co2:tau=8"]);
-        assert!(!e[i].implied && e[i].settings == vec![("tau".to_string(), toml::Value::Integer(4))]);
-        assert_eq!(e[i].dir(), "co2_tau_4");
-        // Without `all`: exactly what was asked.
-        let e = expand(&specs("zero1,flexdemo:replicator=random")).unwrap();
-        assert_eq!(e.len(), 2);
-        assert_eq!(e[1].settings, vec![("replicator".to_string(), toml::Value::String("random".into()))]);
-    }
-
-    #[test]
-    fn bad_specs_name_the_spec_and_an_example() {
-        let e = expand(&specs("all:tau=3")).unwrap_err().to_string();
-        assert!(e.contains("--methods all:tau=3") && e.contains("all,co2:tau=24"), "{e}");
-        let e = expand(&specs("all,co2:tau")).unwrap_err().to_string();
-        assert!(e.contains("`tau` is not key=value"), "{e}");
-    }
 
     #[test]
     fn grad_accum_misfits_the_methods_that_accumulate_while_communicating() {

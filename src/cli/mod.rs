@@ -91,7 +91,8 @@ pub struct PlanArgs {
     /// Cluster profile (configs/clusters/*.toml); its `[timing]` model is replaced by --model.
     #[arg(long)]
     pub cluster: PathBuf,
-    /// `all`, or methods separated by commas.
+    /// `all`, or methods separated by commas: names or `NAME:key=value`
+    /// variants, as `compare` takes them (`async-diloco:dylu=true:grace=0.5`).
     #[arg(long, value_delimiter = ',', default_value = "all")]
     pub methods: Vec<String>,
     /// Tokens per micro-batch: `SEQUENCESxLENGTH` (`24x1024`) or a count; default the profile's, else 24x1024.

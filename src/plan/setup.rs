@@ -90,23 +90,24 @@ pub fn costing(model: &ModelSpec, profile: &ClusterProfile, k: &Knobs) -> Result
     })
 }
 
-/// `--methods all|a,b` with `--tau` and `--compression` given to the
-/// methods that take them (`--tau` is DiLoCo's H: its inner steps per
-/// round); a knob out of range is the method's own error.
-pub fn methods(names: &[String], tau: Option<u64>, compression: Option<f64>) -> Result<Vec<Method>> {
-    let all = names.iter().any(|n| n == "all");
-    let names: Vec<String> = if all { Method::NAMES.iter().map(|s| s.to_string()).collect() } else { names.to_vec() };
-    names
+/// `--methods all|a,b|NAME:key=value` (`strategy::method_spec`, as
+/// `compare` takes them) with `--tau` and `--compression` given to the
+/// methods that take them where the spec does not set the key (`--tau` is
+/// DiLoCo's H: its inner steps per round); a knob out of range is the
+/// method's own error.
+pub fn methods(specs: &[String], tau: Option<u64>, compression: Option<f64>) -> Result<Vec<Method>> {
+    crate::strategy::method_spec::expand(specs)?
         .iter()
-        .map(|name| {
-            let mut t = toml::Table::new();
+        .map(|e| {
+            let name = e.name.as_str();
+            let mut t: toml::Table = e.settings.iter().cloned().collect();
             for key in ["tau", "h"] {
                 if let Some(tau) = tau.filter(|_| Method::takes(name, key)) {
-                    t.insert(key.into(), toml::Value::Integer(i64::try_from(tau).unwrap_or(i64::MAX)));
+                    t.entry(key).or_insert(toml::Value::Integer(i64::try_from(tau).unwrap_or(i64::MAX)));
                 }
             }
             if let Some(c) = compression.filter(|_| Method::takes(name, "compression")) {
-                t.insert("compression".into(), toml::Value::Float(c));
+                t.entry("compression").or_insert(toml::Value::Float(c));
             }
             Method::from_config(name, Some(&t))
         })
@@ -134,6 +135,21 @@ mod tests {
         let ms = methods(&["all".into()], Some(4), Some(0.05)).unwrap();
         assert_eq!(ms.len(), Method::NAMES.len());
         assert!(ms.iter().filter_map(Method::local_tau).all(|t| t == 4));
+    }
+
+    #[test]
+    fn variants_as_compare_takes_them_and_a_variants_key_wins_over_the_flag() {
+        let specs = |v: &[&str]| v.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+        let ms = methods(&specs(&["async-diloco", "async-diloco:dylu=true:grace=0.5:h=7"]), Some(5), None).unwrap();
+        match &ms[..] {
+            [Method::AsyncDiloco(a), Method::AsyncDiloco(b)] => {
+                assert_eq!((a.h, a.dylu, a.grace), (5, false, 0.0));
+                assert_eq!((b.h, b.dylu, b.grace), (7, true, 0.5));
+            }
+            other => panic!("{other:?}"),
+        }
+        let e = methods(&specs(&["co2:tau"]), None, None).unwrap_err().to_string();
+        assert!(e.contains("`tau` is not key=value"), "{e}");
     }
 
     #[test]

@@ -20,6 +20,7 @@ pub mod local_settings;
 pub mod local_sgd;
 pub mod membership;
 pub mod method;
+pub mod method_spec;
 pub mod overlap_local_sgd;
 pub mod param_server;
 pub mod server_state;
