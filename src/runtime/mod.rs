@@ -319,7 +319,8 @@ pub fn collective_bytes(
 /// node's k members would, and between nodes what a ring over the m nodes
 /// would on its k-th of the buffer. The two add up to the flat ring's
 /// count: 2(p-1)/p = 2(k-1)/k + 2(m-1)/(mk) for an all-reduce. plan's
-/// `Net::coll` splits the same way. A broadcast (a chain from the root)
+/// `Net::coll` splits all-reduce, reduce-scatter and all-gather the same
+/// way. A broadcast (a chain from the root; no method broadcasts today)
 /// sends between nodes when the member it hands on to is on another node.
 #[allow(clippy::too_many_arguments)]
 pub fn collective_traffic(
