@@ -182,3 +182,32 @@ fn plan_with_speeds_paces_by_the_slowest_and_bounds_acco() {
     // ACCO counts the fast node's extra micro-batches: (8 x 2.5 + 8) / 16 = 1.75 x the paced rate.
     assert!(acco["tokens_per_s"].as_f64().unwrap() > 1.7 * ddp["tokens_per_s"].as_f64().unwrap());
 }
+
+#[test]
+fn plan_takes_method_variants_and_plans_dylu_per_worker() {
+    // As compare takes them: async DiLoCo plain and with DyLU on a node of
+    // A100s and a node at 0.4 of their speed. DyLU gives the slow workers
+    // floor(0.4 x 50) = 20 steps, so their cycles (and the mean) shorten
+    // while every worker still trains at its own speed: about the same tokens/s.
+    let json = std::env::temp_dir().join(format!("lowcomm-plan-variants-{}.json", std::process::id()));
+    let cluster = "configs/clusters/hetero-2x8-mixed-100g.toml";
+    let slow_node = "1,1,1,1,1,1,1,1,0.4,0.4,0.4,0.4,0.4,0.4,0.4,0.4";
+    let methods = "async-diloco,async-diloco:dylu=true";
+    let args = ["plan", "--model", "gpt2", "--cluster", cluster, "--methods", methods, "--speeds", slow_node];
+    let out = lowcomm(&[&args[..], &["--json", json.to_str().unwrap()]].concat());
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    std::fs::remove_file(&json).unwrap();
+    let rows = v["methods"].as_array().unwrap();
+    let labels: Vec<&str> = rows.iter().map(|m| m["label"].as_str().unwrap()).collect();
+    assert_eq!(labels, ["async-diloco (H 50, outer Nesterov)", "async-diloco (H 50, outer Nesterov, dylu)"]);
+    let (plain, dylu) = (&rows[0], &rows[1]);
+    let round = |m: &serde_json::Value| m["time"]["round_s"].as_f64().unwrap();
+    assert!(round(dylu) < 0.8 * round(plain), "{} vs {}", round(dylu), round(plain));
+    let tps = |m: &serde_json::Value| m["tokens_per_s"].as_f64().unwrap();
+    assert!((tps(dylu) / tps(plain) - 1.0).abs() < 0.01, "{} vs {}", tps(dylu), tps(plain));
+    // A variant's key that does not exist is the method's own error.
+    let out = lowcomm(&["plan", "--model", "gpt2", "--cluster", cluster, "--methods", "async-diloco:dyl=true"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains("dyl"), "{err}");
+}
