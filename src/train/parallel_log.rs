@@ -274,10 +274,15 @@ impl Inner {
                 b.set_position(r.step);
                 b.set_message(msg);
             }
-            None if !self.quiet && (r.step % self.every == 0 || r.step == self.total) => {
+            None if !self.quiet && (r.step % self.every == 0 || r.step >= self.total) => {
                 let per_round = elapsed / (r.step - self.first).max(1) as f64;
                 let eta = per_round * self.total.saturating_sub(r.step) as f64;
-                eprintln!("{} round {}/{}  {msg}  ETA {eta:.0} s", self.label, r.step, self.total);
+                if r.step <= self.total {
+                    eprintln!("{} round {}/{}  {msg}  ETA {eta:.0} s", self.label, r.step, self.total);
+                } else {
+                    // async-diloco: updates still in flight when the budget is met are applied too.
+                    eprintln!("{} round {} (past {}: in flight at the end)  {msg}", self.label, r.step, self.total);
+                }
             }
             None => {}
         }
