@@ -272,7 +272,12 @@ impl Inner {
         match &self.bar {
             Some(b) => {
                 b.set_position(r.step);
-                b.set_message(msg);
+                // async-diloco: updates still in flight when the budget is met are applied too.
+                b.set_message(if r.step > self.total {
+                    format!("(past {}: in flight at the end)  {msg}", self.total)
+                } else {
+                    msg
+                });
             }
             None if !self.quiet && (r.step % self.every == 0 || r.step >= self.total) => {
                 let per_round = elapsed / (r.step - self.first).max(1) as f64;
@@ -280,7 +285,6 @@ impl Inner {
                 if r.step <= self.total {
                     eprintln!("{} round {}/{}  {msg}  ETA {eta:.0} s", self.label, r.step, self.total);
                 } else {
-                    // async-diloco: updates still in flight when the budget is met are applied too.
                     eprintln!("{} round {} (past {}: in flight at the end)  {msg}", self.label, r.step, self.total);
                 }
             }
