@@ -189,8 +189,9 @@ fn plan_predicts_the_simulator_within_5_percent_and_its_memory_exactly() {
 }
 
 /// Async DiLoCo is planned as a bound (plan::async_diloco): in the
-/// simulator every worker's steady cycle (between the ends of its second
-/// and its last whole round) lies between the plan's two ends, with equal
+/// simulator every worker's first round has the plan's H_w steps, its
+/// steady cycle (between its second and its third-last update sent) lies
+/// between the plan's two ends, with equal
 /// and with unequal speeds, plain, with DyLU (each worker's own H_w) and
 /// with a grace period, the server answers no more updates than one per
 /// `serve`, and the worker's and the server's memory are what the run

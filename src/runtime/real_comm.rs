@@ -119,13 +119,12 @@ impl CommSide for RealComm<'_> {
     async fn send(&mut self, to: usize, msg: Message) {
         let start = self.secs();
         let bytes = msg.wire_len();
+        let same_node = self.topo.node_of(self.rank) == self.topo.node_of(to);
         if let Some(l) = &self.link {
-            let same_node = self.topo.node_of(self.rank) == self.topo.node_of(to);
             hold_until(Instant::now(), l.message_s(bytes, same_node));
         }
         self.fabric.send(to, msg);
-        let tier =
-            if self.topo.node_of(self.rank) == self.topo.node_of(to) { LinkTier::Intra } else { LinkTier::Inter };
+        let tier = if same_node { LinkTier::Intra } else { LinkTier::Inter };
         self.span("send", start, Traffic::on(tier, bytes as u64));
     }
     async fn recv(&mut self, from: usize) -> Message {

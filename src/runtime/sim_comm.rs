@@ -107,10 +107,12 @@ impl SimComm {
     }
 
     /// Joins this participant's next collective on `g` with `data`; waits
-    /// for it to complete; returns this member's result.
-    async fn collective(&mut self, g: &Group, what: What, data: Data, elems: usize) -> Data {
+    /// for it to complete; returns this member's result, the group's
+    /// members and this participant's index among them.
+    async fn collective(&mut self, g: &Group, what: What, data: Data, elems: usize) -> (Data, Vec<usize>, usize) {
         let (members, seq, me) = self.join(g, what, data, elems);
-        JoinWait { state: &self.state, rank: self.rank, members: &members, seq, me, registered: false }.await
+        let res = JoinWait { state: &self.state, rank: self.rank, members: &members, seq, me, registered: false }.await;
+        (res, members, me)
     }
 
     fn join(&mut self, g: &Group, what: What, data: Data, elems: usize) -> (Vec<usize>, u64, usize) {
@@ -209,10 +211,9 @@ impl SimComm {
             Kind::AllGather => output.len(),
             _ => contribution.len(),
         };
-        let res = self.collective(g, What::Dense { kind, op, wire, root }, Data::Dense(contribution), elems).await;
+        let what = What::Dense { kind, op, wire, root };
+        let (res, members, me) = self.collective(g, what, Data::Dense(contribution), elems).await;
         output.copy_from_slice(res.dense());
-        let members = self.topology().members(g, self.rank);
-        let me = members.iter().position(|&m| m == self.rank).unwrap_or(0);
         // The last member holding a result hands its buffer back.
         let back = match res {
             Data::Dense(v) => Some(v),
@@ -375,10 +376,8 @@ impl CommSide for SimComm {
         let p = self.topology().members(g, self.rank).len();
         assert_eq!(output.len(), p * input.len(), "all_gather_bytes: output.len() must be |group| * input.len()");
         let start = self.now();
-        let res = self.collective(g, What::Bytes, Data::Bytes(input.to_vec()), output.len()).await;
+        let (res, members, me) = self.collective(g, What::Bytes, Data::Bytes(input.to_vec()), output.len()).await;
         output.copy_from_slice(res.bytes());
-        let members = self.topology().members(g, self.rank);
-        let me = members.iter().position(|&m| m == self.rank).unwrap_or(0);
         let n = output.len();
         self.span(
             "all_gather_bytes",
@@ -392,11 +391,11 @@ impl CommSide for SimComm {
         assert!(to < topo.participants() && to != self.rank, "participant {} cannot send to {to}", self.rank);
         msg.round_for_wire();
         let bytes = msg.wire_len();
+        let same_node = topo.node_of(self.rank) == topo.node_of(to);
         let arrival = {
             let mut st = self.state.borrow_mut();
             let scaled = crate::comm::payload::MESSAGE_HEADER
                 + ((bytes - crate::comm::payload::MESSAGE_HEADER) as f64 * st.spec.comm_scale).round() as usize;
-            let same_node = topo.node_of(self.rank) == topo.node_of(to);
             let cost = st.spec.link.as_ref().map_or(0.0, |l| l.message_s(scaled, same_node));
             let arrival = st.now + cost;
             let seq = st.mail_seq;
@@ -407,7 +406,7 @@ impl CommSide for SimComm {
             arrival
         };
         sleep_until(&self.state, self.rank, Lane::Comm, arrival).await;
-        let tier = if topo.node_of(self.rank) == topo.node_of(to) { LinkTier::Intra } else { LinkTier::Inter };
+        let tier = if same_node { LinkTier::Intra } else { LinkTier::Inter };
         self.span("send", start, Traffic::on(tier, bytes as u64));
     }
     async fn recv(&mut self, from: usize) -> Message {
