@@ -133,10 +133,9 @@ fn resume_continues_in_the_run_directory_from_anywhere_and_after_a_move_or_copy(
     // value is required" until the flag became clap's optional value),
     // also as the last argument.
     for args in [&["--out", "runs/whole-copy", "--resume"][..], &["--resume", "--out", "runs/whole-copy"][..]] {
-        let steps = train_steps(&copy).len() + 1;
-        let steps = steps.to_string();
-        ok(lowcomm(&proj, &[&["train", "--steps", &steps, "--quiet"][..], args].concat()));
-        assert_eq!(train_steps(&copy), (1..=steps.parse().unwrap()).collect::<Vec<_>>(), "{args:?}");
+        let steps = train_steps(&copy).len() as u64 + 1;
+        ok(lowcomm(&proj, &[&["train", "--steps", &steps.to_string(), "--quiet"][..], args].concat()));
+        assert_eq!(train_steps(&copy), (1..=steps).collect::<Vec<_>>(), "{args:?}");
     }
 }
 
