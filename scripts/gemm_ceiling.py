@@ -61,7 +61,8 @@ def median_seconds(run, rounds):
 
 
 def torch_product(m, k, n):
-    # As eager lays them out: the weight [out, in] read transposed for the forward.
+    # The right operand read transposed, as the forward reads its weight [out, in]; the
+    # backward's products are timed in the same layout (eager's dY^T / W views may differ).
     a, b, out = torch.rand(m, k), torch.rand(n, k).t(), torch.empty(m, n)
     return lambda: torch.matmul(a, b, out=out)
 
