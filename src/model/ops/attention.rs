@@ -7,8 +7,7 @@
 //! Parallel over batch rows: each task owns whole rows of every buffer.
 
 use super::fastmath::{dot, exp_in_place_sum, max};
-use super::matmul::View;
-use super::tile::product;
+use super::matmul::{gemm, Threads, View};
 use rayon::prelude::*;
 
 /// Shapes of one attention call.
@@ -51,25 +50,24 @@ pub fn forward_blocked(out: &mut [f32], probs: &mut [f32], qkv: &[f32], d: Dims,
         .zip(probs[..b * heads * t * t].par_chunks_mut(heads * t * t))
         .zip(qkv.par_chunks(t * 3 * c))
         .for_each(|((out, probs), qkv)| {
-            let ldt = transposed_ld(t);
-            let (mut kt, mut vh) = (vec![0.0f32; hs * ldt], vec![0.0f32; t * hs]);
+            let mut kt = vec![0.0f32; hs * t];
             for (h, p) in probs.chunks_exact_mut(t * t).enumerate() {
                 let (q, k, v) = (&qkv[h * hs..], &qkv[c + h * hs..], &qkv[2 * c + h * hs..]);
-                transpose_head(&mut kt, ldt, k, t, 3 * c);
-                copy_head(&mut vh, v, t, 3 * c);
+                transpose_head(&mut kt, k, t, 3 * c);
                 for i0 in (0..t).step_by(block.max(1)) {
                     // Query rows i0..i1 see keys 0..i1 at most (causal).
                     let i1 = (i0 + block.max(1)).min(t);
                     let pb = &mut p[i0 * t..i1 * t];
                     // S = q k^T, k^T from its copy (`transpose_head`)
                     let qb = View::strided(&q[i0 * 3 * c..], 3 * c, 1);
-                    product(pb, t, qb, &kt, ldt, i1 - i0, i1, hs, false);
+                    gemm(pb, t, qb, View::rows(&kt, t), i1 - i0, i1, hs, false, Threads::One);
                     for (r, row) in pb.chunks_exact_mut(t).enumerate() {
                         causal_softmax_row(&mut row[..i1], i0 + r, scale);
                     }
                     // y = P v
                     let ob = &mut out[i0 * c + h * hs..];
-                    product(ob, c, View::rows(pb, t), &vh, hs, i1 - i0, hs, i1, false);
+                    let vv = View::strided(v, 3 * c, 1);
+                    gemm(ob, c, View::rows(pb, t), vv, i1 - i0, hs, i1, false, Threads::One);
                 }
             }
         });
@@ -84,34 +82,18 @@ pub fn forward_blocked(out: &mut [f32], probs: &mut [f32], qkv: &[f32], d: Dims,
 /// gathers value by value, again for every query block. That gather was 30%
 /// of attention's time (`perf`, issue 13); from this copy, made once per
 /// head, gemm copies whole vectors.
-fn transpose_head(dst: &mut [f32], ldt: usize, head: &[f32], t: usize, ld: usize) {
-    let hs = dst.len() / ldt;
+fn transpose_head(dst: &mut [f32], head: &[f32], t: usize, ld: usize) {
+    let hs = dst.len() / t;
     // 8 tokens at a time: each write is 8 contiguous values of one row of
     // `dst` (a plain token-by-token loop writes one value per cache line).
     for j0 in (0..t).step_by(8) {
         let j1 = (j0 + 8).min(t);
-        for (d, out) in dst.chunks_exact_mut(ldt).take(hs).enumerate() {
+        for (d, out) in dst.chunks_exact_mut(t).take(hs).enumerate() {
             for (j, y) in (j0..j1).zip(&mut out[j0..j1]) {
                 *y = head[j * ld + d];
             }
         }
     }
-}
-
-/// `dst[j * hs + d] = head[j * ld + d]`: one head's `[t, hs]` columns of a
-/// packed buffer, copied to contiguous rows.
-fn copy_head(dst: &mut [f32], head: &[f32], t: usize, ld: usize) {
-    let hs = dst.len() / t;
-    for (j, row) in dst.chunks_exact_mut(hs).enumerate() {
-        row.copy_from_slice(&head[j * ld..j * ld + hs]);
-    }
-}
-
-/// Leading dimension of a transposed head copy: `t` rounded up to whole
-/// 64-byte lines, and one line more when that is an even number of lines.
-fn transposed_ld(t: usize) -> usize {
-    let lines = t.div_ceil(16);
-    16 * if lines % 2 == 0 { lines + 1 } else { lines }
 }
 
 /// Row `i` of a causal softmax: entries `0..=i` become softmax(scale * s),
@@ -161,25 +143,20 @@ pub fn backward_blocked(
             for row in dqkv.chunks_exact_mut(3 * c) {
                 row[c..].fill(0.0);
             }
-            let ldt = transposed_ld(t);
-            let mut vt = vec![0.0f32; hs * ldt];
-            let (mut kh, mut qh, mut dyh) = (vec![0.0f32; t * hs], vec![0.0f32; t * hs], vec![0.0f32; t * hs]);
+            let mut vt = vec![0.0f32; hs * t];
             for (h, (ds, p)) in scratch.chunks_exact_mut(t * t).zip(probs.chunks_exact(t * t)).enumerate() {
                 let (q, k, v) = (&qkv[h * hs..], &qkv[c + h * hs..], &qkv[2 * c + h * hs..]);
                 let dy = &dout[h * hs..];
-                transpose_head(&mut vt, ldt, v, t, 3 * c);
-                copy_head(&mut kh, k, t, 3 * c);
-                copy_head(&mut qh, q, t, 3 * c);
-                copy_head(&mut dyh, dy, t, c);
+                transpose_head(&mut vt, v, t, 3 * c);
                 for i0 in (0..t).step_by(block.max(1)) {
                     // Query rows i0..i1 against keys 0..i1 (the forward's block).
                     let i1 = (i0 + block.max(1)).min(t);
                     let (m, dsb, pb) = (i1 - i0, &mut ds[i0 * t..i1 * t], &p[i0 * t..i1 * t]);
-                    let dyb = &dyh[i0 * hs..];
+                    let dyb = View::strided(&dy[i0 * c..], c, 1);
                     // dP = dy v^T (v^T from its copy) ; dv[0..i1] += P^T dy
-                    product(dsb, t, View::rows(dyb, hs), &vt, ldt, m, i1, hs, false);
+                    gemm(dsb, t, dyb, View::rows(&vt, t), m, i1, hs, false, Threads::One);
                     let dv = &mut dqkv[2 * c + h * hs..];
-                    product(dv, 3 * c, View::transposed(pb, t), dyb, hs, i1, hs, m, true);
+                    gemm(dv, 3 * c, View::transposed(pb, t), dyb, i1, hs, m, true, Threads::One);
                     // dS = P * (dP - sum_j P dP) * scale (softmax backward; 0 in the future since P is)
                     for (dsr, pr) in dsb.chunks_exact_mut(t).zip(pb.chunks_exact(t)) {
                         let (dsr, pr) = (&mut dsr[..i1], &pr[..i1]);
@@ -190,9 +167,10 @@ pub fn backward_blocked(
                     }
                     // dq = dS k ; dk[0..i1] += dS^T q
                     let dq = &mut dqkv[i0 * 3 * c + h * hs..];
-                    product(dq, 3 * c, View::rows(dsb, t), &kh, hs, m, hs, i1, false);
+                    gemm(dq, 3 * c, View::rows(dsb, t), View::strided(k, 3 * c, 1), m, hs, i1, false, Threads::One);
                     let dk = &mut dqkv[c + h * hs..];
-                    product(dk, 3 * c, View::transposed(dsb, t), &qh[i0 * hs..], hs, i1, hs, m, true);
+                    let qb = View::strided(&q[i0 * 3 * c..], 3 * c, 1);
+                    gemm(dk, 3 * c, View::transposed(dsb, t), qb, i1, hs, m, true, Threads::One);
                 }
             }
         });

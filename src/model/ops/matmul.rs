@@ -30,13 +30,6 @@ impl View {
     pub fn strided(data: &[f32], rs: usize, cs: usize) -> View {
         View { ptr: data.as_ptr(), rs: rs as isize, cs: cs as isize }
     }
-    /// Address of element (i, j).
-    ///
-    /// # Safety
-    /// (i, j) must lie inside the slice the view was built from.
-    pub(super) unsafe fn at(&self, i: usize, j: usize) -> *const f32 {
-        self.ptr.offset(i as isize * self.rs + j as isize * self.cs)
-    }
 }
 
 /// How many threads one product may use.

@@ -13,5 +13,4 @@ pub mod layernorm;
 pub mod matmul;
 pub mod reduce;
 pub mod residual;
-pub mod tile;
 pub mod xent;
