@@ -4,7 +4,8 @@
 # (shared/bench/torch_reference.py), all measured in this run on this
 # machine, alternating, one process per measurement so each peak RSS is its
 # own. Prints the host (ISA level, cores, single-core GEMM peak) and a
-# Markdown table with the ratios and lowcomm's GFLOP/s against the peak.
+# Markdown table with the ratios and lowcomm's GFLOP/s against the peak,
+# then every round's tok/s, so the noise behind each median shows.
 #
 #   bash scripts/bench_vs_torch.sh                 # needs a venv with torch: VENV=/path (default .venv-torch)
 #   ROUNDS=5 bash scripts/bench_vs_torch.sh        # alternate ROUNDS times, report the medians (default 3)
@@ -93,6 +94,20 @@ for preset in $PRESETS; do
       mem="$mem / $(col "$preset" "$m" rss | median)"
     done
     echo "$line $mem |"
+  done
+done
+echo
+echo "Per round, tok/s (in the order run):"
+echo
+rhdr="| preset | round |"; rsep="|---|---|"
+for p in $PATHS; do rhdr="$rhdr lowcomm $p |"; rsep="$rsep---|"; done
+for m in $MODES; do rhdr="$rhdr torch $m |"; rsep="$rsep---|"; done
+echo "$rhdr"; echo "$rsep"
+for preset in $PRESETS; do
+  for r in $(seq "$ROUNDS"); do
+    line="| $preset | $r |"
+    for p in $PATHS $MODES; do line="$line ${val[$preset,$p,tok,$r]} |"; done
+    echo "$line"
   done
 done
 echo
