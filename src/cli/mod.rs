@@ -212,7 +212,7 @@ pub struct TrainArgs {
     #[arg(long)]
     pub force: bool,
     /// Data-parallel method: ddp, zero1, dpu, acco-wp, acco, local-sgd,
-    /// overlap-local-sgd, slowmo, co2, demo, flexdemo.
+    /// overlap-local-sgd, slowmo, co2, demo, flexdemo, diloco, async-diloco.
     #[arg(long)]
     pub method: Option<String>,
     /// Number of data-parallel workers.

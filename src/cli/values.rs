@@ -103,6 +103,20 @@ mod tests {
     use super::super::Cli;
     use clap::{error::ErrorKind, CommandFactory};
 
+    /// `train --method`'s help names every method there is (it once
+    /// stopped at flexdemo, leaving out diloco and async-diloco).
+    #[test]
+    fn train_help_lists_every_method() {
+        let cmd = Cli::command();
+        let train = cmd.find_subcommand("train").unwrap();
+        let arg = train.get_arguments().find(|a| a.get_long() == Some("method")).unwrap();
+        let help = arg.get_help().unwrap().to_string();
+        let listed: Vec<&str> = help.split(':').nth(1).unwrap().split([',', '.']).map(str::trim).collect();
+        for name in crate::strategy::Method::NAMES {
+            assert!(listed.contains(&name), "--method's help leaves out {name}: {help}");
+        }
+    }
+
     /// Every numeric flag of every command, given `-1`, reaches its parser:
     /// the error is a range error (or the value is accepted), never
     /// "unexpected argument '-1'". A numeric flag is one that refuses `abc`.
