@@ -185,7 +185,7 @@ impl MpiProcess {
         self.world.all_gather_into(&(per_node as u64), &mut all[..]);
         // Workers must agree; a server after them may sit elsewhere.
         all.truncate(workers.min(all.len()));
-        if all.iter().any(|&k| k != per_node as u64) || workers % per_node != 0 {
+        if all.iter().any(|&k| k != per_node as u64) || !workers.is_multiple_of(per_node) {
             bail!("ranks per node differ across nodes ({all:?}) or do not divide {workers} workers: groups by node need the same number of workers on every node (set LOWCOMM_RANKS_PER_NODE to override)");
         }
         Ok(per_node)

@@ -63,7 +63,7 @@ impl GptConfig {
                 bail!("model.{name} must be at least 1");
             }
         }
-        if self.n_embd % self.n_head != 0 {
+        if !self.n_embd.is_multiple_of(self.n_head) {
             bail!(
                 "model.n_embd ({}) must be a multiple of model.n_head ({}), e.g. n_embd = {}",
                 self.n_embd,

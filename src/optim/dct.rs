@@ -30,7 +30,7 @@ use std::sync::Arc;
 
 /// The largest divisor of `n` that is at most `chunk` (at least 1).
 pub fn chunk_len(n: usize, chunk: usize) -> usize {
-    (1..=chunk.min(n).max(1)).rev().find(|d| n % d == 0).unwrap_or(1)
+    (1..=chunk.min(n).max(1)).rev().find(|d| n.is_multiple_of(*d)).unwrap_or(1)
 }
 
 /// The orthonormal DCT-II matrix of size `n`, row-major: `D[k * n + j]`.

@@ -149,7 +149,7 @@ impl OuterOpt {
                 let n = self.cfg.dn_buffer as f32;
                 let c = self.cfg.dn_c;
                 let it = theta.iter_mut().zip(&mut self.m).zip(&mut self.delta).zip(g);
-                if (self.t + 1) % self.cfg.dn_buffer == 0 {
+                if (self.t + 1).is_multiple_of(self.cfg.dn_buffer) {
                     // The momentum update every N-th step, on the buffered mean.
                     let k = (1.0 - c * n + c) * beta;
                     for (((x, m), d), g) in it {

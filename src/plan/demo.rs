@@ -101,7 +101,7 @@ fn square_pieces(len: usize, chunk: usize) -> Vec<Piece> {
     if whole > 0 {
         out.push(Piece { offset: 0, rows: chunk, cols: whole * chunk, h: chunk, w: chunk });
     }
-    if len % block > 0 {
+    if !len.is_multiple_of(block) {
         out.push(Piece { offset: whole * block, rows: 1, cols: len % block, h: 1, w: len % block });
     }
     out

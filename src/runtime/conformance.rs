@@ -249,7 +249,7 @@ pub fn run_real(topo: Topology) -> Result<Vec<Vec<u32>>> {
 /// Runs the program on both in-process runtimes on `workers` workers in
 /// nodes of 2 (or one node) plus a server, and checks they agree.
 pub fn check_runtimes(workers: usize) -> Result<()> {
-    let per_node = if workers % 2 == 0 && workers > 2 { 2 } else { workers };
+    let per_node = if workers.is_multiple_of(2) && workers > 2 { 2 } else { workers };
     let topo = Topology { workers, per_node, server: true };
     let (s, r) = (run_sim(topo)?, run_real(topo)?);
     for (p, (a, b)) in s.iter().zip(&r).enumerate() {
@@ -263,7 +263,7 @@ pub fn check_runtimes(workers: usize) -> Result<()> {
 /// divide evenly (else one node).
 pub fn mpi_topology(size: usize, per_node: usize) -> Topology {
     let workers = size.saturating_sub(1).max(1);
-    let per_node = if per_node >= 1 && workers % per_node == 0 { per_node } else { workers };
+    let per_node = if per_node >= 1 && workers.is_multiple_of(per_node) { per_node } else { workers };
     Topology { workers, per_node, server: size >= 2 }
 }
 

@@ -156,7 +156,7 @@ impl Topology {
     pub fn validate(&self) -> anyhow::Result<()> {
         anyhow::ensure!(self.workers >= 1, "a job needs at least one worker");
         anyhow::ensure!(
-            self.per_node >= 1 && self.workers % self.per_node == 0,
+            self.per_node >= 1 && self.workers.is_multiple_of(self.per_node),
             "{} workers do not divide into nodes of {}: every node must hold the same number of workers",
             self.workers,
             self.per_node

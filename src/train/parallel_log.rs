@@ -279,7 +279,7 @@ impl Inner {
                     msg
                 });
             }
-            None if !self.quiet && (r.step % self.every == 0 || r.step >= self.total) => {
+            None if !self.quiet && (r.step.is_multiple_of(self.every) || r.step >= self.total) => {
                 let per_round = elapsed / (r.step - self.first).max(1) as f64;
                 let eta = per_round * self.total.saturating_sub(r.step) as f64;
                 if r.step <= self.total {

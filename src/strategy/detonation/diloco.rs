@@ -37,7 +37,7 @@ impl Replicator for DilocoReplicator {
     fn fold(&mut self, t: u64, lr: f32, g: &[f32]) -> Exchange {
         let beta = self.beta;
         self.delta.iter_mut().zip(g).for_each(|(d, &g)| *d = beta * *d + lr * g);
-        if (t + 1) % self.every != 0 {
+        if !(t + 1).is_multiple_of(self.every) {
             return Exchange::Nothing;
         }
         let mut values = self.values.take().expect("one exchange at a time");
