@@ -15,7 +15,9 @@
 //!   loops the compiler vectorises for the build's baseline:
 //!   `.cargo/config.toml` sets x86-64-v3 (AVX2+FMA). A build for an older CPU
 //!   clears that: `RUSTFLAGS= cargo build --release --no-default-features`
-//!   (SSE2 baseline; GEMM still picks its best path at run time).
+//!   (SSE2 baseline; GEMM still picks its best path at run time). The
+//!   arithmetic-bound ones (GELU, softmax) also have a copy compiled for
+//!   AVX-512 (`ops::simd`), run where GEMM runs AVX-512 ([`kernels_path`]).
 
 use anyhow::{bail, Result};
 use std::sync::OnceLock;
@@ -90,6 +92,17 @@ pub fn kernels_built() -> Isa {
     }
 }
 
+/// The level our element-wise kernels run on a CPU of level `cpu`: their
+/// AVX-512 copies where GEMM runs AVX-512 (this build has the `avx512`
+/// feature and the CPU the instructions), else the build's baseline.
+pub fn kernels_path(cpu: Isa) -> Isa {
+    if cfg!(feature = "avx512") && cpu == Isa::Avx512 {
+        Isa::Avx512
+    } else {
+        kernels_built()
+    }
+}
+
 /// The level GEMM dispatches to on a CPU of level `cpu` in this build.
 pub fn gemm_path(cpu: Isa) -> Isa {
     let built = if cfg!(feature = "avx512") { Isa::Avx512 } else { Isa::Avx2 };
@@ -103,7 +116,7 @@ pub struct Levels {
     pub cpu: Isa,
     /// What GEMM runs on.
     pub gemm: Isa,
-    /// What the element-wise kernels were compiled for.
+    /// What the element-wise kernels run on ([`kernels_path`]).
     pub kernels: Isa,
 }
 
@@ -171,7 +184,7 @@ pub fn active() -> Result<Levels> {
                 _ => None,
             };
             let c = cpu();
-            resolve(c, kernels_built(), gemm_path(c), want).map_err(|e| format!("{e:#}"))
+            resolve(c, kernels_path(c), gemm_path(c), want).map_err(|e| format!("{e:#}"))
         })
         .clone()
         .map_err(anyhow::Error::msg)
@@ -212,6 +225,14 @@ mod tests {
         assert_eq!((l.cpu, l.gemm, l.step()), (Avx512, Avx2, Avx2));
         // no cap: whatever the build picks
         assert_eq!(resolve(Avx512, Avx2, Avx512, None).unwrap().step(), Avx512);
+    }
+
+    #[test]
+    fn element_wise_kernels_go_wide_only_where_gemm_does() {
+        assert_eq!(kernels_path(Avx2), kernels_built());
+        assert_eq!(kernels_path(Scalar), kernels_built());
+        // AVX-512 copies with the `avx512` feature (as gemm's x86-v4), the baseline without it
+        assert_eq!(kernels_path(Avx512) == Avx512, gemm_path(Avx512) == Avx512);
     }
 
     #[test]

@@ -8,6 +8,7 @@
 
 use super::fastmath::{dot, exp_in_place_sum, max};
 use super::matmul::{gemm, Threads, View};
+use super::simd::multiversion;
 use rayon::prelude::*;
 
 /// Shapes of one attention call.
@@ -61,9 +62,7 @@ pub fn forward_blocked(out: &mut [f32], probs: &mut [f32], qkv: &[f32], d: Dims,
                     // S = q k^T, k^T from its copy (`transpose_head`)
                     let qb = View::strided(&q[i0 * 3 * c..], 3 * c, 1);
                     gemm(pb, t, qb, View::rows(&kt, t), i1 - i0, i1, hs, false, Threads::One);
-                    for (r, row) in pb.chunks_exact_mut(t).enumerate() {
-                        causal_softmax_row(&mut row[..i1], i0 + r, scale);
-                    }
+                    causal_softmax_rows(pb, t, i0, i1, scale);
                     // y = P v
                     let ob = &mut out[i0 * c + h * hs..];
                     let vv = View::strided(v, 3 * c, 1);
@@ -96,14 +95,34 @@ fn transpose_head(dst: &mut [f32], head: &[f32], t: usize, ld: usize) {
     }
 }
 
-/// Row `i` of a causal softmax: entries `0..=i` become softmax(scale * s),
-/// entries after `i` (the future) become exactly 0.
-fn causal_softmax_row(row: &mut [f32], i: usize, scale: f32) {
-    let (past, future) = row.split_at_mut(i + 1);
-    let m = max(past) * scale;
-    let inv = 1.0 / exp_in_place_sum(past, scale, m);
-    past.iter_mut().for_each(|x| *x *= inv);
-    future.fill(0.0);
+multiversion! {
+    /// Rows `i0..` of a causal softmax, one per `t` values of `block`, each
+    /// to the block's end `i1`: in row `i`, entries `0..=i` become
+    /// softmax(scale * s), entries after `i` (the future) exactly 0.
+    fn causal_softmax_rows(block: &mut [f32], t: usize, i0: usize, i1: usize, scale: f32) {
+        for (r, row) in block.chunks_exact_mut(t).enumerate() {
+            let (past, future) = row[..i1].split_at_mut(i0 + r + 1);
+            let m = max(past) * scale;
+            let inv = 1.0 / exp_in_place_sum(past, scale, m);
+            past.iter_mut().for_each(|x| *x *= inv);
+            future.fill(0.0);
+        }
+    }
+}
+
+multiversion! {
+    /// Softmax's backward over a block's rows (`t` values each, up to `i1`):
+    /// dS = P * (dP - sum_j P dP) * scale, in place of dP; 0 in the future,
+    /// since P is.
+    fn softmax_backward_rows(ds: &mut [f32], p: &[f32], t: usize, i1: usize, scale: f32) {
+        for (dsr, pr) in ds.chunks_exact_mut(t).zip(p.chunks_exact(t)) {
+            let (dsr, pr) = (&mut dsr[..i1], &pr[..i1]);
+            let d = dot(dsr, pr);
+            for (x, pv) in dsr.iter_mut().zip(pr) {
+                *x = pv * (*x - d) * scale;
+            }
+        }
+    }
 }
 
 /// Backward: overwrites `dqkv: [b*t, 3c]` from `dout: [b*t, c]`, using the
@@ -157,14 +176,8 @@ pub fn backward_blocked(
                     gemm(dsb, t, dyb, View::rows(&vt, t), m, i1, hs, false, Threads::One);
                     let dv = &mut dqkv[2 * c + h * hs..];
                     gemm(dv, 3 * c, View::transposed(pb, t), dyb, i1, hs, m, true, Threads::One);
-                    // dS = P * (dP - sum_j P dP) * scale (softmax backward; 0 in the future since P is)
-                    for (dsr, pr) in dsb.chunks_exact_mut(t).zip(pb.chunks_exact(t)) {
-                        let (dsr, pr) = (&mut dsr[..i1], &pr[..i1]);
-                        let d = dot(dsr, pr);
-                        for (x, pv) in dsr.iter_mut().zip(pr) {
-                            *x = pv * (*x - d) * scale;
-                        }
-                    }
+                    // dS = P * (dP - sum_j P dP) * scale (softmax backward)
+                    softmax_backward_rows(dsb, pb, t, i1, scale);
                     // dq = dS k ; dk[0..i1] += dS^T q
                     let dq = &mut dqkv[i0 * 3 * c + h * hs..];
                     gemm(dq, 3 * c, View::rows(dsb, t), View::strided(k, 3 * c, 1), m, hs, i1, false, Threads::One);
@@ -229,6 +242,32 @@ mod tests {
         let (mut dqkv, mut scratch) = (vec![f32::NAN; qkv.len()], vec![f32::NAN; n_probs]);
         backward_blocked(&mut dqkv, &mut scratch, dy, qkv, &p, d, block);
         (y, dqkv)
+    }
+
+    #[test]
+    fn softmax_is_the_same_bits_on_both_copies() {
+        // a block of 3 query rows from i0 = 37 (past lengths 38..40: two
+        // 16-lane vectors and a tail) in rows of t = 45, to i1 = 40
+        let (t, i0, i1, scale) = (45, 37, 40, 0.125);
+        let s = probe(3 * t, 2.1);
+        let dp = probe(3 * t, 0.7);
+        let (mut p0, mut p1) = (s.clone(), s.clone());
+        causal_softmax_rows::baseline(&mut p0, t, i0, i1, scale);
+        let (mut ds0, mut ds1) = (dp.clone(), dp.clone());
+        softmax_backward_rows::baseline(&mut ds0, &p0, t, i1, scale);
+        let row_sum: f32 = p0[..i0 + 1].iter().sum();
+        assert!((row_sum - 1.0).abs() < 1e-6 && p0[i0 + 1..i1].iter().all(|&x| x == 0.0));
+        if !super::super::simd::cpu_has_wide() {
+            return;
+        }
+        // SAFETY: the CPU has AVX-512.
+        unsafe {
+            causal_softmax_rows::wide(&mut p1, t, i0, i1, scale);
+            softmax_backward_rows::wide(&mut ds1, &p0, t, i1, scale);
+        }
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&p0), bits(&p1));
+        assert_eq!(bits(&ds0), bits(&ds1));
     }
 
     #[test]

@@ -62,7 +62,7 @@ const LANES: usize = 16;
 /// Sum of a slice, in a fixed order of 16 interleaved partial sums. A plain
 /// `iter().sum()` is one serial chain the compiler may not reorder (float
 /// addition is not associative), so it runs ~8x slower.
-#[inline]
+#[inline(always)] // into the AVX-512 copies of `ops::simd` too
 pub fn sum(x: &[f32]) -> f32 {
     let mut acc = [0.0f32; LANES];
     let chunks = x.chunks_exact(LANES);
@@ -76,7 +76,7 @@ pub fn sum(x: &[f32]) -> f32 {
 }
 
 /// Dot product, same fixed lane order as [`sum`].
-#[inline]
+#[inline(always)] // into the AVX-512 copies of `ops::simd` too
 pub fn dot(x: &[f32], y: &[f32]) -> f32 {
     let mut acc = [0.0f32; LANES];
     let (xc, yc) = (x.chunks_exact(LANES), y.chunks_exact(LANES));
@@ -90,7 +90,7 @@ pub fn dot(x: &[f32], y: &[f32]) -> f32 {
 }
 
 /// Maximum of a slice (NEG_INFINITY when empty).
-#[inline]
+#[inline(always)] // into the AVX-512 copies of `ops::simd` too
 pub fn max(x: &[f32]) -> f32 {
     let mut acc = [f32::NEG_INFINITY; LANES];
     let chunks = x.chunks_exact(LANES);
@@ -104,7 +104,7 @@ pub fn max(x: &[f32]) -> f32 {
 }
 
 /// `x[i] = exp(x[i] * scale - shift)` in place; returns the sum of the results.
-#[inline]
+#[inline(always)] // into the AVX-512 copies of `ops::simd` too
 pub fn exp_in_place_sum(x: &mut [f32], scale: f32, shift: f32) -> f32 {
     for v in x.iter_mut() {
         *v = exp(*v * scale - shift);

@@ -5,6 +5,7 @@
 //! with our vectorised `exp`; erf is chosen for that exactness.
 
 use super::fastmath::{erf_with_exp, exp};
+use super::simd::multiversion;
 use rayon::prelude::*;
 
 const FRAC_1_SQRT_2: f32 = std::f32::consts::FRAC_1_SQRT_2;
@@ -28,11 +29,15 @@ fn gelu(x: f32) -> f32 {
 
 /// `out = gelu(inp)`.
 pub fn forward(out: &mut [f32], inp: &[f32]) {
-    out[..inp.len()].par_chunks_mut(CHUNK).zip(inp.par_chunks(CHUNK)).for_each(|(out, inp)| {
+    out[..inp.len()].par_chunks_mut(CHUNK).zip(inp.par_chunks(CHUNK)).for_each(|(out, inp)| forward_chunk(out, inp));
+}
+
+multiversion! {
+    fn forward_chunk(out: &mut [f32], inp: &[f32]) {
         for (y, &x) in out.iter_mut().zip(inp) {
             *y = gelu(x);
         }
-    });
+    }
 }
 
 /// The fc layer's epilogue: `pre += bias` (row-wise; `pre` is `[rows,
@@ -41,29 +46,42 @@ pub fn forward(out: &mut [f32], inp: &[f32]) {
 /// over its whole output first (docs/decisions.md, issue 13).
 pub fn forward_with_bias(out: &mut [f32], pre: &mut [f32], bias: &[f32]) {
     let task = row_task(bias.len());
-    out[..pre.len()].par_chunks_mut(task).zip(pre.par_chunks_mut(task)).for_each(|(out, pre)| {
+    out[..pre.len()]
+        .par_chunks_mut(task)
+        .zip(pre.par_chunks_mut(task))
+        .for_each(|(out, pre)| bias_chunk(out, pre, bias));
+}
+
+multiversion! {
+    fn bias_chunk(out: &mut [f32], pre: &mut [f32], bias: &[f32]) {
         for (out, pre) in out.chunks_exact_mut(bias.len()).zip(pre.chunks_exact_mut(bias.len())) {
             for ((y, h), b) in out.iter_mut().zip(pre.iter_mut()).zip(bias) {
                 *h += b;
                 *y = gelu(*h);
             }
         }
-    });
+    }
 }
 
 /// `dinp = dout * gelu'(inp)`, with gelu'(x) = Phi(x) + x phi(x). Overwrites.
 pub fn backward(dinp: &mut [f32], inp: &[f32], dout: &[f32]) {
-    dinp[..inp.len()].par_chunks_mut(CHUNK).zip(inp.par_chunks(CHUNK)).zip(dout.par_chunks(CHUNK)).for_each(
-        |((dx, x), dy)| {
-            for ((dx, &x), &dy) in dx.iter_mut().zip(x).zip(dy) {
-                let u = x * FRAC_1_SQRT_2;
-                // One exponential serves both erf(u) and the density phi(x).
-                let e = exp(-u * u);
-                let cdf = 0.5 * (1.0 + erf_with_exp(u, e));
-                *dx = dy * (cdf + x * INV_SQRT_2PI * e);
-            }
-        },
-    );
+    dinp[..inp.len()]
+        .par_chunks_mut(CHUNK)
+        .zip(inp.par_chunks(CHUNK))
+        .zip(dout.par_chunks(CHUNK))
+        .for_each(|((dx, x), dy)| backward_chunk(dx, x, dy));
+}
+
+multiversion! {
+    fn backward_chunk(dx: &mut [f32], x: &[f32], dy: &[f32]) {
+        for ((dx, &x), &dy) in dx.iter_mut().zip(x).zip(dy) {
+            let u = x * FRAC_1_SQRT_2;
+            // One exponential serves both erf(u) and the density phi(x).
+            let e = exp(-u * u);
+            let cdf = 0.5 * (1.0 + erf_with_exp(u, e));
+            *dx = dy * (cdf + x * INV_SQRT_2PI * e);
+        }
+    }
 }
 
 #[cfg(test)]
@@ -90,6 +108,35 @@ mod tests {
         for (y, want) in y.iter().zip([0.841_344_7, 0.841_344_7, -0.158_655_3, -0.158_655_3]) {
             assert!((y - want).abs() < 1e-6, "{y}");
         }
+    }
+
+    #[test]
+    fn gelu_is_the_same_bits_on_both_copies() {
+        // 100 values: six 16-lane vectors and a tail; bias rows of 10
+        let x: Vec<f32> = probe(100, 0.9).iter().map(|v| v * 6.0).collect();
+        let dy = probe(100, 0.3);
+        let bias = probe(10, 0.5);
+        let (mut y0, mut y1, mut h0, mut h1) = (vec![0.0; 100], vec![0.0; 100], x.clone(), x.clone());
+        let (mut o0, mut o1, mut d0, mut d1) = (vec![0.0; 100], vec![0.0; 100], vec![0.0; 100], vec![0.0; 100]);
+        forward_chunk::baseline(&mut y0, &x);
+        bias_chunk::baseline(&mut o0, &mut h0, &bias);
+        backward_chunk::baseline(&mut d0, &x, &dy);
+        for (y, x) in y0.iter().zip(&x) {
+            assert_eq!(y.to_bits(), gelu(*x).to_bits(), "the loop computes gelu as written");
+        }
+        if !super::super::simd::cpu_has_wide() {
+            return;
+        }
+        // SAFETY: the CPU has AVX-512.
+        unsafe {
+            forward_chunk::wide(&mut y1, &x);
+            bias_chunk::wide(&mut o1, &mut h1, &bias);
+            backward_chunk::wide(&mut d1, &x, &dy);
+        }
+        let bits = |v: &[f32]| v.iter().map(|x| x.to_bits()).collect::<Vec<_>>();
+        assert_eq!(bits(&y0), bits(&y1));
+        assert_eq!((bits(&o0), bits(&h0)), (bits(&o1), bits(&h1)));
+        assert_eq!(bits(&d0), bits(&d1));
     }
 
     #[test]

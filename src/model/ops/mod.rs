@@ -13,4 +13,5 @@ pub mod layernorm;
 pub mod matmul;
 pub mod reduce;
 pub mod residual;
+pub mod simd;
 pub mod xent;
