@@ -146,12 +146,6 @@ impl Span {
         self
     }
 
-    /// Sets the link tier.
-    pub fn with_tier(mut self, tier: LinkTier) -> Span {
-        self.tier = Some(tier);
-        self
-    }
-
     /// Sets the bytes, the tier and the bytes between nodes of a transfer.
     pub fn with_traffic(mut self, t: Traffic) -> Span {
         self.bytes = t.bytes;
