@@ -269,23 +269,22 @@ impl Inner {
         };
         let rate = if r.wall_s > 0.0 { r.tokens as f64 / r.wall_s } else { 0.0 };
         let msg = format!("loss {:.4}  {} tokens  {clock}  {rate:.0} tok/s", r.loss, r.tokens);
+        // async-diloco: updates still in flight when the budget is met are applied too.
+        let past = (r.step > self.total).then(|| format!("(past {}: in flight at the end)", self.total));
         match &self.bar {
             Some(b) => {
                 b.set_position(r.step);
-                // async-diloco: updates still in flight when the budget is met are applied too.
-                b.set_message(if r.step > self.total {
-                    format!("(past {}: in flight at the end)  {msg}", self.total)
-                } else {
-                    msg
+                b.set_message(match past {
+                    Some(past) => format!("{past}  {msg}"),
+                    None => msg,
                 });
             }
             None if !self.quiet && (r.step.is_multiple_of(self.every) || r.step >= self.total) => {
                 let per_round = elapsed / (r.step - self.first).max(1) as f64;
                 let eta = per_round * self.total.saturating_sub(r.step) as f64;
-                if r.step <= self.total {
-                    eprintln!("{} round {}/{}  {msg}  ETA {eta:.0} s", self.label, r.step, self.total);
-                } else {
-                    eprintln!("{} round {} (past {}: in flight at the end)  {msg}", self.label, r.step, self.total);
+                match past {
+                    None => eprintln!("{} round {}/{}  {msg}  ETA {eta:.0} s", self.label, r.step, self.total),
+                    Some(past) => eprintln!("{} round {} {past}  {msg}", self.label, r.step),
                 }
             }
             None => {}
