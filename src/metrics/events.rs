@@ -168,6 +168,16 @@ impl Span {
         }
     }
 
+    /// Of the comm-lane bytes of `spans`, `(inside a node, between nodes)`
+    /// summed ([`Span::tier_bytes`]; compute-lane spans carry no transfer).
+    pub fn tier_totals<'a>(spans: impl IntoIterator<Item = &'a Span>) -> (u64, u64) {
+        spans
+            .into_iter()
+            .filter(|s| s.lane == Lane::Comm)
+            .map(Span::tier_bytes)
+            .fold((0, 0), |(a, b), (intra, inter)| (a + intra, b + inter))
+    }
+
     /// Sets the round.
     pub fn with_round(mut self, round: u64) -> Span {
         self.round = round;

@@ -180,10 +180,7 @@ fn summarize_worker(spans: &[Span], worker: usize, wall_s: f64) -> WorkerSummary
     let comm = lane_set(Lane::Comm);
     let (compute_s, comm_s) = (compute.total(), comm.total());
     let overlap_s = comm.intersection_len(&compute);
-    let (bytes_intra, bytes_inter) = mine()
-        .filter(|s| s.lane == Lane::Comm)
-        .map(Span::tier_bytes)
-        .fold((0, 0), |(a, b), (intra, inter)| (a + intra, b + inter));
+    let (bytes_intra, bytes_inter) = Span::tier_totals(mine());
 
     let mut per_round: BTreeMap<u64, u64> = BTreeMap::new();
     for s in mine().filter(|s| s.lane == Lane::Compute && s.micro_batches > 0) {

@@ -128,13 +128,8 @@ fn simulate(
     let end = |round: usize| r.points[round * per - 1].end_s;
     let (from, to) = (end(2), end(ROUNDS as usize));
     // Bytes of the transfers started in the same window.
-    let (intra, inter) = r
-        .events
-        .spans()
-        .iter()
-        .filter(|s| s.lane == crate::metrics::Lane::Comm && s.start_s >= from && s.start_s < to)
-        .map(crate::metrics::Span::tier_bytes)
-        .fold((0, 0), |(a, b), (x, y)| (a + x, b + y));
+    let window = r.events.spans().iter().filter(|s| s.start_s >= from && s.start_s < to);
+    let (intra, inter) = crate::metrics::Span::tier_totals(window);
     let per_round = |b: u64| b as f64 / (ROUNDS - 2) as f64;
     ((to - from) / (ROUNDS - 2) as f64, r.memory, (per_round(intra), per_round(inter)))
 }
