@@ -119,9 +119,6 @@ pub fn linear_forward(
     }
 }
 
-/// Which dW variant [`linear_backward`] runs (experiment, see above).
-pub static DW_SPLIT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
-
 /// `out[i, j] += bias[j]` for every row of `out`.
 pub fn add_bias(out: &mut [f32], bias: &[f32]) {
     out.par_chunks_mut(super::gelu::row_task(bias.len())).for_each(|out| {
@@ -152,20 +149,7 @@ pub fn linear_backward(
     if let Some(dinp) = dinp {
         gemm(&mut dinp[..n * c], c, View::rows(dout, oc), View::rows(weight, c), n, c, oc, false, Threads::Pool);
     }
-    // Experiment (issue 13, session 9): `DW_SPLIT` = 1 runs dW as blocks of
-    // `DW_ROWS` output rows (0: two halves), each on one pool thread.
-    if DW_SPLIT.load(std::sync::atomic::Ordering::Relaxed) == 0 {
-        gemm(dweight, c, View::transposed(dout, oc), View::rows(inp, c), oc, c, n, true, Threads::Pool);
-    } else {
-        let rows = match std::env::var("DW_ROWS").ok().and_then(|v| v.parse().ok()).unwrap_or(0) {
-            0 => oc.div_ceil(2),
-            r => r,
-        };
-        dweight.par_chunks_mut(rows * c).enumerate().for_each(|(blk, dw)| {
-            let r0 = blk * rows;
-            gemm(dw, c, View::transposed(&dout[r0..], oc), View::rows(inp, c), dw.len() / c, c, n, true, Threads::One);
-        });
-    }
+    gemm(dweight, c, View::transposed(dout, oc), View::rows(inp, c), oc, c, n, true, Threads::Pool);
     if let Some(db) = dbias {
         super::reduce::add_column_sums(db, dout, oc);
     }
