@@ -205,7 +205,9 @@ fn async_diloco_cycles_lie_within_the_plans_bounds_and_its_memory_is_exact() {
         let uneven: Vec<f64> = (0..world).map(|w| [1.0, 0.5, 0.8][w % 3]).collect();
         for speeds in [vec![1.0; world], uneven] {
             let spec = prof.sim_spec(&cfg, n, batch * cfg.ctx, speeds.clone()).unwrap();
-            let plan = sim_plan(8 * 2 * TAU, prof.wire.unwrap_or_default(), &layout);
+            // 12 rounds of H per worker: enough for a slow worker's steady state
+            // (6 updates) now that the budget cuts the last rounds.
+            let plan = sim_plan(12 * 2 * TAU, prof.wire.unwrap_or_default(), &layout);
             let costing = sim_costing(spec.clone(), &plan, batch, &layout);
             // A grace period of half the fastest worker's shortest cycle: groups form and wait.
             let grace = 0.5 * super::async_diloco::cycles(&plain, &costing).bounds[0].0;
@@ -226,8 +228,8 @@ fn async_diloco_cycles_lie_within_the_plans_bounds_and_its_memory_is_exact() {
                     // Its first round ran the plan's H_w steps (DyLU's from the declared speeds).
                     let first = r.points.iter().filter(|p| p.end_s <= updates[0]).count() as u64;
                     assert_eq!(first, steps[w], "worker {w}, {at}: steps of its first round");
-                    // Steady state: from its second update to its third-last (a shard's
-                    // schedule can cut the last rounds short: shards.rs).
+                    // Steady state: from its second update to its third-last (the
+                    // budget cuts the last rounds short: async_diloco::cut_to_budget).
                     let last = updates.len() - 3;
                     assert!(last >= 3, "worker {w}, {at}: only {} updates", updates.len());
                     let cycle = (updates[last] - updates[1]) / (last - 1) as f64;

@@ -20,9 +20,19 @@
 //! learning-rate schedule.
 //!
 //! - `t_max` is `plan.end` local steps per worker, `plan.end x workers` in
-//!   all, as `--steps` counts a worker's inner steps in sync DiLoCo.
-//! - Updates still in flight when `t_max` is reached are applied too (no
-//!   update that reached the server is lost), then every worker is stopped.
+//!   all, as `--steps` counts a worker's inner steps in sync DiLoCo; no
+//!   round is handed out once `t_local` reaches it.
+//! - No round takes the run past its budget, `plan.steps x workers` (our
+//!   choice). Algorithm 2 hands out whole rounds while `t_local < t_max` and
+//!   so ends past the budget by the rounds in flight: up to one per worker,
+//!   and k whole rounds when `--steps` is below H. `compare` needs every
+//!   method on the same tokens. Workers handed rounds together get the
+//!   steps each wants (H or DyLU's) or, when less is left, shares of what
+//!   is left in proportion to those, as sync DiLoCo cuts its last round. A
+//!   worker given no steps waits; a round lost to a crash gives its steps
+//!   back. A run stopped early (`--stop-at`) cuts as the whole run would,
+//!   so resuming it is bit-identical. Every update that reaches the server
+//!   is applied.
 //! - When every worker has reported, nobody can arrive within the grace
 //!   period, so the server hands out the model at once (our choice; the
 //!   paper waits on a wall clock). With equal speeds and a grace period
@@ -70,7 +80,7 @@ use super::param_server::{dylu_steps, Grace};
 use super::server_state::Progress;
 use super::shards::{RoundOrder, ShardRound, Shards};
 use super::worker::{MemoryBytes, ModelPiece, Outcome, Plan, Worker};
-use crate::comm::Message;
+use crate::comm::{Message, WireDtype};
 use crate::optim::OuterOpt;
 use crate::runtime::{Ctx, RecvAny, Send, Work};
 use anyhow::{bail, ensure, Result};
@@ -180,6 +190,51 @@ pub struct Served {
     pub shard_rounds: Vec<ShardRound>,
 }
 
+/// The inner steps of the rounds handed to a group of workers together:
+/// what each `wanted`, or, when the budget `left` is smaller than their sum,
+/// a share of it in proportion to what each wanted, rounded up in turn, so
+/// that the shares add up to `left` exactly (module docs).
+pub(super) fn cut_to_budget(wanted: &[u64], mut left: u64) -> Vec<u64> {
+    let mut rest: u64 = wanted.iter().sum();
+    let mut steps = Vec::with_capacity(wanted.len());
+    for &w in wanted {
+        // left < rest here makes the share at most w, and at most left.
+        let share = if left >= rest { w } else { (left * w).div_ceil(rest) };
+        steps.push(share);
+        (rest, left) = (rest - w, left - share);
+    }
+    steps
+}
+
+/// Algorithm 4 lines 4-6 for each worker of `group`, with its `steps`: the
+/// model, the shard drawn by eq. 2 and where the round starts in that
+/// shard's schedule. Returns the workers given no steps (the budget is
+/// spoken for): they wait, and a round lost to a crash gives its steps
+/// back (membership.rs).
+#[allow(clippy::too_many_arguments)]
+async fn send_rounds<C: Ctx>(
+    ctx: &mut C,
+    group: &[usize],
+    steps: Vec<u64>,
+    p: &mut Progress,
+    roster: &mut Roster,
+    theta: &[f32],
+    wire: WireDtype,
+) -> Vec<usize> {
+    let mut waiting = Vec::new();
+    for (&to, steps) in group.iter().zip(steps) {
+        if steps == 0 {
+            waiting.push(to);
+            continue;
+        }
+        let order = p.shards.order(to, steps);
+        roster.handed(to, steps);
+        let msg = Message::new(MODEL).with_scalars(order.to_scalars()).with_values(theta.to_vec(), wire);
+        ctx.run(Send { to, msg }).await;
+    }
+    waiting
+}
+
 /// The server side (Algorithm 2), from the initial model `theta0`.
 pub async fn server<C: Ctx>(
     ctx: &mut C,
@@ -194,6 +249,8 @@ pub async fn server<C: Ctx>(
     let mut outer = OuterOpt::new(s.diloco().outer_config(), n);
     let mut grace = Grace::new(s.grace);
     let t_max = plan.end * k as u64;
+    // The whole run's inner steps (`t_max` of a run not stopped early): rounds are cut to it.
+    let budget = plan.steps * k as u64;
     // Who is up, and the models out (membership.rs).
     let mut roster = Roster::new(k);
     let mut p = match j.take_resumed() {
@@ -224,27 +281,25 @@ pub async fn server<C: Ctx>(
             Progress { t_local: 0, updates: vec![0; k], speed, shards }
         }
     };
-    // Algorithm 4: each worker's shard (eq. 2) and local steps (line 5: DyLU, eq. 6, over the live workers, or H).
-    let steps_of = |speed: &[f64], roster: &Roster, to: usize| {
-        if s.dylu {
-            dylu_steps(&roster.live_speeds(speed), s.h)[to]
-        } else {
-            s.h
-        }
-    };
-    let model = |p: &mut Progress, roster: &Roster, to: usize, theta: &[f32]| {
-        let order = p.shards.order(to, steps_of(&p.speed, roster, to));
-        Message::new(MODEL).with_scalars(order.to_scalars()).with_values(theta.to_vec(), plan.wire)
+    // Algorithm 4 line 5: the local steps each worker of a group handed
+    // rounds together wants (DyLU, eq. 6, over the live workers, or H), cut
+    // to the budget that is left (module docs).
+    let steps_for = |p: &Progress, roster: &Roster, group: &[usize]| {
+        let wanted: Vec<u64> = match s.dylu {
+            true => group.iter().map(|&w| dylu_steps(&roster.live_speeds(&p.speed), s.h)[w]).collect(),
+            false => vec![s.h; group.len()],
+        };
+        // Past the stop (`--stop-at`), none: the run drains, as at a checkpoint.
+        let left = if p.t_local < t_max { budget.saturating_sub(p.t_local + roster.steps_out()) } else { 0 };
+        cut_to_budget(&wanted, left)
     };
     // Line 9: train(W, theta), to the workers that are up.
     let up: Vec<usize> = (0..k).filter(|&w| roster.up(w)).collect();
-    for to in up {
-        ctx.run(Send { to, msg: model(&mut p, &roster, to, &theta) }).await;
-        roster.handed(to);
-    }
+    let steps = steps_for(&p, &roster, &up);
+    // Workers that report (and those the budget had no steps for), waiting for a model.
+    let mut completed = send_rounds(ctx, &up, steps, &mut p, &mut roster, &theta, plan.wire).await;
     // A checkpoint boundary being drained to (module docs).
     let mut saving: Option<u64> = None;
-    let mut completed: Vec<usize> = Vec::new();
     // With nothing out, the run still waits for a worker the fault plan brings back.
     while roster.out() > 0 || (p.t_local < t_max && roster.coming_back(&plan.faults)) {
         let hand_out = match ctx.run(RecvAny { deadline_s: grace.deadline() }).await {
@@ -258,10 +313,8 @@ pub async fn server<C: Ctx>(
             Some((from, m)) if m.tag == HELLO => {
                 roster.joined(from);
                 p.speed[from] = m.scalars[0];
-                if p.t_local < t_max {
-                    ctx.run(Send { to: from, msg: model(&mut p, &roster, from, &theta) }).await;
-                    roster.handed(from);
-                }
+                let steps = steps_for(&p, &roster, &[from]);
+                completed.extend(send_rounds(ctx, &[from], steps, &mut p, &mut roster, &theta, plan.wire).await);
                 false
             }
             Some((from, m)) => {
@@ -300,11 +353,10 @@ pub async fn server<C: Ctx>(
                 completed.sort_unstable();
                 saving = None;
             }
-            if p.t_local < t_max && saving.is_none() {
-                for to in completed.drain(..) {
-                    ctx.run(Send { to, msg: model(&mut p, &roster, to, &theta) }).await;
-                    roster.handed(to);
-                }
+            if saving.is_none() {
+                let group = std::mem::take(&mut completed);
+                let steps = steps_for(&p, &roster, &group);
+                completed = send_rounds(ctx, &group, steps, &mut p, &mut roster, &theta, plan.wire).await;
             }
         }
     }

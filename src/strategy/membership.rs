@@ -111,8 +111,8 @@ fn record(f: &Fault, observed_s: f64, step: u64) -> FaultRecord {
 /// Where a worker is, as the server sees it.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Seat {
-    /// Training on a model the server handed it.
-    Out,
+    /// Training on a model the server handed it, for this many inner steps.
+    Out(u64),
     /// Up and waiting for a model (reported, or joined after the budget).
     Waiting,
     /// Down (its notice arrived).
@@ -134,12 +134,17 @@ impl Roster {
 
     /// Updates the server still waits for (models out with live workers).
     pub fn out(&self) -> usize {
-        self.seats.iter().filter(|s| **s == Seat::Out).count()
+        self.seats.iter().filter(|s| matches!(s, Seat::Out(_))).count()
     }
 
-    /// `w` was handed a model.
-    pub fn handed(&mut self, w: usize) {
-        self.seats[w] = Seat::Out;
+    /// Inner steps in the models out: the run's budget they have taken.
+    pub fn steps_out(&self) -> u64 {
+        self.seats.iter().map(|s| if let Seat::Out(steps) = s { *steps } else { 0 }).sum()
+    }
+
+    /// `w` was handed a model for `steps` inner steps.
+    pub fn handed(&mut self, w: usize, steps: u64) {
+        self.seats[w] = Seat::Out(steps);
     }
 
     /// `w`'s update arrived.
@@ -147,7 +152,8 @@ impl Roster {
         self.seats[w] = Seat::Waiting;
     }
 
-    /// `w`'s notice arrived: it is down, its model out (if any) is lost.
+    /// `w`'s notice arrived: it is down, its model out (if any) is lost,
+    /// and its steps go back to the budget.
     pub fn left(&mut self, w: usize) {
         self.seats[w] = Seat::Down;
         self.left[w] += 1;
@@ -270,14 +276,16 @@ mod tests {
     fn the_roster_waits_only_for_live_workers_and_those_coming_back() {
         let plan = FaultPlan::parse("1:crash@10,1:join@20,2:crash@5", 3).unwrap();
         let mut r = Roster::new(3);
-        (0..3).for_each(|w| r.handed(w));
-        assert_eq!(r.out(), 3);
+        (0..3).for_each(|w| r.handed(w, 5 + w as u64));
+        assert_eq!((r.out(), r.steps_out()), (3, 5 + 6 + 7));
         r.left(2);
         assert_eq!(r.out(), 2, "a dead worker's model out is not waited for");
+        assert_eq!(r.steps_out(), 5 + 6, "... and its steps are back in the budget");
         assert!(!r.coming_back(&plan), "worker 2 never joins");
         r.reported(0);
+        assert_eq!(r.steps_out(), 6);
         r.left(1);
-        assert_eq!(r.out(), 0);
+        assert_eq!((r.out(), r.steps_out()), (0, 0));
         assert!(r.coming_back(&plan), "worker 1 joins at 20 s");
         assert_eq!(r.live_speeds(&[1.0, 4.0, 2.0]), [1.0, 0.0, 0.0]);
         r.joined(1);

@@ -68,6 +68,40 @@ fn async_dn_with_equal_speeds_and_grace_covering_all_is_sync_diloco() {
 }
 
 #[test]
+fn the_last_rounds_share_what_is_left_of_the_budget_in_proportion() {
+    // Nothing cut while the budget covers what the group wants.
+    assert_eq!(async_diloco::cut_to_budget(&[2, 2, 2], 9), [2, 2, 2]);
+    assert_eq!(async_diloco::cut_to_budget(&[4, 2], 7), [4, 2]);
+    // 3 left for three rounds of 2: one step each, as sync DiLoCo's last round.
+    assert_eq!(async_diloco::cut_to_budget(&[2, 2, 2], 3), [1, 1, 1]);
+    // DyLU's 4 and 2 with 5 left: ceil(5 x 4/6) = 4, then the 1 left.
+    assert_eq!(async_diloco::cut_to_budget(&[4, 2], 5), [4, 1]);
+    // --steps 3 with H = 50 on 3 workers: 9 steps in all, not 150.
+    assert_eq!(async_diloco::cut_to_budget(&[50, 50, 50], 9), [3, 3, 3]);
+    // 3 left for two rounds of 50: ceil(3 x 50/100) = 2, then 1.
+    assert_eq!(async_diloco::cut_to_budget(&[50, 50], 3), [2, 1]);
+    assert_eq!(async_diloco::cut_to_budget(&[4, 2], 0), [0, 0]);
+}
+
+#[test]
+fn a_budget_that_is_not_a_multiple_of_h_ends_as_sync_dilocos_short_round() {
+    // 5 steps with H = 2 (rounds of 2, 2, 1), and 1 step with H = 2: the
+    // async run stops at the same budget and, equal speeds and a grace
+    // period covering all, with the same model as sync DiLoCo.
+    let rt = Runtime::Sim(SimSpec::flat(3, 1.0, None));
+    for steps in [5, 1] {
+        let p = sgd_plan(steps);
+        let want = run(&Method::Diloco(DilocoSettings { h: 2, ..DilocoSettings::default() }), &rt, 3, &p);
+        let got = run(&dn(2, 3, 1e9), &rt, 3, &p);
+        let worst = max_diff(&want[0].params, &got[3].params);
+        assert!(worst < 1e-5, "{steps} steps: max |sync diloco - async dn| = {worst}");
+        for r in &got[..3] {
+            assert_eq!(r.optimizer_steps, steps, "{steps} steps: worker {}'s share of t_max", r.rank);
+        }
+    }
+}
+
+#[test]
 fn async_diloco_is_reproducible_in_sim_and_completes_on_threads() {
     let p = sgd_plan(6);
     let rt = sim_speeds(vec![1.0, 0.5]);
@@ -78,7 +112,7 @@ fn async_diloco_is_reproducible_in_sim_and_completes_on_threads() {
     // No grace period, worker 1 half as fast: worker 0 runs more rounds.
     assert!(a[0].optimizer_steps > a[1].optimizer_steps, "{} vs {}", a[0].optimizer_steps, a[1].optimizer_steps);
     assert!(a[2].updates[0] > a[2].updates[1], "{:?}", a[2].updates);
-    assert!(a[0].optimizer_steps + a[1].optimizer_steps >= 12, "t_max = 6 x 2 local steps reached");
+    assert_eq!(a[0].optimizer_steps + a[1].optimizer_steps, 12, "t_max = 6 x 2 local steps, no more");
     let r = run(&dn(2, 2, 1e9), &Runtime::Real(RealSpec::flat(2)), 2, &p);
     assert_eq!(r[2].params.len(), a[2].params.len());
     assert!(r[2].params.iter().all(|x| x.is_finite()));
@@ -89,11 +123,11 @@ fn async_diloco_is_reproducible_in_sim_and_completes_on_threads() {
 fn dylu_changes_each_workers_step_count_by_its_speed() {
     // Speeds 1 and 0.5, H = 4: eq. 6 gives 4 and 2 steps per round, so both
     // finish a round at the same virtual time and, with a grace period, sync together.
-    let p = sgd_plan(4);
+    let p = sgd_plan(6);
     let rt = sim_speeds(vec![1.0, 0.5]);
     let dylu = |on| Method::AsyncDiloco(AsyncDilocoSettings { dylu: on, h: 4, grace: 0.5, ..Default::default() });
     let r = run(&dylu(true), &rt, 2, &p);
-    // t_max = 8 local steps: rounds of 4 + 2 = 6, then 6 more: 8 + 4 steps.
+    // t_max = 12 local steps: rounds of 4 + 2 = 6, then 6 more: 8 + 4 steps.
     assert_eq!((r[0].optimizer_steps, r[1].optimizer_steps), (8, 4));
     assert_eq!((r[0].points.len(), r[1].points.len()), (8, 4), "one journal point per inner step");
     assert_eq!(r[2].updates, [2, 2]);

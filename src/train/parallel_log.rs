@@ -269,8 +269,9 @@ impl Inner {
         };
         let rate = if r.wall_s > 0.0 { r.tokens as f64 / r.wall_s } else { 0.0 };
         let msg = format!("loss {:.4}  {} tokens  {clock}  {rate:.0} tok/s", r.loss, r.tokens);
-        // async-diloco: updates still in flight when the budget is met are applied too.
-        let past = (r.step > self.total).then(|| format!("(past {}: in flight at the end)", self.total));
+        // async-diloco under a fault plan: a lost round's steps stay in the
+        // curve, and its share of the budget is handed out again.
+        let past = (r.step > self.total).then(|| format!("(past {}: lost rounds rerun)", self.total));
         match &self.bar {
             Some(b) => {
                 b.set_position(r.step);
