@@ -247,10 +247,10 @@ fn resume_with_other_settings_is_refused() {
     // Another model shape.
     let mut cfg = tiny_config(corpus(), &run_dir);
     cfg.model.n_embd = Some(32);
-    assert_mentions(&resume(cfg), &["n_embd: 64", "n_embd: 32", "same model settings"]);
+    assert_mentions(&resume(cfg), &["n_embd 64 (run) vs 32 (now)", "same model settings"]);
     let mut cfg = tiny_config(corpus(), &run_dir);
     cfg.model.n_layer = Some(3);
-    assert_mentions(&resume(cfg), &["n_layer: 2", "n_layer: 3", "same model settings"]);
+    assert_mentions(&resume(cfg), &["n_layer 2 (run) vs 3 (now)", "same model settings"]);
     // Another optimizer.
     let cfg =
         RunConfig::from_toml(&format!("{}\n[optimizer]\nkind = \"sgd\"\n", tiny_toml(corpus(), &run_dir))).unwrap();

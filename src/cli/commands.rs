@@ -248,15 +248,13 @@ pub fn train(a: TrainArgs) -> Result<()> {
         cfg.validate()?;
         let method = crate::train::parallel::method(&cfg)?;
         crate::train::parallel::fault_plan(&cfg, &method, resume.is_some())?;
-        if resume.is_none() {
-            // Refuse before any work; with --force, replace the old run only
-            // once the config is known to be valid (parallel settings are
-            // checked inside the run, after this point).
-            let old = rundir::check_fresh(&cfg.train.out_dir, a.force)?;
-            if runner.root {
-                if let Some(old) = old {
-                    cfg.validate()?;
-                    rundir::claim_fresh(&old.dir, true)?;
+        match &resume {
+            // Refuse before any work. With --force the run replaces the old
+            // one itself, once all its checks have passed (parallel::setup).
+            None => drop(rundir::check_fresh(&cfg.train.out_dir, a.force)?),
+            Some(r) => {
+                if nothing_left(r, &cfg, a.stop_at, runner.root)? {
+                    return Ok(());
                 }
             }
         }
@@ -299,6 +297,28 @@ pub fn train(a: TrainArgs) -> Result<()> {
         summary.checkpoint.display()
     );
     Ok(())
+}
+
+/// Whether the data-parallel run `r` resumes is already at its last round
+/// (saying so on the root process); refuses a `--steps` / `--stop-at` that
+/// does not fit the run ([`crate::train::run::end_step`]).
+fn nothing_left(r: &Resume, cfg: &RunConfig, stop_at: Option<u64>, root: bool) -> Result<bool> {
+    let end = crate::train::run::end_step(r.step, cfg.train.steps, stop_at)?;
+    if r.step < end {
+        return Ok(false);
+    }
+    if root {
+        let dir = rundir::shell_quote(&r.run_dir.display().to_string());
+        println!(
+            "nothing to do: the run in {} is already at round {} of {} (checkpoint {}); train it further with `lowcomm train --resume {dir} --steps {}`",
+            r.run_dir.display(),
+            r.step,
+            cfg.train.steps,
+            r.checkpoint.display(),
+            2 * r.step.max(1)
+        );
+    }
+    Ok(true)
 }
 
 /// Load what inference needs from `--ckpt`; a damaged optimizer file is a

@@ -201,7 +201,8 @@ pub struct TrainArgs {
     // `--resume` alone was refused with "a value is required".
     #[arg(long, num_args = 0..=1)]
     pub resume: Option<Option<PathBuf>>,
-    /// Stop after this step (with a checkpoint), keeping the schedule of --steps.
+    /// Stop after this step (with a checkpoint), keeping the schedule of
+    /// --steps: from the step after the one the run is at, up to --steps.
     #[arg(long, allow_negative_numbers = true, value_parser = values::count_u64)]
     pub stop_at: Option<u64>,
     /// No progress output.

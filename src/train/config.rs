@@ -93,11 +93,13 @@ pub struct TrainSection {
     pub log_every: u64,
     /// Evaluate on the validation split every this many steps (0: only at the end).
     pub eval_every: u64,
-    /// Validation windows per evaluation (each `seq_len` tokens, taken in order).
+    /// Validation windows per evaluation (each `seq_len` tokens, taken in
+    /// order; at least 1).
     pub eval_windows: usize,
     /// Save a checkpoint every this many steps (0: only at the end).
     pub checkpoint_every: u64,
-    /// Checkpoints kept on disk (older ones are deleted).
+    /// Checkpoints kept on disk (older ones are deleted; at least 1, the
+    /// latest).
     pub keep_checkpoints: usize,
     /// Run directory: metrics.jsonl, checkpoints/, config.toml.
     pub out_dir: PathBuf,
@@ -170,7 +172,7 @@ pub struct ParallelSection {
     pub speeds: Option<Vec<f64>>,
     /// What travels on the wire: `f32` or `bf16`.
     pub wire: Option<crate::comm::WireDtype>,
-    /// `sim` without a cluster profile: virtual seconds per micro-batch.
+    /// `sim` without a cluster profile: virtual seconds per micro-batch (> 0).
     pub micro_batch_s: f64,
     /// Write a Chrome/Perfetto trace here (one compute and one comm track per worker).
     pub trace: Option<PathBuf>,
@@ -196,6 +198,20 @@ impl Default for ParallelSection {
             trace: None,
             fixed_micro_batches: None,
         }
+    }
+}
+
+impl ParallelSection {
+    /// The values that are wrong whatever the run (the runtime's settings
+    /// are checked with the cluster in [`crate::train::parallel::runtime`]).
+    pub fn validate(&self) -> Result<()> {
+        let s = self.micro_batch_s;
+        // 0 or below would make every compute span empty: no virtual time, no throughput.
+        anyhow::ensure!(
+            s > 0.0 && s.is_finite(),
+            "parallel.micro_batch_s must be a number of seconds > 0 (got {s}): the virtual time one micro-batch takes on the simulated runtime, e.g. micro_batch_s = 0.1"
+        );
+        Ok(())
     }
 }
 
@@ -268,6 +284,15 @@ impl RunConfig {
         anyhow::ensure!(t.batch_size >= 1, "train.batch_size must be at least 1");
         anyhow::ensure!(t.grad_accum >= 1, "train.grad_accum must be at least 1");
         anyhow::ensure!(t.log_every >= 1, "train.log_every must be at least 1");
+        // 0 windows would average no loss at all and report val_loss 0 (a perfect model).
+        anyhow::ensure!(
+            t.eval_windows >= 1,
+            "train.eval_windows must be at least 1 (got 0): it is how many validation windows each evaluation averages, e.g. eval_windows = 64"
+        );
+        anyhow::ensure!(
+            t.keep_checkpoints >= 1,
+            "train.keep_checkpoints must be at least 1 (got 0): the latest checkpoint is always kept, it is what --resume continues"
+        );
         anyhow::ensure!(t.grad_clip >= 0.0, "train.grad_clip must be >= 0 (0 disables clipping)");
         let seq = self.seq_len(&model);
         anyhow::ensure!(
@@ -279,6 +304,7 @@ impl RunConfig {
         self.schedule().validate()?;
         self.optimizer.validate()?;
         crate::strategy::Method::check_sections(&self.methods)?;
+        self.parallel.validate()?;
         Ok(model)
     }
 }
@@ -363,6 +389,26 @@ mod tests {
             assert_eq!(back.schedule.max_lr.to_bits(), x.to_bits(), "{x:e}");
             x = f32::from_bits(x.to_bits().wrapping_mul(2_654_435_761) % 0x7f00_0000);
         }
+    }
+
+    #[test]
+    fn values_that_would_fake_results_are_refused() {
+        let refused = |text: &str, says: &str| {
+            let e = RunConfig::from_toml(text).unwrap().validate().unwrap_err().to_string();
+            assert!(e.contains(says), "{text}: {e}");
+        };
+        // 0 windows reported val_loss 0, a perfect model.
+        refused("[train]\neval_windows = 0\n", "train.eval_windows must be at least 1 (got 0)");
+        // 0 kept one checkpoint anyway.
+        refused("[train]\nkeep_checkpoints = 0\n", "train.keep_checkpoints must be at least 1");
+        // <= 0 made virtual time stand still.
+        for bad in ["-1", "0", "-1e9", "nan", "inf"] {
+            refused(
+                &format!("[parallel]\nmicro_batch_s = {bad}\n"),
+                "parallel.micro_batch_s must be a number of seconds > 0",
+            );
+        }
+        RunConfig::from_toml("[parallel]\nmicro_batch_s = 0.01\n").unwrap().validate().unwrap();
     }
 
     #[test]

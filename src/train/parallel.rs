@@ -168,7 +168,9 @@ pub struct Setup {
 }
 
 /// Validates `cfg`, opens the data and builds the initial model and plan
-/// (from the checkpoint at `opts.resume`, if given).
+/// (from the checkpoint at `opts.resume`, if given). Every check of a
+/// parallel run's settings happens here, before anything is written, so a
+/// fresh run replaces an old one (`--force`) only after this succeeds.
 pub fn setup(cfg: RunConfig, opts: &RunOptions) -> Result<Setup> {
     let model_cfg = cfg.validate()?;
     let method = method(&cfg)?;
@@ -180,6 +182,9 @@ pub fn setup(cfg: RunConfig, opts: &RunOptions) -> Result<Setup> {
             t.grad_accum,
             method.name()
         );
+    }
+    if let Some(path) = &cfg.parallel.trace {
+        super::parallel_report::check_trace(path)?;
     }
     let (mut data, _) = open_data(&cfg, &model_cfg)?;
     let tokens = Arc::new(std::mem::take(&mut data.train));
@@ -196,21 +201,6 @@ pub fn setup(cfg: RunConfig, opts: &RunOptions) -> Result<Setup> {
         (None, Some(c)) => crate::runtime::cluster::ClusterProfile::from_file(c)?.wire.unwrap_or(WireDtype::F32),
         (None, None) => WireDtype::F32,
     };
-    // Local-update methods stop at the end of the outer round containing --stop-at.
-    let end = method.stop_boundary(opts.stop_at.unwrap_or(t.steps).min(t.steps), t.steps);
-    let plan = Plan {
-        steps: t.steps,
-        end,
-        grad_accum: t.grad_accum,
-        schedule: cfg.schedule(),
-        optimizer: cfg.optimizer.clone(),
-        decay: decay_segments(&init.layout, &cfg),
-        grad_clip: t.grad_clip,
-        fixed_micro_batches: cfg.parallel.fixed_micro_batches,
-        wire,
-        seed: t.seed,
-        faults,
-    };
     let resumed = match &opts.resume {
         Some(path) => {
             let r = Resumed::open(path, method.name(), topology(&runtime), &model_cfg)?;
@@ -224,6 +214,22 @@ pub fn setup(cfg: RunConfig, opts: &RunOptions) -> Result<Setup> {
             Some(r)
         }
         None => None,
+    };
+    // Local-update methods stop at the end of the outer round containing --stop-at.
+    let start = resumed.as_ref().map_or(0, |r| r.round);
+    let end = method.stop_boundary(super::run::end_step(start, t.steps, opts.stop_at)?, t.steps);
+    let plan = Plan {
+        steps: t.steps,
+        end,
+        grad_accum: t.grad_accum,
+        schedule: cfg.schedule(),
+        optimizer: cfg.optimizer.clone(),
+        decay: decay_segments(&init.layout, &cfg),
+        grad_clip: t.grad_clip,
+        fixed_micro_batches: cfg.parallel.fixed_micro_batches,
+        wire,
+        seed: t.seed,
+        faults,
     };
     let label = method.to_string();
     Ok(Setup {
@@ -357,6 +363,11 @@ pub fn run_parallel(cfg: RunConfig, opts: &RunOptions) -> Result<ParallelSummary
     }
     let s = setup(cfg, opts)?;
     let workers = (0..s.world).map(|r| s.worker(r)).collect::<Result<Vec<_>>>()?;
+    if opts.resume.is_none() {
+        // Only now, with every setting, the data and the cluster checked,
+        // so that a run that cannot start replaces nothing (--force).
+        super::rundir::claim_fresh(&s.cfg.train.out_dir, opts.force)?;
+    }
     if !s.quiet {
         eprintln!("{}", s.banner("local"));
     }

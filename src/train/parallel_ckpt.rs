@@ -288,7 +288,11 @@ impl Resumed {
             );
         }
         if &st.model != model {
-            bail!("checkpoint {} was trained with model {:?} but this run asks for {model:?}: resume with the same model settings", dir.display(), st.model);
+            bail!(
+                "checkpoint {} was trained with another model: {}; resume with the same model settings",
+                dir.display(),
+                super::rundir::model_change(&st.model, model)
+            );
         }
         Ok(Resumed {
             parts_dir: dir.clone(),

@@ -217,6 +217,12 @@ fn run_rank_inner(mpi: &MpiProcess, mut cfg: RunConfig, opts: &RunOptions) -> Re
             r.shape.per_node
         );
     }
+    if rank == 0 && opts.resume.is_none() {
+        // Every check passed (every rank runs the same ones on the same
+        // config and data): only now may --force replace an old run. The other ranks wait for rank
+        // 0 in the broadcast below, before they write anything.
+        super::rundir::claim_fresh(&s.cfg.train.out_dir, opts.force)?;
+    }
     // Identical starting point on every rank, bit for bit.
     let mut theta = s.init.params.clone();
     mpi.comm().broadcast(&mut theta, 0, WireDtype::F32);

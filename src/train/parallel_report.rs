@@ -10,8 +10,38 @@ use super::trainer::evaluate;
 use crate::metrics::{self, EventLog, Summary};
 use crate::model::Gpt;
 use crate::strategy::{assemble_model, table1_bytes, Method, WorkerReport};
-use anyhow::Result;
-use std::path::PathBuf;
+use anyhow::{bail, Context, Result};
+use std::path::{Path, PathBuf};
+
+/// Refuses a `--trace` path that the trace, written once every round has
+/// run, could not be written to: an existing directory, a path with no file
+/// name, or one under a file. Missing parent directories are fine (they are
+/// created).
+pub fn check_trace(path: &Path) -> Result<()> {
+    let example = |dir: &Path| dir.join("trace.json").display().to_string();
+    if path.is_dir() {
+        bail!(
+            "--trace {}: that is a directory; give a file to write the trace to, e.g. --trace {}",
+            path.display(),
+            example(path)
+        );
+    }
+    if path.file_name().is_none() {
+        bail!(
+            "--trace {}: not a file path; give a file to write the trace to, e.g. --trace trace.json",
+            path.display()
+        );
+    }
+    let parent = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    if let Some(file) = parent.ancestors().find(|a| a.exists()).filter(|a| !a.is_dir()) {
+        bail!(
+            "--trace {}: {} is a file, not a directory; give a trace path in a directory, e.g. --trace trace.json",
+            path.display(),
+            file.display()
+        );
+    }
+    Ok(())
+}
 
 /// Everything after the workers ran: the evaluation, events, plots and
 /// trace, from all participants' reports (in participant order).
@@ -66,11 +96,14 @@ pub fn finish(s: Setup, reports: Vec<WorkerReport>, log: RoundLog, checkpoint: P
         }];
         metrics::plot::line_plot(&t.out_dir.join(file), title, x_label, "loss", &series)?;
     }
+    // The run's config before the trace: the run directory is complete (and
+    // resumable) even if the trace cannot be written.
+    crate::util::atomic_write(&t.out_dir.join("config.toml"), cfg.to_toml().as_bytes())?;
     if let Some(path) = &cfg.parallel.trace {
-        metrics::write_trace(path, &spans, participants)?;
+        metrics::write_trace(path, &spans, participants)
+            .with_context(|| format!("--trace {}: cannot write the trace", path.display()))?;
         say(format!("trace written to {} (open in https://ui.perfetto.dev or chrome://tracing)", path.display()));
     }
-    crate::util::atomic_write(&t.out_dir.join("config.toml"), cfg.to_toml().as_bytes())?;
     if !quiet {
         eprint!("{}", report_table(&method, &summary, &reports, init.num_params()));
     }

@@ -4,7 +4,7 @@
 use super::config::RunConfig;
 use super::metrics::{EvalRecord, MetricsLog, Progress};
 use super::trainer::Trainer;
-use anyhow::Result;
+use anyhow::{bail, Result};
 use std::path::PathBuf;
 
 /// How to run (beyond the config).
@@ -13,7 +13,8 @@ pub struct RunOptions {
     /// Resume from this checkpoint or run directory.
     pub resume: Option<PathBuf>,
     /// Stop (with a checkpoint) after this step, as a preempted job would;
-    /// the schedule still spans `train.steps`.
+    /// the schedule still spans `train.steps`. It must lie after the step
+    /// the run starts at and not beyond `train.steps` ([`end_step`]).
     pub stop_at: Option<u64>,
     /// No progress output.
     pub quiet: bool,
@@ -38,6 +39,32 @@ pub struct RunSummary {
     pub resumed_from: Option<(u64, PathBuf)>,
 }
 
+/// The step a run that is at step `start` trains to: `stop_at` if given,
+/// else `steps`. Refuses `steps` below `start` (a run cannot be shortened
+/// after the fact; its schedule already spans `steps`) and a `stop_at`
+/// outside the steps left, naming the range that works. Both single-worker
+/// and data-parallel runs (where a step is a round) check with this.
+pub fn end_step(start: u64, steps: u64, stop_at: Option<u64>) -> Result<u64> {
+    if steps < start {
+        bail!(
+            "--steps {steps} is below the run's step {start}: give --steps {start} or more to continue it (e.g. --steps {})",
+            2 * start
+        );
+    }
+    match stop_at {
+        Some(s) if start == steps => bail!(
+            "--stop-at {s}: the run is already at step {start} of {steps}, nothing is left to stop in; train it further with --steps {} (and a --stop-at up to it)",
+            2 * steps
+        ),
+        Some(s) if s <= start || s > steps => bail!(
+            "--stop-at {s} is outside the steps left to train: give a step from {} to {steps}",
+            start + 1
+        ),
+        Some(s) => Ok(s),
+        None => Ok(steps),
+    }
+}
+
 /// Train according to `cfg`: fresh (refusing to replace a run already in
 /// `train.out_dir` unless `opts.force`), or resuming from `opts.resume` and
 /// continuing in `train.out_dir` (the CLI sets it to the resumed run's own
@@ -46,7 +73,7 @@ pub fn run(cfg: RunConfig, opts: &RunOptions) -> Result<RunSummary> {
     let mut tr = Trainer::new(cfg, opts.resume.as_deref())?;
     let t = tr.cfg.train.clone();
     let out = t.out_dir.clone();
-    let end = opts.stop_at.unwrap_or(t.steps).min(t.steps);
+    let end = end_step(tr.step, t.steps, opts.stop_at)?;
     let progress = Progress::new(t.steps, tr.step, opts.quiet);
     let resumed_from = match &opts.resume {
         Some(r) => Some((tr.step, crate::checkpoint::resolve(r)?)),

@@ -26,6 +26,7 @@
 
 use super::config::RunConfig;
 use crate::checkpoint;
+use crate::model::GptConfig;
 use anyhow::{bail, Context, Result};
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -160,6 +161,8 @@ pub struct Resume {
     pub checkpoint: PathBuf,
     /// That checkpoint's step.
     pub step: u64,
+    /// The model it holds.
+    pub model: GptConfig,
     /// The run's configuration as saved in that checkpoint, with
     /// `train.out_dir = run_dir` and its data directory resolved (see the
     /// module docs); apply flags on top, then call [`Resume::bind`].
@@ -195,7 +198,7 @@ pub fn resolve_resume(arg: &Path, out: Option<&Path>) -> Result<Resume> {
     let mut config = parse_saved(&ckpt, &state)?;
     resolve_saved_paths(&mut config, Some(&run_dir));
     config.train.out_dir = run_dir.clone();
-    Ok(Resume { run_dir, checkpoint: ckpt, step: state.step, config })
+    Ok(Resume { run_dir, checkpoint: ckpt, step: state.step, model: state.model.clone(), config })
 }
 
 /// The run configuration saved in a checkpoint (`ckpt`: a run directory or
@@ -255,6 +258,17 @@ impl Resume {
     pub fn bind(&self, cfg: &mut RunConfig, data_flag: bool) -> Result<()> {
         cfg.train.out_dir = self.run_dir.clone();
         record_paths(cfg);
+        // The model first: another model also means another default corpus,
+        // and "prepare a corpus" would be the wrong advice.
+        if let Ok(model) = cfg.model.resolve() {
+            if model != self.model {
+                bail!(
+                    "checkpoint {} was trained with another model: {}; resume with the same model settings (drop --preset, or the [model] changes of --config)",
+                    self.checkpoint.display(),
+                    model_change(&self.model, &model)
+                );
+            }
+        }
         if data_flag {
             return Ok(());
         }
@@ -271,6 +285,22 @@ impl Resume {
         }
         Ok(())
     }
+}
+
+/// The fields in which model `now` differs from the `run`'s, e.g.
+/// "n_layer 2 (run) vs 6 (now), n_embd 128 (run) vs 256 (now)".
+pub fn model_change(run: &GptConfig, now: &GptConfig) -> String {
+    let fields = [
+        ("vocab_size", run.vocab_size.to_string(), now.vocab_size.to_string()),
+        ("n_embd", run.n_embd.to_string(), now.n_embd.to_string()),
+        ("n_layer", run.n_layer.to_string(), now.n_layer.to_string()),
+        ("n_head", run.n_head.to_string(), now.n_head.to_string()),
+        ("ctx", run.ctx.to_string(), now.ctx.to_string()),
+        ("dropout", run.dropout.to_string(), now.dropout.to_string()),
+    ];
+    let changed: Vec<String> =
+        fields.iter().filter(|(_, a, b)| a != b).map(|(k, a, b)| format!("{k} {a} (run) vs {b} (now)")).collect();
+    changed.join(", ")
 }
 
 /// Record the paths a run depends on as absolute paths (the data directory,

@@ -58,10 +58,9 @@ impl Trainer {
                 let st = ck.state;
                 if st.model != model_cfg {
                     bail!(
-                        "checkpoint {} was trained with model {:?} but this run asks for {:?}: resume with the same model settings (or omit --preset/--config to reuse the checkpoint's)",
+                        "checkpoint {} was trained with another model: {}; resume with the same model settings (or omit --preset/--config to reuse the checkpoint's)",
                         path.display(),
-                        st.model,
-                        model_cfg
+                        super::rundir::model_change(&st.model, &model_cfg)
                     );
                 }
                 let ck_tok = crate::data::Tokenizer::from_json(&ck.tokenizer_json)?;
