@@ -228,3 +228,34 @@ fn flags_of_a_single_run_are_refused_before_anything_runs() {
         assert!(!results.exists(), "{flag}: {} written", results.display());
     }
 }
+
+#[test]
+fn duplicate_and_unknown_methods_are_refused_before_anything_runs() {
+    // `ddp,ddp` ran twice into runs/ddp and wrote its rows twice; `foo`
+    // was answered with a remark on TOML values and a flag compare refuses.
+    let tmp = tempdir();
+    let cfg = tmp.path().join("run.toml");
+    std::fs::write(&cfg, tiny_toml(corpus(), &tmp.path().join("run"))).unwrap();
+    let results = tmp.path().join("cmp");
+    for (methods, says) in [
+        ("ddp,zero1,ddp", "--methods names `ddp` twice"),
+        ("ddp,foo", "unknown method `foo` in --methods; the methods are: ddp, zero1"),
+    ] {
+        let args = ["compare", "--methods", methods, "--config", cfg.to_str().unwrap()];
+        let o = lowcomm(tmp.path(), &[&args[..], &["--results", results.to_str().unwrap()]].concat());
+        let err = stderr(&o);
+        assert!(!o.status.success() && err.contains(says), "{methods}: {err}");
+        assert!(!err.contains("TOML") && !err.contains("--method "), "{methods}: {err}");
+        assert!(!results.join("runs").exists(), "{methods}: a run started");
+    }
+}
+
+#[test]
+fn compare_help_hides_the_flags_compare_refuses() {
+    let o = lowcomm(Path::new("."), &["compare", "--help"]);
+    let help = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success() && help.contains("--methods") && help.contains("--steps"), "{help}");
+    for flag in ["--method ", "--out ", "--resume", "--stop-at", "--force", "--trace"] {
+        assert!(!help.contains(flag), "compare --help lists {flag}:\n{help}");
+    }
+}

@@ -211,3 +211,38 @@ fn plan_takes_method_variants_and_plans_dylu_per_worker() {
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && err.contains("dyl"), "{err}");
 }
+
+/// Plan's bad numbers: a negative --model or --batch reached clap as an
+/// unknown flag, 1e30 printed a saturated u64 of GB, --tau and
+/// --compression no listed method takes were accepted and ignored, and a
+/// method named twice was planned twice.
+#[test]
+fn plan_answers_out_of_range_numbers_and_unused_knobs_with_one_error() {
+    let tcp = "configs/clusters/tcp-4x1-10g.toml";
+    let cases: [(&[&str], &str); 7] = [
+        (&["--model", "-5"], "must be in [1, 1e15]"),
+        (&["--model", "1e30", "--methods", "ddp"], "beyond the 1e15 a plan covers"),
+        (&["--model", "gpt2", "--batch", "-3"], "each at least 1"),
+        (&["--model", "gpt2", "--methods", "ddp", "--tau", "5"], "--tau applies to none of ddp"),
+        (&["--model", "gpt2", "--methods", "ddp", "--compression", "0.5"], "--compression applies to none of ddp"),
+        (&["--model", "gpt2", "--methods", "ddp,ddp"], "--methods names `ddp` twice"),
+        (&["--model", "gpt2", "--methods", "ddp,foo"], "unknown method `foo` in --methods; the methods are: ddp"),
+    ];
+    for (args, says) in cases {
+        let out = lowcomm(&[&["plan", "--cluster", tcp], args].concat());
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && err.contains(says), "{args:?}: {err}");
+        assert_eq!(err.trim().lines().count(), 1, "one clear error: {err}");
+    }
+}
+
+/// The micro-batch is a token count (the profile's 24576); for nano, whose
+/// context is 64, the plan says that is 384 sequences, not 24 of 1024.
+#[test]
+fn plan_says_how_many_sequences_of_the_context_a_micro_batch_is() {
+    let out = lowcomm(&["plan", "--model", "nano", "--cluster", A100, "--methods", "ddp"]);
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("24576 tokens per micro-batch (384 sequences of nano's 64-token context)"), "{text}");
+    let out = lowcomm(&["plan", "--model", "7.5e9", "--cluster", A100, "--methods", "ddp"]);
+    assert!(String::from_utf8_lossy(&out.stdout).contains("24576 tokens per micro-batch, "));
+}

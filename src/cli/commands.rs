@@ -198,12 +198,8 @@ pub(super) fn method_flags(a: &TrainArgs) -> Vec<(&'static str, toml::Value)> {
 pub(super) fn flags_for(a: &TrainArgs, method: &str, methods: &[String]) -> Result<TrainArgs> {
     let mut out = a.clone();
     for (key, _) in method_flags(a) {
-        if !methods.iter().any(|m| crate::strategy::Method::takes(m, key)) {
-            anyhow::bail!(
-                "the flag for `{key}` applies to none of {}: it is a setting of another method",
-                methods.join(", ")
-            );
-        }
+        // Shared with `plan`: a flag no listed method takes is refused, naming the methods that take it.
+        crate::strategy::method_spec::refuse_unused_flag(&crate::strategy::method_spec::flag_of(key), &[key], methods)?;
         if !crate::strategy::Method::takes(method, key) {
             match key {
                 "warmup_steps" => out.dpu_warmup = None,
@@ -422,25 +418,45 @@ pub fn export(a: ExportArgs) -> Result<()> {
     Ok(())
 }
 
+/// Refuses an unknown `--what`, and a flag of one `--what` given to
+/// another (they were silently ignored).
+fn check_bench_flags(a: &BenchArgs) -> Result<()> {
+    const WHATS: [&str; 5] = ["step", "comm", "sim", "dct", "server"];
+    if !WHATS.contains(&a.what.as_str()) {
+        anyhow::bail!("unknown benchmark `{}`: use --what step, comm, sim, dct or server", a.what);
+    }
+    let only = [
+        (a.mib.is_some(), "--mib", "comm"),
+        (a.backend.is_some(), "--backend", "comm"),
+        (a.breakdown, "--breakdown", "step"),
+    ];
+    if let Some((_, flag, what)) = only.iter().find(|(given, _, what)| *given && *what != a.what) {
+        anyhow::bail!("{flag} applies to --what {what} only, not to --what {}: drop it, or use --what {what}", a.what);
+    }
+    Ok(())
+}
+
 pub fn bench(a: BenchArgs) -> Result<()> {
+    check_bench_flags(&a)?;
     match a.what.as_str() {
         "step" => {}
         "comm" => {
             super::mpi::bench_collectives(&a)?;
-            if a.backend != "local" {
+            if a.backend() != "local" {
                 return Ok(());
             }
+            let mib = a.mib();
             for world in [2, 4] {
-                let (ar, memcpy) = crate::comm::bench::bench_all_reduce(world, 64, 10);
+                let (ar, memcpy) = crate::comm::bench::bench_all_reduce(world, mib, a.steps);
                 println!(
-                    "RESULT all_reduce 64MiB workers={world} allreduce_GBps={ar:.2} memcpy_GBps={memcpy:.2} ratio={:.2} (bar >= 0.50)",
+                    "RESULT all_reduce {mib}MiB workers={world} allreduce_GBps={ar:.2} memcpy_GBps={memcpy:.2} ratio={:.2} (bar >= 0.50)",
                     ar / memcpy
                 );
             }
             return Ok(());
         }
         "sim" => {
-            let (raw, sim) = crate::bench::sim_overhead(&a.preset, a.steps.max(1) as u64)?;
+            let (raw, sim) = crate::bench::sim_overhead(&a.preset, a.steps as u64)?;
             println!(
                 "RESULT sim_overhead preset={} steps={} raw_s={raw:.3} sim_s={sim:.3} overhead={:.1}% (bar <= 10%)",
                 a.preset,
@@ -450,7 +466,7 @@ pub fn bench(a: BenchArgs) -> Result<()> {
             return Ok(());
         }
         "dct" => {
-            let r = crate::bench_dct::run(&a.preset, a.steps.max(1), a.warmup)?;
+            let r = crate::bench_dct::run(&a.preset, a.steps, a.warmup)?;
             let demo = r.encode_s + r.decode_s;
             println!(
                 "RESULT demo_dct preset={} params={} step_s={:.4} encode_s={:.4} decode_s={:.4} share={:.1}% (bar < 10% on micro) transform_gemm_s={:.4} transform_loops_s={:.4} loops/gemm={:.1}",
@@ -467,18 +483,18 @@ pub fn bench(a: BenchArgs) -> Result<()> {
             return Ok(());
         }
         "server" => {
-            crate::bench_server::run(a.steps.max(1), a.warmup)?.iter().for_each(|l| println!("{l}"));
+            crate::bench_server::run(a.steps, a.warmup)?.iter().for_each(|l| println!("{l}"));
             return Ok(());
         }
         other => anyhow::bail!("unknown benchmark `{other}`: use --what step, comm, sim, dct or server"),
     }
     let host = crate::bench_breakdown::Host::probe()?;
     if a.breakdown {
-        let (rows, step_s) = crate::bench_breakdown::run(&a.preset, a.steps.max(1), a.warmup)?;
-        println!("Per-kernel time of one `{}` step (mean of {} profiled steps):\n", a.preset, a.steps.max(1));
+        let (rows, step_s) = crate::bench_breakdown::run(&a.preset, a.steps, a.warmup)?;
+        println!("Per-kernel time of one `{}` step (mean of {} profiled steps):\n", a.preset, a.steps);
         println!("{}", crate::bench_breakdown::table(&rows, step_s));
     }
-    let r = crate::bench::run(&a.preset, a.steps.max(1), a.warmup)?;
+    let r = crate::bench::run(&a.preset, a.steps, a.warmup)?;
     println!("{}", host.line(r.gflops));
     println!(
         "RESULT lib=lowcomm preset={} batch={}x{} params={} median_step_s={:.4} tok_per_s={:.0} gflops={:.1} peak_rss_mb={:.0} loss_first={:.4} loss_last={:.4}",

@@ -58,7 +58,18 @@ pub struct CommCheckArgs {
     pub workers: usize,
 }
 
+/// `train`'s flags that belong to one run are hidden from compare's help:
+/// compare refuses them (`compare::refuse_single_run_flags` says what to do
+/// instead), so listing them would promise what it does not do.
 #[derive(Args, Debug)]
+#[command(
+    mut_arg("method", |a| a.hide(true)),
+    mut_arg("out", |a| a.hide(true)),
+    mut_arg("resume", |a| a.hide(true)),
+    mut_arg("stop_at", |a| a.hide(true)),
+    mut_arg("force", |a| a.hide(true)),
+    mut_arg("trace", |a| a.hide(true))
+)]
 pub struct CompareArgs {
     /// Methods to run, in order: names, `NAME:key=value:...` variants (e.g.
     /// `co2:tau=24`), or `all` (every method with its documented defaults;
@@ -77,7 +88,8 @@ pub struct CompareArgs {
     /// Rerun every method, even those whose result in --results is complete.
     #[arg(long)]
     pub fresh: bool,
-    /// Every `train` flag applies to each run (--method is set per run).
+    /// `train`'s flags apply to each run (but --method, --out, --trace,
+    /// --resume, --stop-at and --force, which compare sets or refuses).
     #[command(flatten)]
     pub train: TrainArgs,
 }
@@ -85,8 +97,9 @@ pub struct CompareArgs {
 #[derive(Args, Debug)]
 pub struct PlanArgs {
     /// A preset (nano, micro, small, gpt2, gpt-neo-125m, llama-7b), a parameter
-    /// count (`7.5e9`) or a Hugging Face config.json (GPT-2, GPT-Neo, Llama style).
-    #[arg(long)]
+    /// count in [1, 1e15] (`7.5e9`) or a Hugging Face config.json (GPT-2, GPT-Neo, Llama style).
+    // Hyphen values reach the parser, which answers `-5` with the range.
+    #[arg(long, allow_hyphen_values = true)]
     pub model: String,
     /// Cluster profile (configs/clusters/*.toml); its `[timing]` model is replaced by --model.
     #[arg(long)]
@@ -95,8 +108,9 @@ pub struct PlanArgs {
     /// variants, as `compare` takes them (`async-diloco:dylu=true:grace=0.5`).
     #[arg(long, value_delimiter = ',', default_value = "all")]
     pub methods: Vec<String>,
-    /// Tokens per micro-batch: `SEQUENCESxLENGTH` (`24x1024`) or a count; default the profile's, else 24x1024.
-    #[arg(long)]
+    /// Tokens per micro-batch: `SEQUENCESxLENGTH` (`24x1024`) or a count, at least 1; default the
+    /// profile's, else 24x1024 (a token count: with a shorter context, nano's 64, more sequences).
+    #[arg(long, allow_hyphen_values = true)]
     pub batch: Option<String>,
     /// Memory rows: `mixed` (the ACCO paper's Table 1 accounting) or `f32` (this engine's buffers).
     #[arg(long, default_value = "mixed")]
@@ -381,17 +395,17 @@ pub struct ExportArgs {
 
 #[derive(Args, Debug)]
 pub struct BenchArgs {
-    /// micro (16 x 128) or small (8 x 256): 2048 tokens per step.
+    /// nano (32 x 64), micro (16 x 128) or small (8 x 256): 2048 tokens per step.
     #[arg(long, default_value = "micro")]
     pub preset: String,
-    /// Timed steps (the median is reported).
-    #[arg(long, default_value_t = 10, allow_negative_numbers = true, value_parser = values::count_usize)]
+    /// Timed steps (the median is reported; `--what comm`: timed iterations), at least 1.
+    #[arg(long, default_value_t = 10, allow_negative_numbers = true, value_parser = values::positive_usize)]
     pub steps: usize,
     /// Untimed warm-up steps.
     #[arg(long, default_value_t = 3, allow_negative_numbers = true, value_parser = values::count_usize)]
     pub warmup: usize,
     /// What to measure: `step` (training step), `comm` (in-process
-    /// all-reduce of 64 MiB on 2 and 4 workers vs memcpy), `sim` (overhead
+    /// all-reduce of --mib MiB on 2 and 4 workers vs memcpy), `sim` (overhead
     /// of the simulated runtime over the raw math), `dct` (DeMo's encode,
     /// top-k and decode per step as a share of a training step), `server`
     /// (async DiLoCo's server update on micro and small vs one micro
@@ -403,12 +417,25 @@ pub struct BenchArgs {
     #[arg(long)]
     pub breakdown: bool,
     /// `--what comm`: `local` (in-process groups of 2 and 4 workers) or
-    /// `mpi` (this MPI job: `mpirun -np 4 lowcomm bench --what comm --backend mpi`).
-    #[arg(long, default_value = "local")]
-    pub backend: String,
-    /// `--what comm`: MiB per rank moved by each collective.
-    #[arg(long, default_value_t = 64, allow_negative_numbers = true, value_parser = values::count_usize)]
-    pub mib: usize,
+    /// `mpi` (this MPI job: `mpirun -np 4 lowcomm bench --what comm --backend mpi`) [default: local].
+    // An Option, not a default value, so that giving it to another --what is refused.
+    #[arg(long)]
+    pub backend: Option<String>,
+    /// `--what comm`: MiB per rank moved by each collective, at least 1 [default: 64].
+    #[arg(long, allow_negative_numbers = true, value_parser = values::positive_usize)]
+    pub mib: Option<usize>,
+}
+
+impl BenchArgs {
+    /// `--backend`, default local.
+    pub fn backend(&self) -> &str {
+        self.backend.as_deref().unwrap_or("local")
+    }
+
+    /// `--mib`, default 64.
+    pub fn mib(&self) -> usize {
+        self.mib.unwrap_or(64)
+    }
 }
 
 /// Parse arguments and run; errors are printed by `main`.

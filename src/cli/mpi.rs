@@ -48,15 +48,15 @@ pub fn comm_check(a: &CommCheckArgs) -> Result<()> {
 }
 
 pub fn bench_collectives(a: &BenchArgs) -> Result<()> {
-    let iters = a.steps.max(1);
-    match a.backend.as_str() {
+    let (iters, mib) = (a.steps, a.mib());
+    match a.backend() {
         "local" => {
             for world in [2, 4] {
-                print_rates("local", world, a.mib, time_collectives_local(world, a.mib, iters));
+                print_rates("local", world, mib, time_collectives_local(world, mib, iters));
             }
             Ok(())
         }
-        "mpi" => mpi_impl::bench(a.mib, iters),
+        "mpi" => mpi_impl::bench(mib, iters),
         other => bail!("unknown backend `{other}`: use --backend local or --backend mpi"),
     }
 }

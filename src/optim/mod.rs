@@ -150,13 +150,42 @@ pub trait Optimizer: Send {
 ///
 /// `deny_unknown_fields` does not take effect on an internally tagged enum
 /// with newtype variants, so it sits on the inner config structs instead.
-#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+/// `kind` may be left out (configs/README.md: every key is optional), which
+/// serde's tagged enums do not allow: see the `Deserialize` impl below.
+#[derive(Serialize, Clone, Debug, PartialEq)]
 #[serde(tag = "kind", rename_all = "lowercase")]
 pub enum OptimizerConfig {
     /// AdamW with decoupled weight decay.
     AdamW(AdamWConfig),
     /// SGD, optionally with (Nesterov) momentum and coupled weight decay.
     Sgd(SgdConfig),
+}
+
+/// [`OptimizerConfig`] as serde reads it once `kind` is known.
+#[derive(Deserialize)]
+#[serde(tag = "kind", rename_all = "lowercase")]
+enum TaggedOptimizerConfig {
+    AdamW(AdamWConfig),
+    Sgd(SgdConfig),
+}
+
+/// The `kind` of an `[optimizer]` section that does not name one.
+const DEFAULT_KIND: &str = "adamw";
+
+impl<'de> Deserialize<'de> for OptimizerConfig {
+    /// Reads the section as a table, adds `kind = "adamw"` when it is
+    /// missing, then reads it as the tagged enum (whose errors, unknown keys
+    /// and kinds included, are passed on unchanged).
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let mut table = serde_json::Map::deserialize(d)?;
+        table.entry("kind").or_insert_with(|| DEFAULT_KIND.into());
+        let tagged =
+            TaggedOptimizerConfig::deserialize(serde_json::Value::Object(table)).map_err(serde::de::Error::custom)?;
+        Ok(match tagged {
+            TaggedOptimizerConfig::AdamW(c) => Self::AdamW(c),
+            TaggedOptimizerConfig::Sgd(c) => Self::Sgd(c),
+        })
+    }
 }
 
 impl Default for OptimizerConfig {

@@ -89,10 +89,22 @@ fn config_rejects_unknown_keys_and_kinds() {
         r#"{"kind":"adamw","betta2":0.95}"#,
         r#"{"kind":"sgd","momentum":0.9,"lr":0.1}"#,
         r#"{"kind":"adam"}"#,
-        r#"{"beta1":0.9}"#,
+        r#"{"beta1":0.9,"momentum":0.9}"#,
     ] {
         assert!(serde_json::from_str::<OptimizerConfig>(bad).is_err(), "accepted {bad}");
     }
+}
+
+/// configs/README.md: every key is optional, `kind` defaulting to adamw (a
+/// section without `kind` was refused with "missing field `kind`").
+#[test]
+fn optimizer_kind_defaults_to_adamw() {
+    let c: OptimizerConfig = serde_json::from_str(r#"{"weight_decay":0.0}"#).unwrap();
+    assert_eq!(c, OptimizerConfig::AdamW(AdamWConfig { weight_decay: 0.0, ..AdamWConfig::default() }));
+    let empty: OptimizerConfig = serde_json::from_str("{}").unwrap();
+    assert_eq!(empty, OptimizerConfig::default());
+    let e = serde_json::from_str::<OptimizerConfig>(r#"{"momentum":0.9}"#).unwrap_err().to_string();
+    assert!(e.contains("unknown field `momentum`"), "{e}");
 }
 
 #[test]

@@ -44,6 +44,11 @@ const HF_PRESETS: [(&str, &str); 3] = [
     ),
 ];
 
+/// The largest parameter count a plan takes: 1e15, a thousand times today's
+/// largest models. Beyond it byte counts no longer fit the plan's integers
+/// (1e30 printed a saturated u64 of GB and 0 tokens/s).
+pub const MAX_PARAMS: f64 = 1e15;
+
 /// Names accepted as presets: lowcomm's and the Hugging Face shapes.
 pub fn preset_names() -> Vec<&'static str> {
     GptConfig::PRESETS.iter().copied().chain(HF_PRESETS.iter().map(|(n, _)| *n)).collect()
@@ -52,6 +57,17 @@ pub fn preset_names() -> Vec<&'static str> {
 impl ModelSpec {
     /// Parses `--model`: a preset, a parameter count, or a config.json path.
     pub fn parse(arg: &str) -> Result<ModelSpec> {
+        let spec = Self::parse_unchecked(arg)?;
+        if spec.params > MAX_PARAMS {
+            bail!(
+                "--model {arg}: {:.4e} parameters is beyond the {MAX_PARAMS:.0e} a plan covers (memory and times would overflow); give a count in [1, {MAX_PARAMS:.0e}], e.g. --model 7.5e9",
+                spec.params
+            );
+        }
+        Ok(spec)
+    }
+
+    fn parse_unchecked(arg: &str) -> Result<ModelSpec> {
         if GptConfig::PRESETS.contains(&arg) {
             return Ok(Self::from_gpt(arg, &GptConfig::preset(arg)?));
         }
@@ -60,7 +76,7 @@ impl ModelSpec {
         }
         if let Ok(p) = arg.parse::<f64>() {
             if !(p >= 1.0 && p.is_finite()) {
-                bail!("--model {arg}: a parameter count must be at least 1, e.g. --model 7.5e9");
+                bail!("--model {arg}: a parameter count must be in [1, {MAX_PARAMS:.0e}], e.g. --model 7.5e9");
             }
             return Ok(ModelSpec {
                 name: arg.to_string(),

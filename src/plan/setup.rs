@@ -20,7 +20,7 @@ pub const DEFAULT_TOKENS_PER_MICRO_BATCH: usize = 24 * 1024;
 /// `--batch`: `SEQUENCESxLENGTH` (e.g. `24x1024`) or a token count (`24576`).
 pub fn parse_batch(s: &str) -> Result<usize> {
     let err = || {
-        format!("--batch {s}: give sequences x length or tokens per micro-batch, e.g. --batch 24x1024 or --batch 24576")
+        format!("--batch {s}: give sequences x length or tokens per micro-batch, each at least 1, e.g. --batch 24x1024 or --batch 24576")
     };
     let n = match s.split_once(['x', 'X']) {
         Some((a, b)) => {
@@ -96,7 +96,17 @@ pub fn costing(model: &ModelSpec, profile: &ClusterProfile, k: &Knobs) -> Result
 /// DiLoCo's H: its inner steps per round); a knob out of range is the
 /// method's own error.
 pub fn methods(specs: &[String], tau: Option<u64>, compression: Option<f64>) -> Result<Vec<Method>> {
-    crate::strategy::method_spec::expand(specs)?
+    use crate::strategy::method_spec::{expand, refuse_unused_flag};
+    let entries = expand(specs)?;
+    let names: Vec<String> = entries.iter().map(|e| e.name.clone()).collect();
+    // A knob no listed method takes would change nothing: refused, as compare does.
+    if tau.is_some() {
+        refuse_unused_flag("--tau", &["tau", "h"], &names)?;
+    }
+    if compression.is_some() {
+        refuse_unused_flag("--compression", &["compression"], &names)?;
+    }
+    entries
         .iter()
         .map(|e| {
             let name = e.name.as_str();
@@ -150,6 +160,15 @@ mod tests {
         }
         let e = methods(&specs(&["co2:tau"]), None, None).unwrap_err().to_string();
         assert!(e.contains("`tau` is not key=value"), "{e}");
+    }
+
+    #[test]
+    fn knobs_that_no_listed_method_takes_are_refused() {
+        let e = methods(&["ddp".into()], Some(5), None).unwrap_err().to_string();
+        assert!(e.starts_with("--tau applies to none of ddp"), "{e}");
+        let e = methods(&["ddp".into(), "co2".into()], None, Some(0.5)).unwrap_err().to_string();
+        assert!(e.starts_with("--compression applies to none of ddp, co2: it is a setting of demo, flexdemo"), "{e}");
+        assert!(methods(&["ddp".into(), "co2".into()], Some(5), None).is_ok());
     }
 
     #[test]

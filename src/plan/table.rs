@@ -15,8 +15,14 @@ pub fn render(r: &Report) -> String {
     let _ = writeln!(s, "model    {}: {}", r.model.name, r.model.formula);
     let _ = writeln!(
         s,
-        "cluster  {}: {} workers ({} per node), wire {:?}, {} tokens per micro-batch, {:.4} s per micro-batch",
-        r.cluster, r.workers, r.workers_per_node, r.wire, r.tokens_per_micro_batch, r.micro_batch_s
+        "cluster  {}: {} workers ({} per node), wire {:?}, {} tokens per micro-batch{}, {:.4} s per micro-batch",
+        r.cluster,
+        r.workers,
+        r.workers_per_node,
+        r.wire,
+        r.tokens_per_micro_batch,
+        sequences(r),
+        r.micro_batch_s
     );
     let mem = r.device_memory.map_or("unknown (no [device] memory in the profile)".to_string(), gb);
     let _ = writeln!(s, "memory   {precision}; device memory {mem}");
@@ -60,4 +66,15 @@ pub fn render(r: &Report) -> String {
         let _ = writeln!(s, "{}. {}", i + 1, p.reason);
     }
     s
+}
+
+/// The micro-batch as sequences of the model's context, when its shape is
+/// known: `--batch` and profiles give tokens (24 x 1024 by default), which
+/// for nano, whose context is 64, is 384 sequences, not 24.
+fn sequences(r: &Report) -> String {
+    let Some(ctx) = r.model.gpt.as_ref().map(|g| g.ctx).filter(|&c| c > 0) else {
+        return String::new();
+    };
+    let n = r.tokens_per_micro_batch as f64 / ctx as f64;
+    format!(" ({n} sequences of {}'s {ctx}-token context)", r.model.name)
 }

@@ -57,6 +57,7 @@ fn variant(spec: &str) -> Result<Entry> {
 /// that method's default run (several variants of it: all of them).
 pub fn expand(specs: &[String]) -> Result<Vec<Entry>> {
     let named = specs.iter().filter(|s| s.as_str() != "all").map(|s| variant(s)).collect::<Result<Vec<_>>>()?;
+    check_named(&named)?;
     if !specs.iter().any(|s| s == "all") {
         return Ok(named);
     }
@@ -68,9 +69,55 @@ pub fn expand(specs: &[String]) -> Result<Vec<Entry>> {
         }
         out.extend(mine);
     }
-    // A name that is not a method is kept: it is refused, naming the valid ones, when its config is built.
-    out.extend(named.into_iter().filter(|e| !Method::NAMES.contains(&e.name.as_str())));
     Ok(out)
+}
+
+/// Refuses a name that is not a method, and the same run asked for twice
+/// (`ddp,ddp`: compare would run it twice into one directory and write its
+/// rows twice). Two specs are the same run when their directories are.
+fn check_named(named: &[Entry]) -> Result<()> {
+    if let Some(e) = named.iter().find(|e| !Method::NAMES.contains(&e.name.as_str())) {
+        bail!("unknown method `{}` in --methods; the methods are: {}", e.name, Method::NAMES.join(", "));
+    }
+    for (i, e) in named.iter().enumerate() {
+        if let Some(first) = named[..i].iter().find(|f| f.dir() == e.dir()) {
+            let same = if first.spec == e.spec { String::new() } else { format!(" (as `{}`)", first.spec) };
+            bail!("--methods names `{}` twice{same}: give each method or NAME:key=value variant once", e.spec);
+        }
+    }
+    Ok(())
+}
+
+/// The command-line flag that sets `[methods.NAME]` key `key`.
+pub fn flag_of(key: &str) -> String {
+    match key {
+        "warmup_steps" => "--dpu-warmup".into(),
+        "clip" => "--outer-clip".into(),
+        other => format!("--{}", other.replace('_', "-")),
+    }
+}
+
+/// Refuses `flag`, which sets the keys `keys` (`--tau`: plan gives it to
+/// `tau` and DiLoCo's `h`), when none of the methods `names` takes any of
+/// them: it would change nothing. `compare` and `plan` share it, so the
+/// same flags are refused the same way.
+pub fn refuse_unused_flag(flag: &str, keys: &[&str], names: &[String]) -> Result<()> {
+    let takes = |m: &str| keys.iter().any(|k| Method::takes(m, k));
+    if names.iter().any(|m| takes(m)) {
+        return Ok(());
+    }
+    let owners: Vec<&str> = Method::NAMES.iter().copied().filter(|m| takes(m)).collect();
+    let mut seen: Vec<&str> = Vec::new();
+    for n in names {
+        if !seen.contains(&n.as_str()) {
+            seen.push(n);
+        }
+    }
+    bail!(
+        "{flag} applies to none of {}: it is a setting of {}; add one of those to --methods, or drop {flag}",
+        seen.join(", "),
+        owners.join(", ")
+    )
 }
 
 #[cfg(test)]
@@ -106,5 +153,33 @@ mod tests {
         assert!(e.contains("--methods all:tau=3") && e.contains("all,co2:tau=24"), "{e}");
         let e = expand(&specs("all,co2:tau")).unwrap_err().to_string();
         assert!(e.contains("`tau` is not key=value"), "{e}");
+    }
+
+    #[test]
+    fn a_method_flag_that_no_listed_method_takes_is_refused() {
+        let e = refuse_unused_flag("--tau", &["tau", "h"], &specs("zero1,ddp")).unwrap_err().to_string();
+        assert!(e.starts_with("--tau applies to none of zero1, ddp: it is a setting of local-sgd"), "{e}");
+        assert!(e.contains("diloco") && e.contains("drop --tau"), "{e}");
+        assert!(refuse_unused_flag("--tau", &["tau", "h"], &specs("ddp,diloco")).is_ok());
+        assert_eq!((flag_of("clip"), flag_of("dn_c")), ("--outer-clip".to_string(), "--dn-c".to_string()));
+    }
+
+    #[test]
+    fn duplicate_methods_are_refused_naming_the_duplicate() {
+        let e = expand(&specs("ddp,zero1,ddp")).unwrap_err().to_string();
+        assert!(e.contains("names `ddp` twice"), "{e}");
+        let e = expand(&specs("all,co2:tau=4,co2:tau=4")).unwrap_err().to_string();
+        assert!(e.contains("names `co2:tau=4` twice"), "{e}");
+        // Different variants of one method are fine.
+        assert_eq!(expand(&specs("co2:tau=4,co2:tau=8")).unwrap().len(), 2);
+    }
+
+    #[test]
+    fn an_unknown_method_is_named_with_the_list_of_methods() {
+        for list in ["ddp,foo", "all,foo:tau=3"] {
+            let e = expand(&specs(list)).unwrap_err().to_string();
+            assert!(e.starts_with("unknown method `foo` in --methods; the methods are: ddp, zero1"), "{e}");
+            assert!(!e.contains("TOML") && !e.contains("--method "), "{e}");
+        }
     }
 }

@@ -391,6 +391,18 @@ mod tests {
         }
     }
 
+    /// configs/README.md: `[optimizer]` keys are all optional, `kind`
+    /// defaulting to adamw ("missing field `kind`" before).
+    #[test]
+    fn optimizer_section_without_kind_is_adamw() {
+        let c = RunConfig::from_toml("[optimizer]\nweight_decay = 0.0\n").unwrap();
+        let want = crate::optim::AdamWConfig { weight_decay: 0.0, ..Default::default() };
+        assert_eq!(c.optimizer, OptimizerConfig::AdamW(want));
+        assert_eq!(RunConfig::from_toml("[optimizer]\n").unwrap().optimizer, OptimizerConfig::default());
+        let e = RunConfig::from_toml("[optimizer]\nkind = \"adam\"\n").unwrap_err().to_string();
+        assert!(e.contains("unknown variant `adam`"), "{e}");
+    }
+
     #[test]
     fn values_that_would_fake_results_are_refused() {
         let refused = |text: &str, says: &str| {
