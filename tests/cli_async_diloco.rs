@@ -133,13 +133,13 @@ fn bad_async_diloco_settings_name_the_key_and_an_example() {
     );
     assert_one_error(run(&["--outer", "adam"]), &["[methods.async-diloco]", "outer \"adam\" does not exist"]);
     assert_one_error(run(&["--speeds", "1,1,1"]), &["--speeds has 3 values but there are 2 workers", "--speeds 1,1"]);
-    assert_one_error(run(&["--tau", "2"]), &["`tau` is a setting of", "not of async-diloco"]);
+    assert_one_error(run(&["--tau", "2"]), &["--tau is a setting of", "not of async-diloco"]);
     assert_one_error(
         run(&["--fixed-shards", "--shards", "3"]),
         &["[methods.async-diloco]", "shards must equal the workers (2), got 3", "--shards 2"],
     );
     assert_one_error(
         lowcomm(tmp.path(), &["train", "--config", &cfg, "--method", "diloco", "--workers", "2", "--grace", "1"]),
-        &["`grace` is a setting of async-diloco, not of diloco"],
+        &["--grace is a setting of async-diloco, not of diloco"],
     );
 }

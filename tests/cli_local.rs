@@ -58,11 +58,11 @@ fn bad_local_settings_name_the_key_and_an_example() {
     clap_error(run(&["--method", "co2", "--outer-clip", "0"]), &["--outer-clip", "> 0", "off"]);
     one_error(run(&["--method", "overlap-local-sgd", "--pull", "1.5"]), &["pull must be in (0, 1]", "pull = 0.5"]);
     one_error(run(&["--method", "local-sgd", "--inner-state", "share"]), &["[methods.local-sgd]", "share"]);
-    // A key of another method names the method that owns it.
-    one_error(run(&["--method", "slowmo", "--penalty", "off"]), &["`penalty` is a setting of co2, not of slowmo"]);
+    // A flag of another method names the flag and the methods that take it.
+    one_error(run(&["--method", "slowmo", "--penalty", "off"]), &["--penalty is a setting of co2, not of slowmo"]);
     one_error(
         run(&["--method", "zero1", "--tau", "4"]),
-        &["`tau` is a setting of local-sgd, overlap-local-sgd, slowmo, co2, not of zero1"],
+        &["--tau is a setting of local-sgd, overlap-local-sgd, slowmo, co2, not of zero1"],
     );
     let cfg2 = config(tmp.path(), "\n[methods.co2]\ntau = 0\n");
     one_error(
@@ -246,7 +246,7 @@ fn diloco_from_the_command_line_writes_its_keys_and_refuses_bad_values() {
     one_error(run(&["--outer-momentum", "1"]), &["[methods.diloco]", "outer_momentum must be in [0, 1)", "0.9"]);
     one_error(
         run(&["--tau", "2"]),
-        &["`tau` is a setting of local-sgd, overlap-local-sgd, slowmo, co2, not of diloco"],
+        &["--tau is a setting of local-sgd, overlap-local-sgd, slowmo, co2, not of diloco"],
     );
     let o = run(&["--runtime", "sim", "--h", "2", "--outer", "dn", "--dn-buffer", "2", "--dn-c", "0.25"]);
     let err = stderr(&o);

@@ -264,7 +264,7 @@ fn method_settings_come_from_their_section_and_misplaced_keys_are_named() {
             tmp.path(),
             &["train", "--config", &cfg, "--method", "zero1", "--workers", "2", "--steps", "1", "--dpu-warmup", "3"],
         ),
-        &["`warmup_steps` is a setting of dpu, not of zero1"],
+        &["--dpu-warmup is a setting of dpu, not of zero1"],
     );
 }
 

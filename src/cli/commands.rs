@@ -47,7 +47,30 @@ pub fn prepare(a: PrepareArgs) -> Result<()> {
 /// run's own, else the defaults; then the flags on top. When resuming,
 /// also the run it continues (in its own directory; see
 /// [`crate::train::rundir`]). Paths the run depends on are made absolute.
+/// A flag the run would ignore is refused ([`super::flag_rules`]).
 pub(super) fn run_config(a: &TrainArgs) -> Result<(RunConfig, Option<Resume>)> {
+    run_config_with(a, &[])
+}
+
+/// [`run_config`] with `settings` put into the method's `[methods.NAME]`
+/// section over the flags before they are checked (`compare`'s
+/// `NAME:key=value` variants: `diloco:outer=dn` makes `--dn-c` apply).
+pub(super) fn run_config_with(
+    a: &TrainArgs,
+    settings: &[(String, toml::Value)],
+) -> Result<(RunConfig, Option<Resume>)> {
+    let (mut cfg, resume) = configure(a)?;
+    if !settings.is_empty() {
+        let name = cfg.parallel.method.clone().unwrap_or_else(|| "ddp".into());
+        let section = cfg.methods.entry(name).or_default();
+        section.extend(settings.iter().cloned());
+    }
+    super::flag_rules::check(a, &cfg)?;
+    Ok((cfg, resume))
+}
+
+/// [`run_config`] before its flags are checked.
+fn configure(a: &TrainArgs) -> Result<(RunConfig, Option<Resume>)> {
     let base = match &a.config {
         Some(path) => RunConfig::from_file(path)?,
         None => RunConfig::default(),
@@ -131,8 +154,8 @@ fn apply_flags(mut cfg: RunConfig, a: &TrainArgs) -> Result<RunConfig> {
     if let Some(f) = &a.faults {
         cfg.faults.plan = f.clone();
     }
-    // Method flags set keys of the chosen method's section; a method that
-    // has no such key says so when its settings are parsed.
+    // Method flags set keys of the chosen method's section; one the method
+    // does not take is refused by flag_rules::check, naming the flag.
     let name = p.method.clone().unwrap_or_else(|| "ddp".into());
     for (key, value) in method_flags(a) {
         cfg.methods.entry(name.clone()).or_default().insert(key.into(), value);
@@ -144,13 +167,19 @@ fn apply_flags(mut cfg: RunConfig, a: &TrainArgs) -> Result<RunConfig> {
     if a.fixed_micro_batches.is_some() {
         p.fixed_micro_batches = a.fixed_micro_batches;
     }
+    // Any data-parallel flag makes the run data-parallel (ddp unless
+    // --method says otherwise), as `train --help` says under --method.
+    // Before, --trace, --wire and --nodes were ignored on a single-process run.
     if p.method.is_none()
         && (a.workers.is_some()
+            || a.nodes.is_some()
             || a.runtime.is_some()
             || a.backend.is_some()
             || a.cluster.is_some()
             || a.link.is_some()
-            || a.speeds.is_some())
+            || a.speeds.is_some()
+            || a.wire.is_some()
+            || a.trace.is_some())
     {
         p.method = Some("ddp".into());
     }
@@ -196,11 +225,13 @@ pub(super) fn method_flags(a: &TrainArgs) -> Vec<(&'static str, toml::Value)> {
 /// `method` does not take (`--tau` applies to the local-update methods
 /// only). Errors when a flag is taken by none of `methods`.
 pub(super) fn flags_for(a: &TrainArgs, method: &str, methods: &[String]) -> Result<TrainArgs> {
+    use super::flag_rules::{applies, given};
+    use crate::strategy::method_spec::{flag_of, refuse_unused_flag};
     let mut out = a.clone();
-    for (key, _) in method_flags(a) {
+    for key in given(a) {
         // Shared with `plan`: a flag no listed method takes is refused, naming the methods that take it.
-        crate::strategy::method_spec::refuse_unused_flag(&crate::strategy::method_spec::flag_of(key), &[key], methods)?;
-        if !crate::strategy::Method::takes(method, key) {
+        refuse_unused_flag(&flag_of(key), |m| applies(key, m), methods)?;
+        if !applies(key, method) {
             match key {
                 "warmup_steps" => out.dpu_warmup = None,
                 "tau" => out.tau = None,
@@ -223,6 +254,7 @@ pub(super) fn flags_for(a: &TrainArgs, method: &str, methods: &[String]) -> Resu
                 "dylu" => out.dylu = false,
                 "shards" => out.shards = None,
                 "fixed_shards" => out.fixed_shards = false,
+                "fixed_micro_batches" => out.fixed_micro_batches = None,
                 other => unreachable!("method flag {other} has no field"),
             }
         }

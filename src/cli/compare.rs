@@ -38,10 +38,7 @@ fn configure(a: &CompareArgs, out: &Path, notes: &mut Vec<String>) -> Result<Vec
         args.method = Some(entry.name.clone());
         args.out = Some(dir.clone());
         args.trace = Some(dir.join("trace.json"));
-        let (mut cfg, _) = super::commands::run_config(&args)?;
-        for (k, v) in &entry.settings {
-            cfg.methods.entry(entry.name.clone()).or_default().insert(k.clone(), v.clone());
-        }
+        let (cfg, _) = super::commands::run_config_with(&args, &entry.settings)?;
         let method = crate::strategy::Method::from_config(&entry.name, cfg.methods.get(&entry.name))
             .with_context(|| format!("--methods {} (values are TOML: true/false, numbers, \"strings\")", entry.spec))?;
         if let Some(why) = misfit(&method, &cfg) {

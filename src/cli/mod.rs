@@ -7,6 +7,7 @@ mod compare_html;
 mod compare_methods;
 mod compare_store;
 mod compare_table;
+mod flag_rules;
 mod mpi;
 mod plan;
 mod values;
@@ -228,6 +229,11 @@ pub struct TrainArgs {
     pub force: bool,
     /// Data-parallel method: ddp, zero1, dpu, acco-wp, acco, local-sgd,
     /// overlap-local-sgd, slowmo, co2, demo, flexdemo, diloco, async-diloco.
+    /// Without it (and without parallel.method in --config), any of
+    /// --workers, --nodes, --runtime, --backend, --cluster, --link, --speeds,
+    /// --wire and --trace runs ddp; with none of them, the run is a single
+    /// process. A method's own flags (--fixed-micro-batches and those after
+    /// it) are refused unless the run's method takes them.
     #[arg(long)]
     pub method: Option<String>,
     /// Number of data-parallel workers.
@@ -245,10 +251,12 @@ pub struct TrainArgs {
     /// with `--features mpi`; docs/mpi.md).
     #[arg(long)]
     pub backend: Option<String>,
-    /// Simulated cluster profile (configs/clusters/*.toml), with --runtime sim.
+    /// Simulated cluster profile (configs/clusters/*.toml), with --runtime sim;
+    /// its links are its own (not with --link).
     #[arg(long)]
     pub cluster: Option<PathBuf>,
-    /// Link to emulate (real) or simulate (sim), e.g. 1gbit,50us or 25GB/s,2us.
+    /// One flat link to emulate (real) or simulate (sim), e.g. 1gbit,50us or
+    /// 25GB/s,2us; not with --cluster, whose profile has its own links.
     #[arg(long)]
     pub link: Option<String>,
     /// Speed factor per worker, e.g. 1,1,1,0.25 (a 4x slower fourth worker).
@@ -286,7 +294,8 @@ pub struct TrainArgs {
     /// slowmo, co2, diloco, async-diloco: outer learning rate, > 0 [default: 1.0; diloco 0.7].
     #[arg(long, allow_negative_numbers = true, value_parser = values::finite_f64)]
     pub outer_lr: Option<f64>,
-    /// slowmo, co2, diloco, async-diloco: outer momentum beta, in [0, 1) [default: 0.5; diloco 0.9].
+    /// slowmo, co2, diloco, async-diloco: outer momentum beta, in [0, 1) [default: 0.5; diloco 0.9];
+    /// not with --outer sgd (no momentum).
     #[arg(long, allow_negative_numbers = true, value_parser = values::finite_f64)]
     pub outer_momentum: Option<f64>,
     /// co2: staleness gap penalty, on or off [default: on].

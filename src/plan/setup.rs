@@ -96,15 +96,15 @@ pub fn costing(model: &ModelSpec, profile: &ClusterProfile, k: &Knobs) -> Result
 /// DiLoCo's H: its inner steps per round); a knob out of range is the
 /// method's own error.
 pub fn methods(specs: &[String], tau: Option<u64>, compression: Option<f64>) -> Result<Vec<Method>> {
-    use crate::strategy::method_spec::{expand, refuse_unused_flag};
+    use crate::strategy::method_spec::{expand, refuse_unused_flag, takes_any};
     let entries = expand(specs)?;
     let names: Vec<String> = entries.iter().map(|e| e.name.clone()).collect();
     // A knob no listed method takes would change nothing: refused, as compare does.
     if tau.is_some() {
-        refuse_unused_flag("--tau", &["tau", "h"], &names)?;
+        refuse_unused_flag("--tau", takes_any(&["tau", "h"]), &names)?;
     }
     if compression.is_some() {
-        refuse_unused_flag("--compression", &["compression"], &names)?;
+        refuse_unused_flag("--compression", takes_any(&["compression"]), &names)?;
     }
     entries
         .iter()

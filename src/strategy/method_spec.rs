@@ -97,12 +97,16 @@ pub fn flag_of(key: &str) -> String {
     }
 }
 
-/// Refuses `flag`, which sets the keys `keys` (`--tau`: plan gives it to
-/// `tau` and DiLoCo's `h`), when none of the methods `names` takes any of
-/// them: it would change nothing. `compare` and `plan` share it, so the
-/// same flags are refused the same way.
-pub fn refuse_unused_flag(flag: &str, keys: &[&str], names: &[String]) -> Result<()> {
-    let takes = |m: &str| keys.iter().any(|k| Method::takes(m, k));
+/// The keys a flag sets, each the setting of some methods: whether method
+/// `m` takes any of `keys` (`--tau`: plan gives it to `tau` and DiLoCo's `h`).
+pub fn takes_any<'a>(keys: &'a [&'a str]) -> impl Fn(&str) -> bool + 'a {
+    move |m| keys.iter().any(|k| Method::takes(m, k))
+}
+
+/// Refuses `flag` when none of the methods `names` `takes` it: it would
+/// change nothing. `compare` and `plan` share it, so the same flags are
+/// refused the same way.
+pub fn refuse_unused_flag(flag: &str, takes: impl Fn(&str) -> bool, names: &[String]) -> Result<()> {
     if names.iter().any(|m| takes(m)) {
         return Ok(());
     }
@@ -157,10 +161,10 @@ mod tests {
 
     #[test]
     fn a_method_flag_that_no_listed_method_takes_is_refused() {
-        let e = refuse_unused_flag("--tau", &["tau", "h"], &specs("zero1,ddp")).unwrap_err().to_string();
+        let e = refuse_unused_flag("--tau", takes_any(&["tau", "h"]), &specs("zero1,ddp")).unwrap_err().to_string();
         assert!(e.starts_with("--tau applies to none of zero1, ddp: it is a setting of local-sgd"), "{e}");
         assert!(e.contains("diloco") && e.contains("drop --tau"), "{e}");
-        assert!(refuse_unused_flag("--tau", &["tau", "h"], &specs("ddp,diloco")).is_ok());
+        assert!(refuse_unused_flag("--tau", takes_any(&["tau", "h"]), &specs("ddp,diloco")).is_ok());
         assert_eq!((flag_of("clip"), flag_of("dn_c")), ("--outer-clip".to_string(), "--dn-c".to_string()));
     }
 

@@ -64,6 +64,15 @@ pub fn fault_plan(cfg: &RunConfig, method: &Method, resuming: bool) -> Result<cr
     Ok(plan)
 }
 
+/// `link` and `cluster` are not set together: a profile's links (intra and
+/// inter node) are its own, and one flat link cannot stand in for both.
+pub fn check_link_and_cluster(p: &ParallelSection) -> Result<()> {
+    if p.link.is_some() && p.cluster.is_some() {
+        bail!("--link (parallel.link) sets one flat link, and the --cluster profile (parallel.cluster) has its own links: use one or the other, or edit the profile's [links]");
+    }
+    Ok(())
+}
+
 /// Workers and runtime from the `[parallel]` section; errors name the field.
 pub fn runtime(
     p: &ParallelSection,
@@ -129,11 +138,9 @@ pub fn runtime(
         }
         "sim" => match profile {
             Some(c) => {
-                let mut spec = c.sim_spec(model, params, tokens_per_micro_batch, speeds)?;
-                if link.is_some() {
-                    spec.link = link;
-                }
-                Runtime::Sim(spec)
+                // Before, --link replaced the profile's two tiers with one flat link, undocumented.
+                check_link_and_cluster(p)?;
+                Runtime::Sim(c.sim_spec(model, params, tokens_per_micro_batch, speeds)?)
             }
             None => Runtime::Sim(SimSpec { speeds, link, topology, ..SimSpec::flat(world, p.micro_batch_s, None) }),
         },
