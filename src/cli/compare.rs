@@ -34,11 +34,11 @@ fn configure(a: &CompareArgs, out: &Path, notes: &mut Vec<String>) -> Result<Vec
     for entry in entries {
         let dir = out.join("runs").join(entry.dir());
         // Method flags go to the methods that take them (--tau to the local-update ones).
-        let mut args = super::commands::flags_for(&a.train, &entry.name, &names)?;
+        let mut args = super::train_config::flags_for(&a.train, &entry.name, &names)?;
         args.method = Some(entry.name.clone());
         args.out = Some(dir.clone());
         args.trace = Some(dir.join("trace.json"));
-        let (cfg, _) = super::commands::run_config_with(&args, &entry.settings)?;
+        let (cfg, _) = super::train_config::run_config_with(&args, &entry.settings)?;
         let method = crate::strategy::Method::from_config(&entry.name, cfg.methods.get(&entry.name))
             .with_context(|| format!("--methods {} (values are TOML: true/false, numbers, \"strings\")", entry.spec))?;
         if let Some(why) = misfit(&method, &cfg) {

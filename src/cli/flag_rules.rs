@@ -21,7 +21,7 @@ const FIXED_MICRO_BATCHES: &str = "fixed_micro_batches";
 
 /// The keys of the method-specific flags given on the command line.
 pub(super) fn given(a: &TrainArgs) -> Vec<&'static str> {
-    let mut keys: Vec<&'static str> = super::commands::method_flags(a).into_iter().map(|(k, _)| k).collect();
+    let mut keys: Vec<&'static str> = super::train_config::method_flags(a).into_iter().map(|(k, _)| k).collect();
     if a.fixed_micro_batches.is_some() {
         keys.push(FIXED_MICRO_BATCHES);
     }
@@ -136,10 +136,10 @@ mod tests {
     fn a_compare_variants_outer_makes_the_dn_flags_apply() {
         // `compare --methods diloco:outer=dn --dn-c 0.1`: the variant's outer counts.
         let a = train_args(&["--method", "diloco", "--dn-c", "0.1"]);
-        let e = super::super::commands::run_config_with(&a, &[]).unwrap_err().to_string();
+        let e = super::super::train_config::run_config_with(&a, &[]).unwrap_err().to_string();
         assert!(e.contains("--dn-c is a setting of Delayed Nesterov"), "{e}");
         let dn = [("outer".to_string(), toml::Value::String("dn".into()))];
-        let (cfg, _) = super::super::commands::run_config_with(&a, &dn).unwrap();
+        let (cfg, _) = super::super::train_config::run_config_with(&a, &dn).unwrap();
         assert_eq!(cfg.methods["diloco"]["dn_c"], toml::Value::Float(0.1));
     }
 

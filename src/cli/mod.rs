@@ -10,6 +10,7 @@ mod compare_table;
 mod flag_rules;
 mod mpi;
 mod plan;
+mod train_config;
 mod values;
 
 use clap::{Args, Parser, Subcommand};

@@ -1,0 +1,230 @@
+//! From `train`'s flags to a run configuration: the config file (or the
+//! resumed run's own), then each flag on top, then the check that every
+//! flag given can take effect ([`super::flag_rules`]). `compare` builds
+//! each method's run from the same flags ([`flags_for`]).
+
+use super::TrainArgs;
+use crate::model::GptConfig;
+use crate::train::rundir::{self, Resume};
+use crate::train::RunConfig;
+use anyhow::Result;
+use std::path::PathBuf;
+
+/// The run configuration: the config file, else (when resuming) the
+/// run's own, else the defaults; then the flags on top. When resuming,
+/// also the run it continues (in its own directory; see
+/// [`crate::train::rundir`]). Paths the run depends on are made absolute.
+/// A flag the run would ignore is refused ([`super::flag_rules`]).
+pub(super) fn run_config(a: &TrainArgs) -> Result<(RunConfig, Option<Resume>)> {
+    run_config_with(a, &[])
+}
+
+/// [`run_config`] with `settings` put into the method's `[methods.NAME]`
+/// section over the flags before they are checked (`compare`'s
+/// `NAME:key=value` variants: `diloco:outer=dn` makes `--dn-c` apply).
+pub(super) fn run_config_with(
+    a: &TrainArgs,
+    settings: &[(String, toml::Value)],
+) -> Result<(RunConfig, Option<Resume>)> {
+    let (mut cfg, resume) = configure(a)?;
+    if !settings.is_empty() {
+        let name = cfg.parallel.method.clone().unwrap_or_else(|| "ddp".into());
+        let section = cfg.methods.entry(name).or_default();
+        section.extend(settings.iter().cloned());
+    }
+    super::flag_rules::check(a, &cfg)?;
+    Ok((cfg, resume))
+}
+
+/// [`run_config`] before its flags are checked.
+fn configure(a: &TrainArgs) -> Result<(RunConfig, Option<Resume>)> {
+    let base = match &a.config {
+        Some(path) => RunConfig::from_file(path)?,
+        None => RunConfig::default(),
+    };
+    let Some(r) = &a.resume else {
+        let mut cfg = apply_flags(base, a)?;
+        rundir::record_paths(&mut cfg);
+        return Ok((cfg, None));
+    };
+    // `--resume` without a value: the run in --out (or the config's out_dir).
+    let arg = match r {
+        Some(path) => path.clone(),
+        None => apply_flags(base.clone(), a)?.train.out_dir,
+    };
+    let resume = rundir::resolve_resume(&arg, a.out.as_deref())?;
+    let saved = if a.config.is_some() { base } else { resume.config.clone() };
+    let mut cfg = apply_flags(saved, a)?;
+    resume.bind(&mut cfg, a.data.is_some())?;
+    Ok((cfg, Some(resume)))
+}
+
+/// `cfg` with the command-line flags applied.
+fn apply_flags(mut cfg: RunConfig, a: &TrainArgs) -> Result<RunConfig> {
+    if let Some(p) = &a.preset {
+        GptConfig::preset(p)?;
+        cfg.model.preset = Some(p.clone());
+        if a.out.is_none() && a.config.is_none() {
+            cfg.train.out_dir = PathBuf::from(format!("runs/{p}"));
+        }
+    }
+    let t = &mut cfg.train;
+    macro_rules! set {
+        ($flag:expr, $field:expr) => {
+            if let Some(v) = $flag.clone() {
+                $field = v;
+            }
+        };
+    }
+    set!(a.steps, t.steps);
+    set!(a.batch_size, t.batch_size);
+    set!(a.grad_accum, t.grad_accum);
+    set!(a.seed, t.seed);
+    set!(a.out, t.out_dir);
+    set!(a.eval_every, t.eval_every);
+    set!(a.checkpoint_every, t.checkpoint_every);
+    if a.seq_len.is_some() {
+        t.seq_len = a.seq_len;
+    }
+    set!(a.lr, cfg.schedule.max_lr);
+    if a.data.is_some() {
+        cfg.data.dir = a.data.clone();
+    }
+    let p = &mut cfg.parallel;
+    if a.method.is_some() {
+        p.method = a.method.clone();
+    }
+    if a.workers.is_some() {
+        p.workers = a.workers;
+    }
+    set!(a.runtime, p.runtime);
+    set!(a.backend, p.backend);
+    if a.cluster.is_some() {
+        p.cluster = a.cluster.clone();
+    }
+    if a.link.is_some() {
+        p.link = a.link.clone();
+    }
+    if a.speeds.is_some() {
+        p.speeds = a.speeds.clone();
+    }
+    if let Some(w) = &a.wire {
+        p.wire = Some(match w.as_str() {
+            "f32" => crate::comm::WireDtype::F32,
+            "bf16" => crate::comm::WireDtype::Bf16,
+            other => anyhow::bail!("unknown wire dtype `{other}`: use --wire f32 or --wire bf16"),
+        });
+    }
+    if a.trace.is_some() {
+        p.trace = a.trace.clone();
+    }
+    if let Some(f) = &a.faults {
+        cfg.faults.plan = f.clone();
+    }
+    // Method flags set keys of the chosen method's section; one the method
+    // does not take is refused by flag_rules::check, naming the flag.
+    let name = p.method.clone().unwrap_or_else(|| "ddp".into());
+    for (key, value) in method_flags(a) {
+        cfg.methods.entry(name.clone()).or_default().insert(key.into(), value);
+    }
+    let p = &mut cfg.parallel;
+    if a.nodes.is_some() {
+        p.nodes = a.nodes;
+    }
+    if a.fixed_micro_batches.is_some() {
+        p.fixed_micro_batches = a.fixed_micro_batches;
+    }
+    // Any data-parallel flag makes the run data-parallel (ddp unless
+    // --method says otherwise), as `train --help` says under --method.
+    // Before, --trace, --wire and --nodes were ignored on a single-process run.
+    if p.method.is_none()
+        && (a.workers.is_some()
+            || a.nodes.is_some()
+            || a.runtime.is_some()
+            || a.backend.is_some()
+            || a.cluster.is_some()
+            || a.link.is_some()
+            || a.speeds.is_some()
+            || a.wire.is_some()
+            || a.trace.is_some())
+    {
+        p.method = Some("ddp".into());
+    }
+    Ok(cfg)
+}
+
+/// The `[methods.NAME]` keys given as flags, with their values.
+pub(super) fn method_flags(a: &TrainArgs) -> Vec<(&'static str, toml::Value)> {
+    use toml::Value::{Boolean, Float, Integer, String as Text};
+    let mut v = Vec::new();
+    let mut put = |key, value: Option<toml::Value>| v.extend(value.map(|x| (key, x)));
+    put("warmup_steps", a.dpu_warmup.map(|x| Integer(x as i64)));
+    put("tau", a.tau.map(|x| Integer(x as i64)));
+    put("outer_lr", a.outer_lr.map(Float));
+    put("outer_momentum", a.outer_momentum.map(Float));
+    put("penalty", a.penalty.map(Boolean));
+    put(
+        "clip",
+        a.outer_clip.map(|c| match c {
+            super::values::ClipArg::Phi(x) => Float(x),
+            super::values::ClipArg::Off => Text("off".into()),
+        }),
+    );
+    put("pull", a.pull.map(Float));
+    put("shard_outer", a.shard_outer.then_some(Boolean(true)));
+    put("inner_state", a.inner_state.clone().map(Text));
+    put("replicator", a.replicator.clone().map(Text));
+    put("compression", a.compression.map(Float));
+    put("inner", a.inner.clone().map(Text));
+    put("overlap", a.overlap.then_some(Boolean(true)));
+    put("h", a.h.map(|x| Integer(x as i64)));
+    put("outer", a.outer.clone().map(Text));
+    put("dn_buffer", a.dn_buffer.map(|x| Integer(x as i64)));
+    put("dn_c", a.dn_c.map(Float));
+    put("grace", a.grace.map(Float));
+    put("dylu", a.dylu.then_some(Boolean(true)));
+    put("shards", a.shards.map(|x| Integer(x as i64)));
+    put("fixed_shards", a.fixed_shards.then_some(Boolean(true)));
+    v
+}
+
+/// For one method of `lowcomm compare`: `a` without the method flags
+/// `method` does not take (`--tau` applies to the local-update methods
+/// only). Errors when a flag is taken by none of `methods`.
+pub(super) fn flags_for(a: &TrainArgs, method: &str, methods: &[String]) -> Result<TrainArgs> {
+    use super::flag_rules::{applies, given};
+    use crate::strategy::method_spec::{flag_of, refuse_unused_flag};
+    let mut out = a.clone();
+    for key in given(a) {
+        // Shared with `plan`: a flag no listed method takes is refused, naming the methods that take it.
+        refuse_unused_flag(&flag_of(key), |m| applies(key, m), methods)?;
+        if !applies(key, method) {
+            match key {
+                "warmup_steps" => out.dpu_warmup = None,
+                "tau" => out.tau = None,
+                "outer_lr" => out.outer_lr = None,
+                "outer_momentum" => out.outer_momentum = None,
+                "penalty" => out.penalty = None,
+                "clip" => out.outer_clip = None,
+                "pull" => out.pull = None,
+                "shard_outer" => out.shard_outer = false,
+                "inner_state" => out.inner_state = None,
+                "replicator" => out.replicator = None,
+                "compression" => out.compression = None,
+                "inner" => out.inner = None,
+                "overlap" => out.overlap = false,
+                "h" => out.h = None,
+                "outer" => out.outer = None,
+                "dn_buffer" => out.dn_buffer = None,
+                "dn_c" => out.dn_c = None,
+                "grace" => out.grace = None,
+                "dylu" => out.dylu = false,
+                "shards" => out.shards = None,
+                "fixed_shards" => out.fixed_shards = false,
+                "fixed_micro_batches" => out.fixed_micro_batches = None,
+                other => unreachable!("method flag {other} has no field"),
+            }
+        }
+    }
+    Ok(out)
+}
