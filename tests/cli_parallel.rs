@@ -82,7 +82,17 @@ fn bad_parallel_settings_name_the_field_and_an_example() {
         lowcomm(tmp.path(), &args)
     };
     one_error(run(&["--method", "acc0"]), &["unknown method `acc0`", "ddp, zero1, dpu, acco-wp, acco"]);
-    one_error(run(&["--method", "ddp", "--workers", "0"]), &["--workers", "at least 1"]);
+    // -2 said ">= 0", and 0 was then refused: one range for both (clap's error, with its --help hint).
+    let counts: [(&[&str], &str); 3] = [
+        (&["--workers", "0"], "--workers"),
+        (&["--workers", "-2"], "--workers"),
+        (&["--workers", "2", "--nodes", "-1"], "--nodes"),
+    ];
+    for (args, flag) in counts {
+        let o = run(&[&["--method", "ddp"][..], args].concat());
+        assert!(!o.status.success(), "{args:?} accepted");
+        assert_mentions(&String::from_utf8_lossy(&o.stderr), &[flag, "must be at least 1"]);
+    }
     one_error(
         run(&["--method", "ddp", "--workers", "3", "--speeds", "1,0.5"]),
         &["--speeds has 2 values", "3 workers", "--speeds 1,1,1"],

@@ -247,11 +247,18 @@ fn check_bench_flags(a: &BenchArgs) -> Result<()> {
     if let Some((_, flag, what)) = only.iter().find(|(given, _, what)| *given && *what != a.what) {
         anyhow::bail!("{flag} applies to --what {what} only, not to --what {}: drop it, or use --what {what}", a.what);
     }
+    if a.warmup.is_some() && ["comm", "sim"].contains(&a.what.as_str()) {
+        anyhow::bail!("--warmup applies to --what step, dct and server, not to --what {}: drop it", a.what);
+    }
     Ok(())
 }
 
+/// Untimed steps before the timed ones, unless `--warmup` says otherwise.
+const BENCH_WARMUP: usize = 3;
+
 pub fn bench(a: BenchArgs) -> Result<()> {
     check_bench_flags(&a)?;
+    let warmup = a.warmup.unwrap_or(BENCH_WARMUP);
     match a.what.as_str() {
         "step" => {}
         "comm" => {
@@ -280,7 +287,7 @@ pub fn bench(a: BenchArgs) -> Result<()> {
             return Ok(());
         }
         "dct" => {
-            let r = crate::bench_dct::run(&a.preset, a.steps, a.warmup)?;
+            let r = crate::bench_dct::run(&a.preset, a.steps, warmup)?;
             let demo = r.encode_s + r.decode_s;
             println!(
                 "RESULT demo_dct preset={} params={} step_s={:.4} encode_s={:.4} decode_s={:.4} share={:.1}% (bar < 10% on micro) transform_gemm_s={:.4} transform_loops_s={:.4} loops/gemm={:.1}",
@@ -297,18 +304,18 @@ pub fn bench(a: BenchArgs) -> Result<()> {
             return Ok(());
         }
         "server" => {
-            crate::bench_server::run(a.steps, a.warmup)?.iter().for_each(|l| println!("{l}"));
+            crate::bench_server::run(a.steps, warmup)?.iter().for_each(|l| println!("{l}"));
             return Ok(());
         }
         other => anyhow::bail!("unknown benchmark `{other}`: use --what step, comm, sim, dct or server"),
     }
     let host = crate::bench_breakdown::Host::probe()?;
     if a.breakdown {
-        let (rows, step_s) = crate::bench_breakdown::run(&a.preset, a.steps, a.warmup)?;
+        let (rows, step_s) = crate::bench_breakdown::run(&a.preset, a.steps, warmup)?;
         println!("Per-kernel time of one `{}` step (mean of {} profiled steps):\n", a.preset, a.steps);
         println!("{}", crate::bench_breakdown::table(&rows, step_s));
     }
-    let r = crate::bench::run(&a.preset, a.steps, a.warmup)?;
+    let r = crate::bench::run(&a.preset, a.steps, warmup)?;
     println!("{}", host.line(r.gflops));
     println!(
         "RESULT lib=lowcomm preset={} batch={}x{} params={} median_step_s={:.4} tok_per_s={:.0} gflops={:.1} peak_rss_mb={:.0} loss_first={:.4} loss_last={:.4}",

@@ -237,12 +237,12 @@ pub struct TrainArgs {
     /// it) are refused unless the run's method takes them.
     #[arg(long)]
     pub method: Option<String>,
-    /// Number of data-parallel workers.
-    #[arg(long, allow_negative_numbers = true, value_parser = values::count_usize)]
+    /// Number of data-parallel workers (at least 1).
+    #[arg(long, allow_negative_numbers = true, value_parser = values::positive_usize)]
     pub workers: Option<usize>,
     /// Nodes the workers are spread over (equally); FlexDeMo shards inside
     /// a node and replicates across nodes. Default: the cluster profile's, else 1.
-    #[arg(long, allow_negative_numbers = true, value_parser = values::count_usize)]
+    #[arg(long, allow_negative_numbers = true, value_parser = values::positive_usize)]
     pub nodes: Option<usize>,
     /// `real` (threads, overlapping) or `sim` (deterministic virtual time).
     #[arg(long)]
@@ -411,9 +411,9 @@ pub struct BenchArgs {
     /// Timed steps (the median is reported; `--what comm`: timed iterations), at least 1.
     #[arg(long, default_value_t = 10, allow_negative_numbers = true, value_parser = values::positive_usize)]
     pub steps: usize,
-    /// Untimed warm-up steps.
-    #[arg(long, default_value_t = 3, allow_negative_numbers = true, value_parser = values::count_usize)]
-    pub warmup: usize,
+    /// Untimed warm-up steps (default 3; `--what step`, `dct` and `server`).
+    #[arg(long, allow_negative_numbers = true, value_parser = values::count_usize)]
+    pub warmup: Option<usize>,
     /// What to measure: `step` (training step), `comm` (in-process
     /// all-reduce of --mib MiB on 2 and 4 workers vs memcpy), `sim` (overhead
     /// of the simulated runtime over the raw math), `dct` (DeMo's encode,
