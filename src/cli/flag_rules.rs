@@ -47,7 +47,8 @@ pub(super) fn owners(key: &str) -> Vec<&'static str> {
 /// single-process run, an outer optimizer's flag under another outer
 /// optimizer, and --link next to --cluster's links.
 pub(super) fn check(a: &TrainArgs, cfg: &RunConfig) -> Result<()> {
-    // Also checked where the runtime is built; here it comes before --force replaces an old run.
+    // Also checked where the runtime is built; here `compare` refuses it
+    // before its first method runs, not at the first that builds a runtime.
     crate::train::parallel::check_link_and_cluster(&cfg.parallel)?;
     let method = cfg.parallel.method.as_deref();
     if method.is_some_and(|m| !Method::NAMES.contains(&m)) {

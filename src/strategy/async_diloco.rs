@@ -285,9 +285,11 @@ pub async fn server<C: Ctx>(
     // rounds together wants (DyLU, eq. 6, over the live workers, or H), cut
     // to the budget that is left (module docs).
     let steps_for = |p: &Progress, roster: &Roster, group: &[usize]| {
-        let wanted: Vec<u64> = match s.dylu {
-            true => group.iter().map(|&w| dylu_steps(&roster.live_speeds(&p.speed), s.h)[w]).collect(),
-            false => vec![s.h; group.len()],
+        let wanted: Vec<u64> = if s.dylu {
+            let dylu = dylu_steps(&roster.live_speeds(&p.speed), s.h);
+            group.iter().map(|&w| dylu[w]).collect()
+        } else {
+            vec![s.h; group.len()]
         };
         // Past the stop (`--stop-at`), none: the run drains, as at a checkpoint.
         let left = if p.t_local < t_max { budget.saturating_sub(p.t_local + roster.steps_out()) } else { 0 };
