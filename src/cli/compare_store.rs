@@ -129,7 +129,7 @@ fn membership(s: &ParallelSummary) -> Option<String> {
     let applied: Vec<String> = server.updates.iter().map(u64::to_string).collect();
     Some(format!(
         "{} (updates applied per worker: {})",
-        crate::strategy::membership::describe_intervals(&faults, s.world, s.summary.wall_s),
+        crate::strategy::diloco::membership::describe_intervals(&faults, s.world, s.summary.wall_s),
         applied.join(", ")
     ))
 }

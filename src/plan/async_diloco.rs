@@ -39,7 +39,7 @@ use super::rank::gb;
 use super::{Costing, MethodPlan, Precision};
 use crate::comm::payload::MESSAGE_HEADER;
 use crate::runtime::Work;
-use crate::strategy::param_server::dylu_steps;
+use crate::strategy::diloco::param_server::dylu_steps;
 use crate::strategy::{AsyncDilocoSettings, DilocoSettings, MemoryBytes};
 use anyhow::Result;
 

@@ -12,9 +12,9 @@
 //! warmup_steps = 10
 //! ```
 
-use super::async_diloco_settings::AsyncDilocoSettings;
-use super::diloco_settings::DilocoSettings;
-use super::local_settings::{Co2Settings, LocalSgdSettings, OverlapLocalSgdSettings, SlowMoSettings};
+use super::diloco::async_settings::AsyncDilocoSettings;
+use super::diloco::settings::DilocoSettings;
+use super::local::settings::{Co2Settings, LocalSgdSettings, OverlapLocalSgdSettings, SlowMoSettings};
 use anyhow::{bail, Result};
 use serde::{Deserialize, Serialize};
 
@@ -298,12 +298,12 @@ impl Method {
             "dpu" => Method::Dpu(parse(name, table)?),
             "acco-wp" => Method::AccoWp,
             "acco" => Method::Acco,
-            "local-sgd" => Method::LocalSgd(super::local_settings::checked(parse(name, table)?)?),
-            "overlap-local-sgd" => Method::OverlapLocalSgd(super::local_settings::checked(parse(name, table)?)?),
-            "slowmo" => Method::SlowMo(super::local_settings::checked(parse(name, table)?)?),
-            "co2" => Method::Co2(super::local_settings::checked(parse(name, table)?)?),
-            "diloco" => Method::Diloco(super::diloco_settings::parse(table)?),
-            "async-diloco" => Method::AsyncDiloco(super::async_diloco_settings::parse(table)?),
+            "local-sgd" => Method::LocalSgd(super::local::settings::checked(parse(name, table)?)?),
+            "overlap-local-sgd" => Method::OverlapLocalSgd(super::local::settings::checked(parse(name, table)?)?),
+            "slowmo" => Method::SlowMo(super::local::settings::checked(parse(name, table)?)?),
+            "co2" => Method::Co2(super::local::settings::checked(parse(name, table)?)?),
+            "diloco" => Method::Diloco(super::diloco::settings::parse(table)?),
+            "async-diloco" => Method::AsyncDiloco(super::diloco::async_settings::parse(table)?),
             "demo" | "flexdemo" => {
                 let s = demo_settings(name, table)?;
                 if name == "demo" {
@@ -351,7 +351,7 @@ impl Method {
     /// local-update methods finish the outer round containing it.
     pub fn stop_boundary(&self, end: u64, steps: u64) -> u64 {
         match self.local_tau() {
-            Some(tau) => super::local::Rounds::new(tau, steps).round_up(end),
+            Some(tau) => super::inner::Rounds::new(tau, steps).round_up(end),
             None => end.min(steps),
         }
     }
@@ -408,10 +408,10 @@ impl std::fmt::Display for Method {
             }
             Method::Dpu(s) if s.warmup_steps > 0 => write!(f, "dpu (warmup {})", s.warmup_steps),
             Method::LocalSgd(_) | Method::OverlapLocalSgd(_) | Method::SlowMo(_) | Method::Co2(_) => {
-                super::local_settings::describe(self, f)
+                super::local::settings::describe(self, f)
             }
-            Method::Diloco(s) => super::diloco_settings::describe(s, f),
-            Method::AsyncDiloco(s) => super::async_diloco_settings::describe(s, f),
+            Method::Diloco(s) => super::diloco::settings::describe(s, f),
+            Method::AsyncDiloco(s) => super::diloco::async_settings::describe(s, f),
             m => f.write_str(m.name()),
         }
     }

@@ -3,37 +3,20 @@
 //! against [`crate::runtime::Ctx`] and run by either runtime.
 
 pub mod acco;
-pub mod acco_wp;
-pub mod async_diloco;
-pub mod async_diloco_settings;
-pub mod co2;
-pub mod co2_sharded;
-pub mod ddp;
 pub mod detonation;
 pub mod diloco;
-pub mod diloco_settings;
-pub mod dpu;
 pub mod faults;
+pub mod inner;
 pub mod journal;
 pub mod local;
-pub mod local_settings;
-pub mod local_sgd;
-pub mod membership;
 pub mod method;
 pub mod method_spec;
-pub mod overlap_local_sgd;
-pub mod param_server;
-pub mod server_state;
-pub mod sharded;
-pub mod shards;
-pub mod slowmo;
 mod worker;
-pub mod zero1;
 
-pub use async_diloco_settings::AsyncDilocoSettings;
-pub use diloco_settings::DilocoSettings;
+pub use diloco::async_settings::AsyncDilocoSettings;
+pub use diloco::settings::DilocoSettings;
 pub use journal::{Checkpointing, Journal, Observer, PartSink, SavedPart, StepPoint, StrategyState};
-pub use local_settings::{Clip, Co2Settings, InnerState, LocalSgdSettings, OverlapLocalSgdSettings, SlowMoSettings};
+pub use local::settings::{Clip, Co2Settings, InnerState, LocalSgdSettings, OverlapLocalSgdSettings, SlowMoSettings};
 pub use method::{DemoSettings, DpuSettings, InnerKind, Method, ReplicatorKind};
 pub use worker::{
     accumulate, assemble_model, replica_piece, table1_bytes, MemoryBytes, ModelPiece, Outcome, Plan, Worker,
@@ -53,19 +36,19 @@ pub async fn run_worker<C: Ctx>(
     mut j: Journal,
 ) -> Result<WorkerReport> {
     let out = match method {
-        Method::Ddp => ddp::run(ctx, w, plan, &mut j).await?,
-        Method::Zero1 => zero1::run(ctx, w, plan, &mut j).await?,
-        Method::Dpu(s) => dpu::run(ctx, w, plan, s, &mut j).await?,
-        Method::AccoWp => acco_wp::run(ctx, w, plan, &mut j).await?,
-        Method::Acco => acco::run(ctx, w, plan, &mut j).await?,
+        Method::Ddp => acco::ddp::run(ctx, w, plan, &mut j).await?,
+        Method::Zero1 => acco::zero1::run(ctx, w, plan, &mut j).await?,
+        Method::Dpu(s) => acco::dpu::run(ctx, w, plan, s, &mut j).await?,
+        Method::AccoWp => acco::acco_wp::run(ctx, w, plan, &mut j).await?,
+        Method::Acco => acco::acco::run(ctx, w, plan, &mut j).await?,
         Method::Demo(s) => detonation::flexdemo::run(ctx, w, plan, s, false, &mut j).await?,
         Method::FlexDemo(s) => detonation::flexdemo::run(ctx, w, plan, s, true, &mut j).await?,
-        Method::LocalSgd(s) => local_sgd::run(ctx, w, plan, s, &mut j).await?,
-        Method::OverlapLocalSgd(s) => overlap_local_sgd::run(ctx, w, plan, s, &mut j).await?,
-        Method::SlowMo(s) => slowmo::run(ctx, w, plan, s, &mut j).await?,
-        Method::Co2(s) => co2::run(ctx, w, plan, s, &mut j).await?,
-        Method::Diloco(s) => diloco::run(ctx, w, plan, s, &mut j).await?,
-        Method::AsyncDiloco(_) => async_diloco::worker(ctx, w, plan, &mut j).await?,
+        Method::LocalSgd(s) => local::local_sgd::run(ctx, w, plan, s, &mut j).await?,
+        Method::OverlapLocalSgd(s) => local::overlap_local_sgd::run(ctx, w, plan, s, &mut j).await?,
+        Method::SlowMo(s) => local::slowmo::run(ctx, w, plan, s, &mut j).await?,
+        Method::Co2(s) => local::co2::run(ctx, w, plan, s, &mut j).await?,
+        Method::Diloco(s) => diloco::diloco::run(ctx, w, plan, s, &mut j).await?,
+        Method::AsyncDiloco(_) => diloco::async_diloco::worker(ctx, w, plan, &mut j).await?,
     };
     Ok(report(ctx, j, out, w.model.params.clone(), Vec::new(), Vec::new()))
 }
@@ -79,7 +62,7 @@ pub async fn run_server<C: Ctx>(
     mut j: Journal,
 ) -> Result<WorkerReport> {
     let served = match method {
-        Method::AsyncDiloco(s) => async_diloco::server(ctx, theta0, plan, s, &mut j).await?,
+        Method::AsyncDiloco(s) => diloco::async_diloco::server(ctx, theta0, plan, s, &mut j).await?,
         m => bail!("{} has no parameter server", m.name()),
     };
     let params = served.outcome.model.as_ref().map(|m| m.values.clone()).unwrap_or_default();
@@ -92,7 +75,7 @@ fn report<C: Ctx>(
     out: Outcome,
     params: Vec<f32>,
     updates: Vec<u64>,
-    shard_rounds: Vec<shards::ShardRound>,
+    shard_rounds: Vec<diloco::shards::ShardRound>,
 ) -> WorkerReport {
     let (faults, sent) = j.membership();
     WorkerReport {
@@ -248,17 +231,3 @@ pub fn run_rank(
 
 #[cfg(test)]
 mod tests;
-#[cfg(test)]
-mod tests_async_diloco;
-#[cfg(test)]
-mod tests_co2;
-#[cfg(test)]
-mod tests_delayed;
-#[cfg(test)]
-mod tests_diloco;
-#[cfg(test)]
-mod tests_faults;
-#[cfg(test)]
-mod tests_local;
-#[cfg(test)]
-mod tests_resume;

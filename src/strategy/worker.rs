@@ -229,9 +229,9 @@ pub struct WorkerReport {
     pub updates: Vec<u64>,
     /// The parameter server's rounds as handed out: worker, data shard and
     /// where in the shard's schedule (empty for workers and methods without one).
-    pub shard_rounds: Vec<super::shards::ShardRound>,
+    pub shard_rounds: Vec<super::diloco::shards::ShardRound>,
     /// A worker's crashes and joins under a fault plan, in time order.
-    pub faults: Vec<super::membership::FaultRecord>,
+    pub faults: Vec<super::diloco::membership::FaultRecord>,
     /// Updates a worker sent to the parameter server (0 without one).
     pub sent: u64,
 }

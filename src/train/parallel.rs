@@ -199,7 +199,7 @@ pub fn setup(cfg: RunConfig, opts: &RunOptions) -> Result<Setup> {
     let mut init = Gpt::new(model_cfg.clone(), t.seed)?;
     let (world, runtime) = runtime(&cfg.parallel, &model_cfg, init.num_params(), t.batch_size * seq)?;
     if let Method::AsyncDiloco(a) = &method {
-        crate::strategy::shards::check(tokens.len(), a.shard_count(world), world, a.fixed_shards, seq + 1)?;
+        crate::strategy::diloco::shards::check(tokens.len(), a.shard_count(world), world, a.fixed_shards, seq + 1)?;
     }
     // A method with a parameter server gets one more participant, the last.
     let mut runtime = runtime.with_server(method.needs_server());

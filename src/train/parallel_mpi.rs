@@ -54,7 +54,7 @@ struct ReportWire {
     updates: Vec<u64>,
     /// The server's rounds as handed out (empty for workers).
     #[serde(default)]
-    shard_rounds: Vec<crate::strategy::shards::ShardRound>,
+    shard_rounds: Vec<crate::strategy::diloco::shards::ShardRound>,
 }
 
 fn params_sha256(params: &[f32]) -> String {

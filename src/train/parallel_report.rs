@@ -214,7 +214,7 @@ pub fn report_table(method: &Method, all: &Summary, reports: &[WorkerReport], pa
             let sent: Vec<String> = reports[..workers].iter().map(|r| r.sent.to_string()).collect();
             out += &format!(
                 "membership: {} (updates sent per worker: {})\n",
-                crate::strategy::membership::describe_intervals(&faults, workers, s.wall_s),
+                crate::strategy::diloco::membership::describe_intervals(&faults, workers, s.wall_s),
                 sent.join(", ")
             );
         }

@@ -31,8 +31,6 @@ pub mod step;
 pub mod striding;
 #[cfg(test)]
 mod tests;
-#[cfg(test)]
-mod tests_runs;
 
 use super::method::{DemoSettings, ReplicatorKind};
 use crate::comm::{ReduceOp, WireDtype};

@@ -226,8 +226,8 @@ pub fn checked<T: Validate>(s: T) -> Result<T> {
 }
 
 /// How a local-update method is shown (banner, summaries).
-pub fn describe(m: &super::Method, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-    use super::Method;
+pub fn describe(m: &crate::strategy::Method, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+    use crate::strategy::Method;
     match m {
         Method::LocalSgd(s) => {
             write!(f, "local-sgd (tau {}, inner state {})", s.tau, format!("{:?}", s.inner_state).to_lowercase())

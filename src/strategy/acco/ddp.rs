@@ -8,10 +8,10 @@
 //!     theta = Opt(theta, clip(g))                      identical on every worker
 //! ```
 
-use super::journal::{Journal, StrategyState};
-use super::worker::{accumulate, replica_piece, MemoryBytes, Outcome, Plan, Worker};
 use crate::optim::clip_global_norm;
 use crate::runtime::{AllReduce, Ctx, Group, Work};
+use crate::strategy::journal::{Journal, StrategyState};
+use crate::strategy::worker::{accumulate, replica_piece, MemoryBytes, Outcome, Plan, Worker};
 use anyhow::{Context, Result};
 
 /// Run DDP on one worker.

@@ -12,10 +12,10 @@
 //! Without clipping this gives DDP's parameters bit for bit (same reduction
 //! recipe, and an optimizer step on a shard equals that part of a full step).
 
-use super::journal::{Journal, StrategyState};
 use super::sharded::{Sharded, Update};
-use super::worker::{accumulate, replica_piece, Outcome, Plan, Worker};
 use crate::runtime::Ctx;
+use crate::strategy::journal::{Journal, StrategyState};
+use crate::strategy::worker::{accumulate, replica_piece, Outcome, Plan, Worker};
 use anyhow::Result;
 
 /// Run ZeRO-1 on one worker.

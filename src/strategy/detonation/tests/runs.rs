@@ -126,7 +126,7 @@ fn exactly_one_exchange_per_step_with_the_formula_bytes() {
         .tensors
         .iter()
         .map(|t| {
-            let (rows, cols, h, w) = super::shard::tensor_grid(&t.shape, 64);
+            let (rows, cols, h, w) = crate::strategy::detonation::shard::tensor_grid(&t.shape, 64);
             (rows / h) * (cols / w) * (h * w).min(32)
         })
         .sum();

@@ -3,20 +3,23 @@
 //! properties every local-update method shares (sim == real, sim
 //! reproducible, memory by category, the bf16 wire form).
 
-use super::local::Form;
-use super::tests::{bits, plan, sim, tiny, workers};
+mod co2;
+
 use super::*;
 use crate::comm::{LinkModel, Tier, WireDtype};
 use crate::optim::{DecaySegments, LrSchedule, OptimizerConfig, SgdConfig};
 use crate::runtime::{real::RealSpec, sim::SimSpec};
+use crate::strategy::inner::Form;
+use crate::strategy::tests::{bits, plan, sim, tiny, workers};
+use crate::strategy::*;
 
 const LR: f32 = 0.05;
 
-pub(super) fn sgd_plan(steps: u64) -> Plan {
+pub(crate) fn sgd_plan(steps: u64) -> Plan {
     Plan::new(steps, LrSchedule::constant(LR), OptimizerConfig::Sgd(SgdConfig::default()), DecaySegments::none())
 }
 
-pub(super) fn max_diff(a: &[f32], b: &[f32]) -> f32 {
+pub(crate) fn max_diff(a: &[f32], b: &[f32]) -> f32 {
     a.iter().zip(b).map(|(x, y)| (x - y).abs()).fold(0.0, f32::max)
 }
 
@@ -32,12 +35,12 @@ fn overlap(tau: u64, pull: f32) -> Method {
     Method::OverlapLocalSgd(OverlapLocalSgdSettings { tau, pull })
 }
 
-pub(super) fn co2(tau: u64) -> Co2Settings {
+pub(crate) fn co2(tau: u64) -> Co2Settings {
     Co2Settings { tau, ..Co2Settings::default() }
 }
 
 /// Every local-update method, in a deterministic configuration.
-pub(super) fn local_methods(tau: u64) -> Vec<Method> {
+pub(crate) fn local_methods(tau: u64) -> Vec<Method> {
     vec![
         local_sgd(tau),
         Method::LocalSgd(LocalSgdSettings { tau, inner_state: InnerState::Average }),

@@ -11,10 +11,10 @@
 //! in as one JSON text (their RNG's 128-bit state fits no JSON value).
 
 use super::diloco::{restore_outer, save_outer};
-use super::journal::StrategyState;
 use super::shards::Shards;
-use super::worker::ModelPiece;
 use crate::optim::OuterOpt;
+use crate::strategy::journal::StrategyState;
+use crate::strategy::worker::ModelPiece;
 use anyhow::{Context, Result};
 
 /// The server's counters and shards between updates.

@@ -2,7 +2,7 @@
 //! 2N rounds == N rounds + save + resume + N rounds, to the last bit (and,
 //! in the simulator, to the last virtual second).
 
-use super::tests::{bits, plan, tiny, workers};
+use super::{bits, plan, tiny, workers};
 use super::*;
 use crate::comm::{LinkModel, Tier};
 use crate::runtime::real::RealSpec;
@@ -48,9 +48,9 @@ fn every_method() -> Vec<Method> {
     // Outer rounds of one step: the stop at step 3 is outer boundary 2, so
     // the resumed run's outer steps use every saved tensor (momentum m_1
     // included; a round-trip through 2 rounds would leave m_0 = 0 untested).
-    v.extend(super::tests_local::local_methods(1));
+    v.extend(crate::strategy::local::tests::local_methods(1));
     // DiLoCo with momentum and with DN's buffer half full at the checkpoint (N = 2, stop at round 3).
-    v.push(super::tests_diloco::diloco(1, crate::optim::OuterKind::Nesterov, 0.7));
+    v.push(crate::strategy::diloco::tests::diloco(1, crate::optim::OuterKind::Nesterov, 0.7));
     v.push(Method::Diloco(DilocoSettings {
         h: 1,
         outer: crate::optim::OuterKind::Dn,
@@ -141,7 +141,7 @@ fn timing_independent_methods_resume_bit_identically_on_the_real_runtime() {
     let rt = Runtime::Real(RealSpec::flat(2));
     for m in [Method::Ddp, Method::Zero1, Method::Demo(DemoSettings::default())]
         .into_iter()
-        .chain(super::tests_local::local_methods(1))
+        .chain(crate::strategy::local::tests::local_methods(1))
     {
         check_resume(&m, &rt);
     }
@@ -196,7 +196,7 @@ fn tokens_count_only_micro_batches_whose_gradients_were_applied() {
     for (m, computed, applied) in
         [(Method::Acco, 7, 6), (Method::Dpu(DpuSettings::default()), 4, 3), (Method::Zero1, 3, 3)]
     {
-        let r = run_cluster(&m, &super::tests::sim(2), workers(2, 1), &p, &Hooks::default()).unwrap();
+        let r = run_cluster(&m, &super::sim(2), workers(2, 1), &p, &Hooks::default()).unwrap();
         assert_eq!(r[0].times.micro_batches, computed, "{m}");
         assert_eq!(r[0].points.iter().map(|p| p.micro_batches).sum::<u64>(), applied, "{m}");
     }
@@ -210,7 +210,7 @@ fn local_methods_stopped_inside_a_round_save_at_its_end_and_resume_bit_identical
     let n = crate::model::ParamLayout::new(&tiny()).len as f64;
     let link = LinkModel::flat(Tier { latency_s: 0.0, bandwidth_bytes_per_s: 4.0 * n / 2.5 });
     let rt = Runtime::Sim(SimSpec { link: Some(link), speeds: vec![1.0, 0.5], ..SimSpec::flat(2, 1.0, None) });
-    for method in super::tests_local::local_methods(2) {
+    for method in crate::strategy::local::tests::local_methods(2) {
         let (whole, whole_sink) = run_to(&method, &rt, 6, 6, 3, vec![], None);
         assert!(whole_sink.round(3).is_empty() && whole_sink.round(4).len() == 2, "{method}");
         let (_, first) = run_to(&method, &rt, 6, 3, 0, vec![], None);

@@ -11,11 +11,11 @@
 //! The first `warmup_steps` rounds are not delayed (zero1 steps), the
 //! recipe Ren et al. recommend; 0 disables the warmup.
 
-use super::journal::{Journal, StrategyState};
-use super::method::DpuSettings;
 use super::sharded::{accumulate_while, Sharded, Update};
-use super::worker::{accumulate, replica_piece, Outcome, Plan, Worker};
 use crate::runtime::{Ctx, Work};
+use crate::strategy::journal::{Journal, StrategyState};
+use crate::strategy::method::DpuSettings;
+use crate::strategy::worker::{accumulate, replica_piece, Outcome, Plan, Worker};
 use anyhow::Result;
 
 /// Run DPU on one worker.

@@ -71,18 +71,18 @@
 //!   tokens trained on): while a crash is still ahead of a worker, its
 //!   journal holds each round's points until the round is sent or lost.
 
-use super::async_diloco_settings::AsyncDilocoSettings;
+use super::async_settings::AsyncDilocoSettings;
 use super::diloco::pseudo_gradient;
-use super::journal::{Journal, StrategyState};
-use super::local::{memory, Inner};
 use super::membership::{Lifeline, Roster, LEFT};
 use super::param_server::{dylu_steps, Grace};
 use super::server_state::Progress;
 use super::shards::{RoundOrder, ShardRound, Shards};
-use super::worker::{MemoryBytes, ModelPiece, Outcome, Plan, Worker};
 use crate::comm::{Message, WireDtype};
 use crate::optim::OuterOpt;
 use crate::runtime::{Ctx, RecvAny, Send, Work};
+use crate::strategy::inner::{memory, Inner};
+use crate::strategy::journal::{Journal, StrategyState};
+use crate::strategy::worker::{MemoryBytes, ModelPiece, Outcome, Plan, Worker};
 use anyhow::{bail, ensure, Result};
 
 const MODEL: u32 = 1;

@@ -1,13 +1,13 @@
 //! Tests of the overlapped methods (dpu, acco-wp, acco) against their
 //! papers' update equations, replayed by hand with plain SGD.
 
-use super::tests::{bits, sim, tiny, tokens, workers};
-use super::*;
 use crate::comm::{LinkModel, Tier};
 use crate::data::sampler::shard_range;
 use crate::model::Gpt;
 use crate::optim::{DecaySegments, LrSchedule, Optimizer, OptimizerConfig, SgdConfig};
 use crate::runtime::sim::SimSpec;
+use crate::strategy::tests::{bits, sim, tiny, tokens, workers};
+use crate::strategy::*;
 
 const LR: f32 = 0.05;
 
@@ -124,7 +124,7 @@ fn acco_wp_prediction_is_a_second_optimizer_step() {
 #[test]
 fn acco_look_ahead_commits_no_optimizer_state() {
     // AdamW: T rounds of ACCO run 2T optimizer computations but commit T.
-    let plan = super::tests::plan(3, 1, 1.0);
+    let plan = crate::strategy::tests::plan(3, 1, 1.0);
     for method in [Method::Acco, Method::AccoWp, Method::Zero1, Method::Dpu(DpuSettings { warmup_steps: 1 })] {
         let r = run_cluster(&method, &sim(3), workers(3, 1), &plan, &Hooks::default()).unwrap();
         assert!(
@@ -151,7 +151,7 @@ fn acco_accumulates_while_communicating_and_slow_workers_compute_less() {
         &Method::Acco,
         &Runtime::Sim(spec),
         workers(3, 1),
-        &super::tests::plan(4, 1, 1.0),
+        &crate::strategy::tests::plan(4, 1, 1.0),
         &Hooks::default(),
     )
     .unwrap();
@@ -174,7 +174,7 @@ fn acco_hides_communication_that_zero1_exposes() {
             &method,
             &Runtime::Sim(spec(2)),
             workers(2, 1),
-            &super::tests::plan(4, 2, 0.0),
+            &crate::strategy::tests::plan(4, 2, 0.0),
             &Hooks::default(),
         )
         .unwrap();
@@ -193,7 +193,7 @@ fn with_free_communication_each_stage_computes_exactly_one_micro_batch() {
     // The sharded round runs on the communication side, so when it costs
     // nothing it is done by the end of the first micro-batch: N_i = 1 per
     // stage, as in the paper (the worker never waits on itself).
-    let plan = super::tests::plan(3, 1, 1.0);
+    let plan = crate::strategy::tests::plan(3, 1, 1.0);
     for (method, want) in
         [(Method::Acco, 1 + 2 * 3), (Method::AccoWp, 1 + 3), (Method::Dpu(DpuSettings { warmup_steps: 0 }), 1 + 3)]
     {

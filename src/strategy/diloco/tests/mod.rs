@@ -2,14 +2,17 @@
 //! local-sgd, a hand-written replay, the pseudo-gradient's sign, sim == real,
 //! memory by category.
 
-use super::tests::{bits, plan, sim, tiny, workers};
-use super::tests_local::{max_diff, sgd_plan};
-use super::*;
+mod async_diloco;
+mod faults;
+
 use crate::comm::{LinkModel, Tier};
 use crate::optim::{OuterKind, OuterOpt};
 use crate::runtime::{real::RealSpec, sim::SimSpec};
+use crate::strategy::local::tests::{max_diff, sgd_plan};
+use crate::strategy::tests::{bits, plan, sim, tiny, workers};
+use crate::strategy::*;
 
-pub(super) fn diloco(h: u64, outer: OuterKind, lr: f32) -> Method {
+pub(crate) fn diloco(h: u64, outer: OuterKind, lr: f32) -> Method {
     Method::Diloco(DilocoSettings { h, outer, outer_lr: lr, ..DilocoSettings::default() })
 }
 

@@ -14,10 +14,10 @@
 //! discussion"). The look-ahead uses lr(t): it estimates theta(t+1), the
 //! result of step t.
 
-use super::journal::{Journal, StrategyState};
 use super::sharded::{accumulate_while, Sharded, Update};
-use super::worker::{replica_piece, Outcome, Plan, Worker};
 use crate::runtime::{Ctx, Work};
+use crate::strategy::journal::{Journal, StrategyState};
+use crate::strategy::worker::{replica_piece, Outcome, Plan, Worker};
 use anyhow::Result;
 
 /// Run ACCO on one worker.

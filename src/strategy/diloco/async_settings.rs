@@ -10,7 +10,7 @@
 //! applies each of the worker's pseudo-gradients in turn, which is
 //! synchronous DiLoCo on one worker, run over point-to-point messages.
 
-use super::diloco_settings::DilocoSettings;
+use super::settings::DilocoSettings;
 use crate::optim::{OuterConfig, OuterKind};
 use anyhow::{bail, Result};
 use serde::{Deserialize, Serialize};
@@ -115,7 +115,7 @@ impl AsyncDilocoSettings {
 /// Parses `[methods.async-diloco]`; an outer optimizer that does not exist
 /// is named with the valid ones.
 pub fn parse(table: toml::Table) -> Result<AsyncDilocoSettings> {
-    super::diloco_settings::check_outer_name(&table, "async-diloco", "dn")?;
+    super::settings::check_outer_name(&table, "async-diloco", "dn")?;
     let s: AsyncDilocoSettings =
         table.try_into().map_err(|e: toml::de::Error| anyhow::anyhow!("[methods.async-diloco]: {}", e.message()))?;
     s.validate().map(|_| s)
@@ -124,7 +124,7 @@ pub fn parse(table: toml::Table) -> Result<AsyncDilocoSettings> {
 /// How async DiLoCo is shown (banner, summaries).
 pub fn describe(s: &AsyncDilocoSettings, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
     f.write_str("async-diloco (")?;
-    super::diloco_settings::describe_round(&s.diloco(), f)?;
+    super::settings::describe_round(&s.diloco(), f)?;
     write!(f, ", grace {} s{}", s.grace, if s.dylu { ", dylu" } else { "" })?;
     match (s.shards, s.fixed_shards) {
         (_, true) => f.write_str(", fixed shards)"),

@@ -23,11 +23,11 @@
 //!   SlowMo, `(2 + 2 + 2x2 + K) Psi`). The checkpoint's model is x_0 (so
 //!   it is not saved twice); u goes into each worker's part.
 
-use super::journal::{Journal, StrategyState};
-use super::local::{memory, Form, Inner, Rounds};
-use super::local_settings::SlowMoSettings;
-use super::worker::{replica_piece, Outcome, Plan, Worker};
+use super::settings::SlowMoSettings;
 use crate::runtime::{AllReduce, Ctx, Group, Work};
+use crate::strategy::inner::{memory, Form, Inner, Rounds};
+use crate::strategy::journal::{Journal, StrategyState};
+use crate::strategy::worker::{replica_piece, Outcome, Plan, Worker};
 use anyhow::Result;
 
 /// The slow-momentum outer step on `x0` and `u`, from `avg` (the exact

@@ -32,10 +32,10 @@
 //!   DyLU's fastest worker is the fastest live one, and while every worker
 //!   is down or done the run waits only for those the plan brings back.
 
-use super::faults::{Fault, FaultKind, FaultPlan};
-use super::journal::Journal;
 use crate::comm::Message;
 use crate::runtime::{Ctx, RecvAny, Send};
+use crate::strategy::faults::{Fault, FaultKind, FaultPlan};
+use crate::strategy::journal::Journal;
 use serde::{Deserialize, Serialize};
 
 /// The tag of the failure notice (the runtime's stand-in for a missed heartbeat).

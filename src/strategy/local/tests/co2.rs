@@ -2,13 +2,13 @@
 //! to follow by hand, against a replay of the whole algorithm, against the
 //! appendix's eq. 10, and sharded against unsharded.
 
-use super::co2::{clip, staleness_gap, Outer};
-use super::tests::{bits, sim, tiny, workers};
-use super::tests_local::{co2, max_diff, sgd_plan};
 use super::*;
+use super::{co2, max_diff, sgd_plan};
 use crate::comm::{LinkModel, Tier};
 use crate::optim::DecaySegments;
 use crate::runtime::sim::SimSpec;
+use crate::strategy::local::co2::{clip, staleness_gap, Outer};
+use crate::strategy::tests::{bits, sim, tiny, workers};
 
 const LR: f32 = 0.05;
 
@@ -28,19 +28,19 @@ fn eq3_staleness_gap_is_element_wise_with_its_plus_one() {
 
 #[test]
 fn clip_is_coordinate_wise_and_can_be_off() {
-    use super::local_settings::Clip;
+    use crate::strategy::local::settings::Clip;
     assert_eq!([-3.0, -0.5, 0.5, 3.0].map(|m| clip(m, Clip::Phi(1.0))), [-1.0, -0.5, 0.5, 1.0]);
     assert_eq!(clip(-3.0, Clip::Off), -3.0);
 }
 
 /// Settings with alpha 0.5, beta 0.5, tau 2 and the given penalty and clip.
-fn hand(penalty: bool, c: super::local_settings::Clip) -> Co2Settings {
+fn hand(penalty: bool, c: crate::strategy::local::settings::Clip) -> Co2Settings {
     Co2Settings { tau: 2, outer_lr: 0.5, outer_momentum: 0.5, penalty, clip: c, shard_outer: false }
 }
 
 #[test]
 fn lines_11_to_13_by_hand_with_one_step_stale_momentum() {
-    use super::local_settings::Clip;
+    use crate::strategy::local::settings::Clip;
     // Two coordinates. State at t: x_{t,0} = (3, 1), x_{t-1,0} = (1, 1),
     // x_{t-1,1} = (1.5, 1.25), m_{t-1} = (2, -4); the average that arrives
     // is x_{t-1,tau} = (0, 2) (round t-1's, not round t's).
@@ -67,7 +67,7 @@ fn lines_11_to_13_by_hand_with_one_step_stale_momentum() {
 
 #[test]
 fn the_clip_changes_the_applied_update_and_not_the_momentum() {
-    use super::local_settings::Clip;
+    use crate::strategy::local::settings::Clip;
     // The reference implementation computed Clip(m, phi) and then applied
     // m. Here m_t = (2, -3) (as above, no penalty) and phi = 0.5: the update
     // applied is alpha * (0.5, -0.5), and the stored momentum stays (2, -3).
@@ -92,7 +92,7 @@ fn the_first_outer_iteration_does_not_move_the_outer_iterate() {
 /// the last inner loop's results. Also returns how many coordinates were
 /// clipped over the run, and, with `ignore_clip`, applies m unclipped.
 fn co2_replay(s: &Co2Settings, rounds: usize, ignore_clip: bool) -> (Vec<f32>, usize) {
-    use super::local_settings::Clip;
+    use crate::strategy::local::settings::Clip;
     let mut ws = workers(2, 2);
     let n = ws[0].model.num_params();
     let mut opts: Vec<_> = (0..2).map(|_| sgd_plan(1).optimizer.try_build(n).unwrap()).collect();
@@ -153,7 +153,7 @@ fn co2_replay(s: &Co2Settings, rounds: usize, ignore_clip: bool) -> (Vec<f32>, u
 
 #[test]
 fn co2_follows_algorithm_1_step_by_step() {
-    use super::local_settings::Clip;
+    use crate::strategy::local::settings::Clip;
     // 4 rounds of tau 2: the penalty is on, and phi is small enough that
     // the clip binds on some coordinates and not on others.
     let s = Co2Settings {
@@ -183,7 +183,7 @@ fn co2_follows_algorithm_1_step_by_step() {
 
 #[test]
 fn co2_without_penalty_and_clip_and_with_instant_averages_is_eq_10() {
-    use super::local_settings::Clip;
+    use crate::strategy::local::settings::Clip;
     // Eq. 10: x_{t+1,0} = x_{t,0} - alpha gamma sum_k g_{t-1,k} + beta (x_{t,0} - x_{t-1,0})
     // (lambda = 1), g_{t-1,k} the workers' mean gradient at inner step k of
     // round t-1 (eq. 6), x_{1,0} = x_{0,0}; the run's model is
@@ -229,11 +229,11 @@ fn co2_without_penalty_and_clip_and_with_instant_averages_is_eq_10() {
 
 #[test]
 fn shard_outer_gives_the_unsharded_bits_where_all_workers_compute_the_same_update() {
-    use super::local_settings::Clip;
+    use crate::strategy::local::settings::Clip;
     // 3 workers (the vector is padded to a multiple of 3), AdamW, a clip
     // that binds, penalty off: the same bits sharded and unsharded.
     assert_ne!(crate::model::ParamLayout::new(&tiny()).len % 3, 0);
-    let p = super::tests::plan(8, 1, 1.0);
+    let p = crate::strategy::tests::plan(8, 1, 1.0);
     let run = |s: &Co2Settings, world: usize| {
         run_cluster(&Method::Co2(s.clone()), &sim(world), workers(world, 2), &p, &Hooks::default()).unwrap()
     };
@@ -267,7 +267,7 @@ fn shard_outer_keeps_a_slice_of_the_outer_state() {
     // quarter of them, plus the padded reduce-scatter input and its output slice.
     let n = crate::model::ParamLayout::new(&tiny()).len;
     let padded = crate::comm::padded_len(n, 4);
-    let p = super::tests::plan(4, 1, 0.0);
+    let p = crate::strategy::tests::plan(4, 1, 0.0);
     let mem =
         |s: Co2Settings| run_cluster(&Method::Co2(s), &sim(4), workers(4, 1), &p, &Hooks::default()).unwrap()[0].memory;
     let full = mem(co2(2));
@@ -291,7 +291,8 @@ fn co2_hides_the_average_that_slowmo_waits_for() {
     let tier = Tier { latency_s: 0.0, bandwidth_bytes_per_s: 4.0 * n / 3.0 };
     let rt = Runtime::Sim(SimSpec { link: Some(LinkModel::flat(tier)), ..SimSpec::flat(2, 1.0, None) });
     let summary = |m: Method| {
-        let r = run_cluster(&m, &rt, workers(2, 1), &super::tests::plan(24, 1, 0.0), &Hooks::default()).unwrap();
+        let r =
+            run_cluster(&m, &rt, workers(2, 1), &crate::strategy::tests::plan(24, 1, 0.0), &Hooks::default()).unwrap();
         let spans: Vec<_> = r.into_iter().flat_map(|w| w.events.into_spans()).collect();
         crate::metrics::summarize(&spans, 2, 0).unwrap()
     };

@@ -26,12 +26,12 @@
 //! - `--steps` counts inner steps (as for the other local-update methods):
 //!   rounds of H, the last one possibly shorter.
 
-use super::diloco_settings::DilocoSettings;
-use super::journal::{Journal, StrategyState};
-use super::local::{memory, Inner, Rounds};
-use super::worker::{replica_piece, Outcome, Plan, Worker};
+use super::settings::DilocoSettings;
 use crate::optim::OuterOpt;
 use crate::runtime::{AllReduce, Ctx, Group, Work};
+use crate::strategy::inner::{memory, Inner, Rounds};
+use crate::strategy::journal::{Journal, StrategyState};
+use crate::strategy::worker::{replica_piece, Outcome, Plan, Worker};
 use anyhow::Result;
 
 /// Line 13, in place: `theta_i` becomes `delta_i = theta_old - theta_i`.

@@ -5,11 +5,11 @@
 //! grace period let the fast worker run more rounds; DyLU sets each
 //! worker's steps by its speed.
 
-use super::tests::{bits, workers};
-use super::tests_local::{max_diff, sgd_plan};
 use super::*;
 use crate::optim::{LrSchedule, OuterKind};
 use crate::runtime::{real::RealSpec, sim::SimSpec};
+use crate::strategy::local::tests::{max_diff, sgd_plan};
+use crate::strategy::tests::{bits, workers};
 
 fn dn(h: u64, n: u64, grace: f64) -> Method {
     Method::AsyncDiloco(AsyncDilocoSettings {
@@ -70,17 +70,17 @@ fn async_dn_with_equal_speeds_and_grace_covering_all_is_sync_diloco() {
 #[test]
 fn the_last_rounds_share_what_is_left_of_the_budget_in_proportion() {
     // Nothing cut while the budget covers what the group wants.
-    assert_eq!(async_diloco::cut_to_budget(&[2, 2, 2], 9), [2, 2, 2]);
-    assert_eq!(async_diloco::cut_to_budget(&[4, 2], 7), [4, 2]);
+    assert_eq!(crate::strategy::diloco::async_diloco::cut_to_budget(&[2, 2, 2], 9), [2, 2, 2]);
+    assert_eq!(crate::strategy::diloco::async_diloco::cut_to_budget(&[4, 2], 7), [4, 2]);
     // 3 left for three rounds of 2: one step each, as sync DiLoCo's last round.
-    assert_eq!(async_diloco::cut_to_budget(&[2, 2, 2], 3), [1, 1, 1]);
+    assert_eq!(crate::strategy::diloco::async_diloco::cut_to_budget(&[2, 2, 2], 3), [1, 1, 1]);
     // DyLU's 4 and 2 with 5 left: ceil(5 x 4/6) = 4, then the 1 left.
-    assert_eq!(async_diloco::cut_to_budget(&[4, 2], 5), [4, 1]);
+    assert_eq!(crate::strategy::diloco::async_diloco::cut_to_budget(&[4, 2], 5), [4, 1]);
     // --steps 3 with H = 50 on 3 workers: 9 steps in all, not 150.
-    assert_eq!(async_diloco::cut_to_budget(&[50, 50, 50], 9), [3, 3, 3]);
+    assert_eq!(crate::strategy::diloco::async_diloco::cut_to_budget(&[50, 50, 50], 9), [3, 3, 3]);
     // 3 left for two rounds of 50: ceil(3 x 50/100) = 2, then 1.
-    assert_eq!(async_diloco::cut_to_budget(&[50, 50], 3), [2, 1]);
-    assert_eq!(async_diloco::cut_to_budget(&[4, 2], 0), [0, 0]);
+    assert_eq!(crate::strategy::diloco::async_diloco::cut_to_budget(&[50, 50], 3), [2, 1]);
+    assert_eq!(crate::strategy::diloco::async_diloco::cut_to_budget(&[4, 2], 0), [0, 0]);
 }
 
 #[test]
@@ -211,7 +211,8 @@ fn per_shard_schedules_follow_each_shards_steps_to_the_floor_and_no_further() {
         // Two shards: the drawn one was the less trained (eq. 2), so they never drift apart by more than a round.
         assert!(next[0].abs_diff(next[1]) <= 2, "{rounds:?}");
     }
-    let shards = crate::strategy::shards::Shards::new(r[0].params.len().max(1000), 2, 2, &sched, 0, false).unwrap();
+    let shards =
+        crate::strategy::diloco::shards::Shards::new(r[0].params.len().max(1000), 2, 2, &sched, 0, false).unwrap();
     for (i, n) in next.into_iter().enumerate() {
         let t = shards.schedule(i);
         assert_eq!(t.total_steps, 8, "each shard's share of the 16-step budget");

@@ -21,11 +21,11 @@
 //!   holds it; rank 0's is handed in). A run stopped early saves the same
 //!   synchronised model, and its checkpoint resumes bit for bit.
 
-use super::journal::{Journal, StrategyState};
-use super::local::{memory, Form, Inner, Rounds};
-use super::local_settings::{InnerState, LocalSgdSettings};
-use super::worker::{replica_piece, Outcome, Plan, Worker};
+use super::settings::{InnerState, LocalSgdSettings};
 use crate::runtime::{AllReduce, Ctx, Group, Work};
+use crate::strategy::inner::{memory, Form, Inner, Rounds};
+use crate::strategy::journal::{Journal, StrategyState};
+use crate::strategy::worker::{replica_piece, Outcome, Plan, Worker};
 use anyhow::Result;
 
 /// Run local-SGD on one worker.

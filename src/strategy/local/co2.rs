@@ -44,11 +44,11 @@
 //!   penalty adds x_{t-1,1} and x_{t,1} (both live at once: x_{t,1} is
 //!   recorded during round t, x_{t-1,1} is used at its end).
 
-use super::journal::{Journal, StrategyState};
-use super::local::{memory, Form, Inner, Rounds};
-use super::local_settings::{Clip, Co2Settings};
-use super::worker::{replica_piece, Outcome, Plan, Worker};
+use super::settings::{Clip, Co2Settings};
 use crate::runtime::{AllReduce, Ctx, Group, Work};
+use crate::strategy::inner::{memory, Form, Inner, Rounds};
+use crate::strategy::journal::{Journal, StrategyState};
+use crate::strategy::worker::{replica_piece, Outcome, Plan, Worker};
 use anyhow::Result;
 
 /// Eq. 3 for one coordinate: `|x0 - x0_prev| / (tau |x1_prev - x0_prev|) + 1`,

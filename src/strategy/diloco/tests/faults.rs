@@ -3,11 +3,11 @@
 //! report the plan's alive intervals, bit for bit again; a worker down for
 //! good is not waited for; threads complete the same run.
 
-use super::faults::FaultPlan;
-use super::membership::{alive_intervals, planned_intervals};
-use super::tests::{bits, plan, workers};
 use super::*;
 use crate::runtime::{real::RealSpec, sim::SimSpec};
+use crate::strategy::diloco::membership::{alive_intervals, planned_intervals};
+use crate::strategy::faults::FaultPlan;
+use crate::strategy::tests::{bits, plan, workers};
 
 fn async_diloco(h: u64, dylu: bool) -> Method {
     Method::AsyncDiloco(AsyncDilocoSettings { h, dylu, ..AsyncDilocoSettings::default() })

@@ -16,11 +16,11 @@
 //! whether it is done. Written once; the simulator and the real runtime
 //! each run this same code.
 
-use super::journal::StrategyState;
-use super::worker::{MemoryBytes, ModelPiece, Plan};
 use crate::comm::{padded_len, ReduceOp, WireDtype};
 use crate::optim::{DecaySegments, Optimizer};
 use crate::runtime::{CommSide, CommTask, Ctx, Group, Work};
+use crate::strategy::journal::StrategyState;
+use crate::strategy::worker::{MemoryBytes, ModelPiece, Plan};
 use anyhow::{Context, Result};
 
 /// What the round does with the reduced gradient shard.
@@ -270,7 +270,7 @@ impl Sharded {
 /// weight 1) into the model's accumulator; returns (sum of losses, count).
 pub async fn accumulate_while<C: Ctx>(
     ctx: &mut C,
-    w: &mut super::Worker,
+    w: &mut crate::strategy::Worker,
     shard: &Sharded,
     round: &Round<C::Handle<ShardedRound>>,
     fixed: Option<usize>,

@@ -14,10 +14,10 @@
 //! paper: it is a look-ahead step from theta(t+1), moments updated as that
 //! step would, nothing committed (see sharded.rs).
 
-use super::journal::{Journal, StrategyState};
 use super::sharded::{accumulate_while, Sharded, Update};
-use super::worker::{replica_piece, Outcome, Plan, Worker};
 use crate::runtime::{Ctx, Work};
+use crate::strategy::journal::{Journal, StrategyState};
+use crate::strategy::worker::{replica_piece, Outcome, Plan, Worker};
 use anyhow::Result;
 
 /// Run ACCO-wp on one worker. At the end the replica holds the committed

@@ -40,12 +40,12 @@
 //!   all-gather.
 
 use super::co2::Outer;
-use super::journal::{Journal, StrategyState};
-use super::local::{memory, Form, Inner, Rounds};
-use super::local_settings::Co2Settings;
-use super::worker::{ModelPiece, Outcome, Plan, Worker};
+use super::settings::Co2Settings;
 use crate::comm::{padded_len, ReduceOp};
 use crate::runtime::{AllGather, Ctx, Group, ReduceScatter, Work};
+use crate::strategy::inner::{memory, Form, Inner, Rounds};
+use crate::strategy::journal::{Journal, StrategyState};
+use crate::strategy::worker::{ModelPiece, Outcome, Plan, Worker};
 use anyhow::Result;
 
 /// Run CO2 with sharded outer state on one worker.

@@ -58,7 +58,7 @@ impl DilocoSettings {
     }
 }
 
-impl super::local_settings::Validate for DilocoSettings {
+impl crate::strategy::local::settings::Validate for DilocoSettings {
     fn validate(&self) -> Result<()> {
         if self.h == 0 {
             bail!("[methods.diloco]: h must be at least 1 (inner steps per outer round), e.g. h = 50 (flag --h 50)");
@@ -73,7 +73,7 @@ pub fn parse(table: toml::Table) -> Result<DilocoSettings> {
     check_outer_name(&table, "diloco", "nesterov")?;
     let s: DilocoSettings =
         table.try_into().map_err(|e: toml::de::Error| anyhow::anyhow!("[methods.diloco]: {}", e.message()))?;
-    super::local_settings::checked(s)
+    crate::strategy::local::settings::checked(s)
 }
 
 /// `outer` in `[methods.METHOD]`, if given, must name an outer optimizer:

@@ -1,5 +1,7 @@
 //! Steps 1-9 with numbers small enough to check by hand.
 
+mod runs;
+
 use super::demo::DemoReplicator;
 use super::diloco::DilocoReplicator;
 use super::random::RandomReplicator;

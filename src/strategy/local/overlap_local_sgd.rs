@@ -25,11 +25,11 @@
 //! - With a bf16 wire the difference to the anchor z_t travels (it is
 //!   held by every worker anyway, local.rs).
 
-use super::journal::{Journal, StrategyState};
-use super::local::{memory, Form, Inner, Rounds};
-use super::local_settings::OverlapLocalSgdSettings;
-use super::worker::{replica_piece, Outcome, Plan, Worker};
+use super::settings::OverlapLocalSgdSettings;
 use crate::runtime::{AllReduce, Ctx, Group, Work};
+use crate::strategy::inner::{memory, Form, Inner, Rounds};
+use crate::strategy::journal::{Journal, StrategyState};
+use crate::strategy::worker::{replica_piece, Outcome, Plan, Worker};
 use anyhow::Result;
 
 /// Starts AAR(x): the mean of every worker's `x` (or of its difference to

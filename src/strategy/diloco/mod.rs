@@ -1,0 +1,30 @@
+//! The asynchronous Local-SGD paper's methods (shared/papers/async-local-sgd.txt):
+//! synchronous DiLoCo and asynchronous DiLoCo with a parameter server,
+//! Delayed Nesterov, Dynamic Local Updates, a grace period, eq. 2's shard
+//! sampling, and workers that crash and rejoin (`--faults`).
+//!
+//! ```text
+//! diloco.rs          synchronous DiLoCo (Algorithm 1): h inner steps, all-reduce, outer step
+//! async_diloco.rs    asynchronous DiLoCo (Algorithm 2): the worker side and the server side
+//! param_server.rs    the server's decisions as pure functions: grace, DyLU, eq. 2
+//! shards.rs          data shards on the server and their per-shard schedules (eqs. 2-3)
+//! server_state.rs    what the server checkpoints and resumes from
+//! membership.rs      the fault plan (strategy/faults.rs) injected into the worker and the server
+//! settings.rs        [methods.diloco]
+//! async_settings.rs  [methods.async-diloco]
+//! tests/             sync DiLoCo (mod.rs), async DiLoCo, faults
+//! ```
+
+pub mod async_diloco;
+pub mod async_settings;
+// The family is named for its paper's baseline; `diloco.rs` is that method.
+#[allow(clippy::module_inception)]
+pub mod diloco;
+pub mod membership;
+pub mod param_server;
+pub mod server_state;
+pub mod settings;
+pub mod shards;
+
+#[cfg(test)]
+pub(crate) mod tests;

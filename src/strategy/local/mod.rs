@@ -1,0 +1,23 @@
+//! The CO2 paper's methods (shared/papers/co2.txt): local updates with an
+//! outer step every `tau` inner steps, blocking or overlapped. Their shared
+//! inner loop is `strategy/inner.rs` (DiLoCo uses it too).
+//!
+//! ```text
+//! local_sgd.rs          tau local steps, then a blocking average (Local-SGD/AdamW)
+//! overlap_local_sgd.rs  the average runs behind the next round; workers pull toward an anchor
+//! slowmo.rs             the blocking average followed by a slow-momentum outer step
+//! co2.rs                CO2: asynchronous all-reduce, one-round-stale outer step, gap penalty, clip
+//! co2_sharded.rs        CO2 with its outer state sharded ZeRO-style (`shard_outer = true`)
+//! settings.rs           [methods.local-sgd], [methods.overlap-local-sgd], [methods.slowmo], [methods.co2]
+//! tests/                equivalences (ddp, one worker), hand replays; tests/co2.rs: CO2 by hand
+//! ```
+
+pub mod co2;
+pub mod co2_sharded;
+pub mod local_sgd;
+pub mod overlap_local_sgd;
+pub mod settings;
+pub mod slowmo;
+
+#[cfg(test)]
+pub(crate) mod tests;
