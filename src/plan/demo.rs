@@ -32,8 +32,8 @@ use crate::model::ParamLayout;
 use crate::optim::dct::{Dct, Piece};
 use crate::runtime::{Group, Work};
 use crate::strategy::detonation::demo::pairs_per_chunk;
+use crate::strategy::detonation::settings::{DemoSettings, InnerKind, ReplicatorKind};
 use crate::strategy::detonation::{adamw::DecoupledAdamW, shard, values_for};
-use crate::strategy::method::{DemoSettings, InnerKind, ReplicatorKind};
 use anyhow::Result;
 
 /// One shard's costs: what its worker computes, sends and holds.

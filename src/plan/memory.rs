@@ -19,7 +19,7 @@
 
 use super::{Costing, Precision};
 use crate::comm::{padded_len, WireDtype};
-use crate::strategy::method::DemoSettings;
+use crate::strategy::detonation::settings::DemoSettings;
 use crate::strategy::{MemoryBytes, Method};
 use anyhow::Result;
 

@@ -11,7 +11,7 @@ use crate::data::sampler::shard_range;
 use crate::model::{Gpt, GptConfig};
 use crate::optim::{AdamWConfig, DecaySegments, LrSchedule, OptimizerConfig};
 use crate::runtime::cluster::ClusterProfile;
-use crate::strategy::method::{DemoSettings, InnerKind, ReplicatorKind};
+use crate::strategy::detonation::settings::{DemoSettings, InnerKind, ReplicatorKind};
 use crate::strategy::{
     run_cluster, Co2Settings, DilocoSettings, DpuSettings, Hooks, LocalSgdSettings, Method, OverlapLocalSgdSettings,
     Plan, Runtime, SlowMoSettings, Worker,

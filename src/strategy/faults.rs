@@ -20,7 +20,7 @@
 //! - At every instant at least one worker is up: a plan that takes every
 //!   worker down at once leaves nothing to train and is refused.
 //!
-//! Only `async-diloco` survives a fault (`FaultPlan::for_run` refuses the
+//! Only `async-diloco` survives a fault (`Method::fault_plan` refuses the
 //! others, and MPI); `membership.rs` injects the plan into its runs.
 
 use anyhow::{bail, Result};
@@ -93,28 +93,6 @@ impl FaultPlan {
         let plan = FaultPlan { events };
         plan.check(workers)?;
         Ok(plan)
-    }
-
-    /// The plan of a run of `method` on `workers` workers over `backend`:
-    /// refused, naming `--faults`, for a method that cannot survive a
-    /// worker leaving (every synchronous one: each round waits for every
-    /// worker) and under MPI (a dead rank ends the whole job).
-    pub fn for_run(text: &str, method: &super::Method, workers: usize, backend: &str) -> Result<FaultPlan> {
-        if text.trim().is_empty() {
-            return Ok(FaultPlan::default());
-        }
-        if !method.survives_faults() {
-            bail!(
-                "--faults / [faults] plan: {} cannot survive a worker that leaves (every round waits for every worker); use --method async-diloco, whose server carries on with the others",
-                method.name()
-            );
-        }
-        if backend == "mpi" {
-            bail!(
-                "--faults / [faults] plan: not under --backend mpi: MPI has no recovery, a dead rank ends the whole job; inject faults with --backend local (--runtime sim or real)"
-            );
-        }
-        FaultPlan::parse(text, workers)
     }
 
     /// Every event, by time.
@@ -246,6 +224,22 @@ fn parse_item(item: &str, workers: usize) -> Result<Fault> {
     Ok(Fault { worker, kind, at_s })
 }
 
+/// A crash or join as it happened to one worker, for the run's events.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct FaultRecord {
+    /// The worker.
+    pub worker: usize,
+    /// `crash` or `join`.
+    pub event: String,
+    /// When the plan says (seconds from the run's start, virtual in sim).
+    pub at_s: f64,
+    /// When the worker acted on it: the first inner-step boundary at or
+    /// after a crash (or at once while waiting), the join time for a join.
+    pub observed_s: f64,
+    /// Inner steps the worker had taken by then (metrics.jsonl keys lines by step).
+    pub step: u64,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -308,22 +302,6 @@ mod tests {
         }
         // A worker down while another is up is fine, even back to back.
         assert!(FaultPlan::parse("0:crash@5,0:join@7,1:crash@7", 2).is_ok());
-    }
-
-    #[test]
-    fn only_async_diloco_off_mpi_takes_a_plan() {
-        let async_diloco = super::super::Method::from_config("async-diloco", None).unwrap();
-        let plan = "1:crash@5,1:join@9";
-        assert_eq!(FaultPlan::for_run(plan, &async_diloco, 2, "local").unwrap().events().len(), 2);
-        for name in ["ddp", "diloco", "local-sgd"] {
-            let m = super::super::Method::from_config(name, None).unwrap();
-            let e = FaultPlan::for_run(plan, &m, 2, "local").unwrap_err().to_string();
-            assert!(e.contains(&format!("{name} cannot survive")) && e.contains("--method async-diloco"), "{e}");
-            assert!(FaultPlan::for_run(" ", &m, 2, "local").unwrap().is_empty(), "no plan: any method");
-        }
-        let e = FaultPlan::for_run(plan, &async_diloco, 2, "mpi").unwrap_err().to_string();
-        assert!(e.contains("not under --backend mpi: MPI has no recovery"), "{e}");
-        assert!(FaultPlan::for_run("3:crash@1", &async_diloco, 2, "local").is_err());
     }
 
     #[test]

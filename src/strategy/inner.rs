@@ -27,9 +27,10 @@
 //!   rounding costs far less than rounding the parameters themselves
 //!   (measured: docs/decisions.md, "Parameter averages in bf16").
 
+use super::journal::Journal;
 use super::journal::StrategyState;
-use super::worker::{accumulate, MemoryBytes, Plan, Worker};
-use super::Journal;
+use super::outcome::MemoryBytes;
+use super::worker::{accumulate, Plan, Worker};
 use crate::comm::WireDtype;
 use crate::optim::{clip_global_norm, Optimizer};
 use crate::runtime::{Ctx, Work};

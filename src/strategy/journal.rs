@@ -9,7 +9,7 @@
 //! no communication in flight, so resuming from it continues exactly where
 //! the saved run was: in the simulator bit for bit, clocks included.
 
-use super::diloco::membership::FaultRecord;
+use super::faults::FaultRecord;
 use super::worker::{ModelPiece, Worker, WorkerState};
 use crate::runtime::{Ctx, WorkerTimes};
 use anyhow::{ensure, Result};

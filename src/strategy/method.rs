@@ -12,156 +12,13 @@
 //! warmup_steps = 10
 //! ```
 
+use super::acco::settings::DpuSettings;
+use super::detonation::settings::{self as demo_settings, DemoSettings, InnerKind, ReplicatorKind};
 use super::diloco::async_settings::AsyncDilocoSettings;
 use super::diloco::settings::DilocoSettings;
+use super::faults::FaultPlan;
 use super::local::settings::{Co2Settings, LocalSgdSettings, OverlapLocalSgdSettings, SlowMoSettings};
 use anyhow::{bail, Result};
-use serde::{Deserialize, Serialize};
-
-/// DPU's settings (`[methods.dpu]`).
-#[derive(Clone, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct DpuSettings {
-    /// Rounds of non-delayed (zero1) updates before the one-step delay
-    /// starts; Ren et al. recommend a warmup. Flag: `--dpu-warmup`. Default 0.
-    pub warmup_steps: u64,
-}
-
-/// Which DeToNATION replicator carries steps 2-7 (strategy/detonation/).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum ReplicatorKind {
-    /// DCT top-k per chunk, all-gathered (DeMo).
-    #[default]
-    Demo,
-    /// The same seeded random indices on every member, values averaged.
-    Random,
-    /// Every n-th element, the offset moving each step, values averaged.
-    Striding,
-    /// Nothing for n-1 steps, then the whole momentum averaged.
-    Diloco,
-    /// The gradient averaged every step (hybrid-sharded baseline).
-    Full,
-}
-
-impl ReplicatorKind {
-    /// Names, as in `replicator = "..."`.
-    pub const NAMES: [&'static str; 5] = ["demo", "random", "striding", "diloco", "full"];
-}
-
-/// Step 9's optimizer in DeMo and FlexDeMo.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum InnerKind {
-    /// DeMo-SGD: p <- p - lr Q.
-    #[default]
-    Sgd,
-    /// AdamW on Q, moments kept locally.
-    DecoupledAdamw,
-}
-
-/// DeMo's and FlexDeMo's settings (`[methods.demo]`, `[methods.flexdemo]`;
-/// shared/notes/demo.md has the algorithm).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct DemoSettings {
-    /// How steps 2-7 replicate: demo, random, striding, diloco or full.
-    /// Flag: `--replicator`. Default `demo`.
-    pub replicator: ReplicatorKind,
-    /// Target chunk size per axis (step 3): blocks of the largest divisor
-    /// of each axis that is at most this. No flag. Default 64.
-    pub chunk: usize,
-    /// DCT coefficients sent per chunk (step 4), 1 to chunk^2; clamped to
-    /// the chunk's size. No flag. Default 32 (when `compression` is unset).
-    pub topk: Option<usize>,
-    /// Bytes sent per step over bytes of the f32 gradient, in (0, 1]: the
-    /// same budget for every replicator (sets topk, the values of random
-    /// and striding, and diloco's period). Flag: `--compression`. Default:
-    /// unset (DeMo: topk; others: 0.1).
-    pub compression: Option<f64>,
-    /// Momentum decay beta in [0, 1) (step 2). No flag. Default 0.999.
-    pub beta: f32,
-    /// Whether step 8 takes the sign of Q. No flag. Default true.
-    pub sign: bool,
-    /// Decoupled weight decay (step 1), >= 0, on the tensors that take
-    /// decay. No flag. Default 0.
-    pub weight_decay: f32,
-    /// Step 9: `sgd` (DeMo-SGD) or `decoupled-adamw`. Flag: `--inner`. Default `sgd`.
-    pub inner: InnerKind,
-    /// Exchange step t while step t+1 computes, applying it one step late.
-    /// Flag: `--overlap`. Default false.
-    pub overlap: bool,
-    /// diloco: average every this many steps (default: 1 / compression, or 10).
-    /// No flag.
-    pub every: Option<u64>,
-    /// random: the seed every member draws the indices from. No flag. Default 42.
-    pub seed: u64,
-}
-
-impl Default for DemoSettings {
-    fn default() -> Self {
-        DemoSettings {
-            replicator: ReplicatorKind::Demo,
-            chunk: 64,
-            topk: None,
-            compression: None,
-            beta: 0.999,
-            sign: true,
-            weight_decay: 0.0,
-            inner: InnerKind::Sgd,
-            overlap: false,
-            every: None,
-            seed: 42,
-        }
-    }
-}
-
-impl Eq for DemoSettings {}
-
-impl DemoSettings {
-    /// Coefficients per chunk when neither `topk` nor `compression` is set.
-    pub const DEFAULT_TOPK: usize = 32;
-    /// The rate of random, striding and diloco when `compression` is unset.
-    pub const DEFAULT_COMPRESSION: f64 = 0.1;
-
-    /// diloco's period.
-    pub fn diloco_every(&self) -> u64 {
-        self.every
-            .unwrap_or_else(|| (1.0 / self.compression.unwrap_or(Self::DEFAULT_COMPRESSION)).round().max(1.0) as u64)
-    }
-
-    /// Checks every key; errors name the key and give a valid example.
-    fn validate(&self, name: &str) -> Result<()> {
-        let s = format!("[methods.{name}]");
-        if self.chunk == 0 {
-            bail!("{s}: chunk must be at least 1 (the target chunk size per axis), e.g. chunk = 64");
-        }
-        if let Some(k) = self.topk {
-            let max = self.chunk * self.chunk;
-            if k == 0 || k > max {
-                bail!("{s}: topk must be between 1 and the chunk's {max} coefficients (chunk = {}), got {k}; e.g. topk = 32", self.chunk);
-            }
-            if self.compression.is_some() {
-                bail!("{s}: give topk or compression, not both (compression sets topk), e.g. compression = 0.05");
-            }
-        }
-        if !(0.0..1.0).contains(&self.beta) {
-            bail!("{s}: beta must be in [0, 1), got {}; e.g. beta = 0.999", self.beta);
-        }
-        if let Some(c) = self.compression {
-            if !(c > 0.0 && c <= 1.0) {
-                bail!("{s}: compression must be in (0, 1] (bytes sent / bytes of the f32 gradient), got {c}; e.g. compression = 0.05 (--compression 0.05)");
-            }
-        }
-        if self.every == Some(0) {
-            bail!("{s}: every must be at least 1 (diloco averages every this many steps), e.g. every = 10");
-        }
-        if !(self.weight_decay >= 0.0 && self.weight_decay.is_finite()) {
-            bail!("{s}: weight_decay must be >= 0, got {}; e.g. weight_decay = 0.1", self.weight_decay);
-        }
-        Ok(())
-    }
-}
 
 /// A data-parallel method with its settings.
 #[derive(Clone, Debug, PartialEq)]
@@ -206,28 +63,13 @@ const SETTINGS: [(&str, &[&str]); 13] = [
     ("overlap-local-sgd", &["tau", "pull"]),
     ("slowmo", &["tau", "outer_lr", "outer_momentum"]),
     ("co2", &["tau", "outer_lr", "outer_momentum", "penalty", "clip", "shard_outer"]),
-    ("demo", DEMO_KEYS),
-    ("flexdemo", DEMO_KEYS),
+    ("demo", demo_settings::KEYS),
+    ("flexdemo", demo_settings::KEYS),
     ("diloco", &["h", "outer", "outer_lr", "outer_momentum", "dn_buffer", "dn_c"]),
     (
         "async-diloco",
         &["h", "outer", "outer_lr", "outer_momentum", "dn_buffer", "dn_c", "grace", "dylu", "shards", "fixed_shards"],
     ),
-];
-
-/// The keys of `[methods.demo]` and `[methods.flexdemo]`.
-const DEMO_KEYS: &[&str] = &[
-    "replicator",
-    "chunk",
-    "topk",
-    "compression",
-    "beta",
-    "sign",
-    "weight_decay",
-    "inner",
-    "overlap",
-    "every",
-    "seed",
 ];
 
 impl Method {
@@ -305,7 +147,7 @@ impl Method {
             "diloco" => Method::Diloco(super::diloco::settings::parse(table)?),
             "async-diloco" => Method::AsyncDiloco(super::diloco::async_settings::parse(table)?),
             "demo" | "flexdemo" => {
-                let s = demo_settings(name, table)?;
+                let s = demo_settings::parse(name, table)?;
                 if name == "demo" {
                     Method::Demo(s)
                 } else {
@@ -347,6 +189,28 @@ impl Method {
         self.needs_server()
     }
 
+    /// The fault plan `text` for a run of this method on `workers` workers over `backend`:
+    /// refused, naming `--faults`, for a method that cannot survive a
+    /// worker leaving (every synchronous one: each round waits for every
+    /// worker) and under MPI (a dead rank ends the whole job).
+    pub fn fault_plan(&self, text: &str, workers: usize, backend: &str) -> Result<FaultPlan> {
+        if text.trim().is_empty() {
+            return Ok(FaultPlan::default());
+        }
+        if !self.survives_faults() {
+            bail!(
+                "--faults / [faults] plan: {} cannot survive a worker that leaves (every round waits for every worker); use --method async-diloco, whose server carries on with the others",
+                self.name()
+            );
+        }
+        if backend == "mpi" {
+            bail!(
+                "--faults / [faults] plan: not under --backend mpi: MPI has no recovery, a dead rank ends the whole job; inject faults with --backend local (--runtime sim or real)"
+            );
+        }
+        FaultPlan::parse(text, workers)
+    }
+
     /// Where a run asked to stop after step `end` (of `steps`) really stops:
     /// local-update methods finish the outer round containing it.
     pub fn stop_boundary(&self, end: u64, steps: u64) -> u64 {
@@ -369,25 +233,6 @@ impl Method {
     }
 }
 
-/// Parses and checks `[methods.demo]` / `[methods.flexdemo]`; a replicator
-/// or inner optimizer that does not exist is named with the valid ones.
-fn demo_settings(name: &str, table: toml::Table) -> Result<DemoSettings> {
-    for (key, valid, example) in [
-        ("replicator", &ReplicatorKind::NAMES[..], "--replicator random"),
-        ("inner", &["sgd", "decoupled-adamw"][..], "--inner decoupled-adamw"),
-    ] {
-        if let Some(v) = table.get(key) {
-            if !v.as_str().is_some_and(|s| valid.contains(&s)) {
-                bail!("[methods.{name}]: {key} {v} does not exist: choose one of {}, e.g. {example}", valid.join(", "));
-            }
-        }
-    }
-    let s: DemoSettings =
-        table.try_into().map_err(|e: toml::de::Error| anyhow::anyhow!("[methods.{name}]: {}", e.message()))?;
-    s.validate(name)?;
-    Ok(s)
-}
-
 impl std::fmt::Display for Method {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
@@ -407,13 +252,44 @@ impl std::fmt::Display for Method {
                 )
             }
             Method::Dpu(s) if s.warmup_steps > 0 => write!(f, "dpu (warmup {})", s.warmup_steps),
-            Method::LocalSgd(_) | Method::OverlapLocalSgd(_) | Method::SlowMo(_) | Method::Co2(_) => {
-                super::local::settings::describe(self, f)
-            }
+            Method::LocalSgd(s) => write!(f, "{s}"),
+            Method::OverlapLocalSgd(s) => write!(f, "{s}"),
+            Method::SlowMo(s) => write!(f, "{s}"),
+            Method::Co2(s) => write!(f, "{s}"),
             Method::Diloco(s) => super::diloco::settings::describe(s, f),
             Method::AsyncDiloco(s) => super::diloco::async_settings::describe(s, f),
             m => f.write_str(m.name()),
         }
+    }
+}
+
+/// Model-state bytes per worker by the ACCO paper's Table 1 formula, with
+/// bf16 parameters, gradients and communication buffer (2 bytes each) and
+/// an optimizer costing `k` bytes per parameter (12 for mixed-precision
+/// AdamW: fp32 master copy, m and v), `psi` parameters, `n` workers; NaN
+/// for methods the table does not cover (DeMo, FlexDeMo); DiLoCo by the same
+/// reasoning as SlowMo (its outer copies).
+pub fn table1_bytes(method: &Method, psi: f64, n: f64, k: f64) -> f64 {
+    use Method::*;
+    psi * match method {
+        Ddp => 2.0 + 2.0 + k,
+        Zero1 => 2.0 + 2.0 + k / n,
+        Dpu(_) | AccoWp | Acco => 2.0 + 2.0 + 2.0 + k / n,
+        // Not in Table 1: Local-AdamW holds what DDP holds (co2.txt, App. B.2).
+        LocalSgd(_) => 2.0 + 2.0 + k,
+        // Table 1's rows: 2 extra model copies (u, x_0), 4 for CO2.
+        SlowMo(_) => 2.0 + 2.0 + 2.0 * 2.0 + k,
+        Co2(_) => 2.0 + 2.0 + 4.0 * 2.0 + k,
+        // Not in Table 1: the anchor and the average in flight, like SlowMo's two copies.
+        OverlapLocalSgd(_) => 2.0 + 2.0 + 2.0 * 2.0 + k,
+        Demo(_) | FlexDemo(_) => f64::NAN,
+        // Not in Table 1: theta and the outer momentum, two copies like SlowMo (dn: one more, Delta).
+        Diloco(s) if s.outer == crate::optim::OuterKind::Dn => 2.0 + 2.0 + 3.0 * 2.0 + k,
+        Diloco(s) if s.outer == crate::optim::OuterKind::Sgd => 2.0 + 2.0 + 2.0 + k,
+        Diloco(_) => 2.0 + 2.0 + 2.0 * 2.0 + k,
+        // Workers hold a replica, its gradient, theta_old and the inner
+        // optimizer; the outer state lives on the server, not on a worker.
+        AsyncDiloco(_) => 2.0 + 2.0 + 2.0 + k,
     }
 }
 
@@ -423,6 +299,22 @@ mod tests {
 
     fn table(text: &str) -> toml::Table {
         text.parse().unwrap()
+    }
+
+    #[test]
+    fn only_async_diloco_off_mpi_takes_a_plan() {
+        let async_diloco = Method::from_config("async-diloco", None).unwrap();
+        let plan = "1:crash@5,1:join@9";
+        assert_eq!(async_diloco.fault_plan(plan, 2, "local").unwrap().events().len(), 2);
+        for name in ["ddp", "diloco", "local-sgd"] {
+            let m = Method::from_config(name, None).unwrap();
+            let e = m.fault_plan(plan, 2, "local").unwrap_err().to_string();
+            assert!(e.contains(&format!("{name} cannot survive")) && e.contains("--method async-diloco"), "{e}");
+            assert!(m.fault_plan(" ", 2, "local").unwrap().is_empty(), "no plan: any method");
+        }
+        let e = async_diloco.fault_plan(plan, 2, "mpi").unwrap_err().to_string();
+        assert!(e.contains("not under --backend mpi: MPI has no recovery"), "{e}");
+        assert!(async_diloco.fault_plan("3:crash@1", 2, "local").is_err());
     }
 
     #[test]

@@ -2,7 +2,7 @@
 //! `lowcomm plan --methods`): names, `NAME:key=value` variants, and `all`
 //! expanded to every method of [`Method::NAMES`] with its own defaults.
 
-use super::Method;
+use super::method::Method;
 use anyhow::{bail, Result};
 
 /// One method as asked for: a name and the settings of this variant.

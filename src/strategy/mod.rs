@@ -11,21 +11,56 @@ pub mod journal;
 pub mod local;
 pub mod method;
 pub mod method_spec;
+pub mod outcome;
 mod worker;
 
+pub use acco::settings::DpuSettings;
+pub use detonation::settings::{DemoSettings, InnerKind, ReplicatorKind};
 pub use diloco::async_settings::AsyncDilocoSettings;
 pub use diloco::settings::DilocoSettings;
+pub use faults::FaultRecord;
 pub use journal::{Checkpointing, Journal, Observer, PartSink, SavedPart, StepPoint, StrategyState};
 pub use local::settings::{Clip, Co2Settings, InnerState, LocalSgdSettings, OverlapLocalSgdSettings, SlowMoSettings};
-pub use method::{DemoSettings, DpuSettings, InnerKind, Method, ReplicatorKind};
-pub use worker::{
-    accumulate, assemble_model, replica_piece, table1_bytes, MemoryBytes, ModelPiece, Outcome, Plan, Worker,
-    WorkerReport, WorkerState,
-};
+pub use method::{table1_bytes, Method};
+pub use outcome::{Budget, MemoryBytes, Outcome};
+pub use worker::{accumulate, assemble_model, replica_piece, ModelPiece, Plan, Worker, WorkerState};
 
-use crate::runtime::{real, sim, Ctx};
+use crate::runtime::{real, sim, Ctx, WorkerTimes};
 use anyhow::{bail, ensure, Result};
 use std::sync::{Arc, Mutex};
+
+/// What a worker reports at the end.
+#[derive(Clone, Debug)]
+pub struct WorkerReport {
+    /// Participant number.
+    pub rank: usize,
+    /// This participant's rounds: loss, micro-batches applied, when each ended.
+    pub points: Vec<StepPoint>,
+    /// Optimizer steps committed (by this worker's shard, or its replica).
+    pub optimizer_steps: u64,
+    /// Time accounting from the runtime.
+    pub times: WorkerTimes,
+    /// Final replica parameters (flat; empty for a participant without one).
+    pub params: Vec<f32>,
+    /// This participant's piece of the run's model.
+    pub model: Option<ModelPiece>,
+    /// Compute and communication spans (for the trace and the summary).
+    pub events: crate::metrics::EventLog,
+    /// Bytes of model states this worker held, by category.
+    pub memory: MemoryBytes,
+    /// What one exchange of a compressing method sends (DeMo, FlexDeMo).
+    pub exchange: Option<Budget>,
+    /// The parameter server's report: updates it applied from each worker
+    /// (empty for workers and methods without a server).
+    pub updates: Vec<u64>,
+    /// The parameter server's rounds as handed out: worker, data shard and
+    /// where in the shard's schedule (empty for workers and methods without one).
+    pub shard_rounds: Vec<diloco::shards::ShardRound>,
+    /// A worker's crashes and joins under a fault plan, in time order.
+    pub faults: Vec<FaultRecord>,
+    /// Updates a worker sent to the parameter server (0 without one).
+    pub sent: u64,
+}
 
 /// Run `method` on one worker to the end of the plan.
 pub async fn run_worker<C: Ctx>(

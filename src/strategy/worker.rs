@@ -5,7 +5,7 @@ use crate::comm::WireDtype;
 use crate::data::sampler::{SamplerState, WindowSampler};
 use crate::model::Gpt;
 use crate::optim::{DecaySegments, LrSchedule, OptimizerConfig};
-use crate::runtime::{Ctx, Work, WorkerTimes};
+use crate::runtime::{Ctx, Work};
 use anyhow::{Context, Result};
 use std::ops::Range;
 use std::sync::Arc;
@@ -190,79 +190,6 @@ pub fn assemble_model(n: usize, pieces: impl IntoIterator<Item = ModelPiece>) ->
     }
 }
 
-/// What a strategy returns from one worker's run.
-#[derive(Clone, Debug, Default)]
-pub struct Outcome {
-    /// Optimizer steps committed.
-    pub optimizer_steps: u64,
-    /// Bytes of model states held.
-    pub memory: MemoryBytes,
-    /// This participant's piece of the run's model, if it holds one.
-    pub model: Option<ModelPiece>,
-    /// What one exchange of a compressing method sends (DeMo, FlexDeMo).
-    pub exchange: Option<crate::strategy::detonation::Budget>,
-}
-
-/// What a worker reports at the end.
-#[derive(Clone, Debug)]
-pub struct WorkerReport {
-    /// Participant number.
-    pub rank: usize,
-    /// This participant's rounds: loss, micro-batches applied, when each ended.
-    pub points: Vec<super::journal::StepPoint>,
-    /// Optimizer steps committed (by this worker's shard, or its replica).
-    pub optimizer_steps: u64,
-    /// Time accounting from the runtime.
-    pub times: WorkerTimes,
-    /// Final replica parameters (flat; empty for a participant without one).
-    pub params: Vec<f32>,
-    /// This participant's piece of the run's model.
-    pub model: Option<ModelPiece>,
-    /// Compute and communication spans (for the trace and the summary).
-    pub events: crate::metrics::EventLog,
-    /// Bytes of model states this worker held, by category.
-    pub memory: MemoryBytes,
-    /// What one exchange of a compressing method sends (DeMo, FlexDeMo).
-    pub exchange: Option<crate::strategy::detonation::Budget>,
-    /// The parameter server's report: updates it applied from each worker
-    /// (empty for workers and methods without a server).
-    pub updates: Vec<u64>,
-    /// The parameter server's rounds as handed out: worker, data shard and
-    /// where in the shard's schedule (empty for workers and methods without one).
-    pub shard_rounds: Vec<super::diloco::shards::ShardRound>,
-    /// A worker's crashes and joins under a fault plan, in time order.
-    pub faults: Vec<super::diloco::membership::FaultRecord>,
-    /// Updates a worker sent to the parameter server (0 without one).
-    pub sent: u64,
-}
-
-/// Bytes of model states held by one worker, by category (ACCO paper,
-/// Table 1's columns), measured from the buffers actually allocated.
-#[derive(Clone, Copy, Debug, Default, serde::Serialize, serde::Deserialize)]
-pub struct MemoryBytes {
-    /// The replica's parameters.
-    pub params: usize,
-    /// The gradient accumulator.
-    pub grads: usize,
-    /// Buffers that exist for communication (padded flat vector, shards,
-    /// the gradients held for the next round).
-    pub comm_buffers: usize,
-    /// Optimizer state, including the shard of master parameters a sharded
-    /// optimizer keeps.
-    pub optimizer: usize,
-    /// Outer-loop state of local-update methods: outer momentum, saved
-    /// parameter versions, anchors.
-    #[serde(default)]
-    pub outer: usize,
-}
-
-impl MemoryBytes {
-    /// All categories together.
-    pub fn total(&self) -> usize {
-        self.params + self.grads + self.comm_buffers + self.optimizer + self.outer
-    }
-}
-
 /// Zero the gradients and accumulate `k` micro-batches (loss weight 1/k);
 /// returns their mean loss.
 pub async fn accumulate<C: Ctx>(ctx: &mut C, w: &mut Worker, k: usize) -> f32 {
@@ -272,34 +199,4 @@ pub async fn accumulate<C: Ctx>(ctx: &mut C, w: &mut Worker, k: usize) -> f32 {
         loss += ctx.compute(Work::MicroBatch, || w.micro_batch(1.0 / k as f32)).await as f64;
     }
     (loss / k as f64) as f32
-}
-
-/// Model-state bytes per worker by the ACCO paper's Table 1 formula, with
-/// bf16 parameters, gradients and communication buffer (2 bytes each) and
-/// an optimizer costing `k` bytes per parameter (12 for mixed-precision
-/// AdamW: fp32 master copy, m and v), `psi` parameters, `n` workers; NaN
-/// for methods the table does not cover (DeMo, FlexDeMo); DiLoCo by the same
-/// reasoning as SlowMo (its outer copies).
-pub fn table1_bytes(method: &super::Method, psi: f64, n: f64, k: f64) -> f64 {
-    use super::Method::*;
-    psi * match method {
-        Ddp => 2.0 + 2.0 + k,
-        Zero1 => 2.0 + 2.0 + k / n,
-        Dpu(_) | AccoWp | Acco => 2.0 + 2.0 + 2.0 + k / n,
-        // Not in Table 1: Local-AdamW holds what DDP holds (co2.txt, App. B.2).
-        LocalSgd(_) => 2.0 + 2.0 + k,
-        // Table 1's rows: 2 extra model copies (u, x_0), 4 for CO2.
-        SlowMo(_) => 2.0 + 2.0 + 2.0 * 2.0 + k,
-        Co2(_) => 2.0 + 2.0 + 4.0 * 2.0 + k,
-        // Not in Table 1: the anchor and the average in flight, like SlowMo's two copies.
-        OverlapLocalSgd(_) => 2.0 + 2.0 + 2.0 * 2.0 + k,
-        Demo(_) | FlexDemo(_) => f64::NAN,
-        // Not in Table 1: theta and the outer momentum, two copies like SlowMo (dn: one more, Delta).
-        Diloco(s) if s.outer == crate::optim::OuterKind::Dn => 2.0 + 2.0 + 3.0 * 2.0 + k,
-        Diloco(s) if s.outer == crate::optim::OuterKind::Sgd => 2.0 + 2.0 + 2.0 + k,
-        Diloco(_) => 2.0 + 2.0 + 2.0 * 2.0 + k,
-        // Workers hold a replica, its gradient, theta_old and the inner
-        // optimizer; the outer state lives on the server, not on a worker.
-        AsyncDiloco(_) => 2.0 + 2.0 + 2.0 + k,
-    }
 }

@@ -52,7 +52,7 @@ pub fn fault_plan(cfg: &RunConfig, method: &Method, resuming: bool) -> Result<cr
         (None, Some(c)) if !cfg.faults.is_empty() => crate::runtime::cluster::ClusterProfile::from_file(c)?.workers(),
         (w, _) => w.unwrap_or(1),
     };
-    let plan = crate::strategy::faults::FaultPlan::for_run(&cfg.faults.plan, method, workers, &p.backend)?;
+    let plan = method.fault_plan(&cfg.faults.plan, workers, &p.backend)?;
     // A checkpoint stops the world with every worker between rounds (async_diloco.rs); a worker
     // that is down cannot take part, and a resumed run's clock would shift the plan's times.
     if !plan.is_empty() && (cfg.train.checkpoint_every > 0 || resuming) {

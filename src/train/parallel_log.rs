@@ -320,7 +320,7 @@ impl Observer for RoundLog {
     }
 
     /// A crash or join: a `kind: "fault"` line (worker, event, plan time, when acted on, its step).
-    fn fault(&self, record: &crate::strategy::diloco::membership::FaultRecord) {
+    fn fault(&self, record: &crate::strategy::faults::FaultRecord) {
         self.inner.lock().unwrap_or_else(|e| e.into_inner()).write("fault", record);
     }
 }

@@ -17,7 +17,8 @@
 use super::sharded::{accumulate_while, Sharded, Update};
 use crate::runtime::{Ctx, Work};
 use crate::strategy::journal::{Journal, StrategyState};
-use crate::strategy::worker::{replica_piece, Outcome, Plan, Worker};
+use crate::strategy::outcome::Outcome;
+use crate::strategy::worker::{replica_piece, Plan, Worker};
 use anyhow::Result;
 
 /// Run ACCO on one worker.

@@ -11,7 +11,8 @@
 use crate::optim::clip_global_norm;
 use crate::runtime::{AllReduce, Ctx, Group, Work};
 use crate::strategy::journal::{Journal, StrategyState};
-use crate::strategy::worker::{accumulate, replica_piece, MemoryBytes, Outcome, Plan, Worker};
+use crate::strategy::outcome::{MemoryBytes, Outcome};
+use crate::strategy::worker::{accumulate, replica_piece, Plan, Worker};
 use anyhow::{Context, Result};
 
 /// Run DDP on one worker.

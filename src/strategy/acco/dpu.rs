@@ -11,11 +11,12 @@
 //! The first `warmup_steps` rounds are not delayed (zero1 steps), the
 //! recipe Ren et al. recommend; 0 disables the warmup.
 
+use super::settings::DpuSettings;
 use super::sharded::{accumulate_while, Sharded, Update};
 use crate::runtime::{Ctx, Work};
 use crate::strategy::journal::{Journal, StrategyState};
-use crate::strategy::method::DpuSettings;
-use crate::strategy::worker::{accumulate, replica_piece, Outcome, Plan, Worker};
+use crate::strategy::outcome::Outcome;
+use crate::strategy::worker::{accumulate, replica_piece, Plan, Worker};
 use anyhow::Result;
 
 /// Run DPU on one worker.

@@ -17,6 +17,7 @@ pub mod acco;
 pub mod acco_wp;
 pub mod ddp;
 pub mod dpu;
+pub mod settings;
 pub mod sharded;
 pub mod zero1;
 

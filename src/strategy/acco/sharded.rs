@@ -20,7 +20,8 @@ use crate::comm::{padded_len, ReduceOp, WireDtype};
 use crate::optim::{DecaySegments, Optimizer};
 use crate::runtime::{CommSide, CommTask, Ctx, Group, Work};
 use crate::strategy::journal::StrategyState;
-use crate::strategy::worker::{MemoryBytes, ModelPiece, Plan};
+use crate::strategy::outcome::MemoryBytes;
+use crate::strategy::worker::{ModelPiece, Plan};
 use anyhow::{Context, Result};
 
 /// What the round does with the reduced gradient shard.
@@ -270,7 +271,7 @@ impl Sharded {
 /// weight 1) into the model's accumulator; returns (sum of losses, count).
 pub async fn accumulate_while<C: Ctx>(
     ctx: &mut C,
-    w: &mut crate::strategy::Worker,
+    w: &mut crate::strategy::worker::Worker,
     shard: &Sharded,
     round: &Round<C::Handle<ShardedRound>>,
     fixed: Option<usize>,

@@ -15,7 +15,8 @@
 use super::sharded::{Sharded, Update};
 use crate::runtime::Ctx;
 use crate::strategy::journal::{Journal, StrategyState};
-use crate::strategy::worker::{accumulate, replica_piece, Outcome, Plan, Worker};
+use crate::strategy::outcome::Outcome;
+use crate::strategy::worker::{accumulate, replica_piece, Plan, Worker};
 use anyhow::Result;
 
 /// Run ZeRO-1 on one worker.

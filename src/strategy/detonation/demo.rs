@@ -21,12 +21,13 @@
 //! packed by `SparseLayout` (indices u8 for chunks of <= 256 coefficients,
 //! u16 up to 65536), so its size is fixed: sum_c k_c (index + value bytes).
 
-use super::{Budget, Exchange, Replicator};
+use super::replicator::{Exchange, Replicator};
 use crate::comm::payload::SparseLayout;
 use crate::comm::{Sparse, WireDtype};
 use crate::optim::dct::{Dct, Piece};
 use crate::runtime::Group;
-use crate::strategy::method::DemoSettings;
+use crate::strategy::detonation::settings::DemoSettings;
+use crate::strategy::outcome::Budget;
 use anyhow::Result;
 use rayon::prelude::*;
 
@@ -229,7 +230,7 @@ impl Replicator for DemoReplicator {
         vec![("delta_dct".into(), self.delta.clone())]
     }
 
-    fn restore(&mut self, from: &crate::strategy::StrategyState) -> Result<()> {
+    fn restore(&mut self, from: &crate::strategy::journal::StrategyState) -> Result<()> {
         from.copy_into("delta_dct", &mut self.delta)
     }
 }

@@ -11,9 +11,10 @@
 //!
 //! Its bytes budget per step is 4N / n (f32): compression 1/n.
 
-use super::{Budget, Exchange, Replicator};
+use super::replicator::{Exchange, Replicator};
 use crate::comm::WireDtype;
 use crate::runtime::Group;
+use crate::strategy::outcome::Budget;
 use anyhow::Result;
 
 /// The DiLoCo-style replicator of one shard.
@@ -71,7 +72,7 @@ impl Replicator for DilocoReplicator {
         vec![("delta".into(), self.delta.clone())]
     }
 
-    fn restore(&mut self, from: &crate::strategy::StrategyState) -> Result<()> {
+    fn restore(&mut self, from: &crate::strategy::journal::StrategyState) -> Result<()> {
         from.copy_into("delta", &mut self.delta)
     }
 }

@@ -27,13 +27,15 @@
 //! the parameters first. The reference waits on every exchange at once.
 
 use super::adamw::DecoupledAdamW;
+use super::replicator::Exchange;
+use super::shard;
 use super::step::{DemoStep, Inner};
-use super::{shard, Exchange};
 use crate::comm::ReduceOp;
 use crate::runtime::{AllGather, AllReduce, Ctx, Group, ReduceScatter, Work};
+use crate::strategy::detonation::settings::{DemoSettings, InnerKind};
 use crate::strategy::journal::{Journal, StrategyState};
-use crate::strategy::method::{DemoSettings, InnerKind};
-use crate::strategy::worker::{accumulate, MemoryBytes, ModelPiece, Outcome, Plan, Worker};
+use crate::strategy::outcome::{MemoryBytes, Outcome};
+use crate::strategy::worker::{accumulate, ModelPiece, Plan, Worker};
 use anyhow::Result;
 
 /// An exchange started, or one that needed no communication.

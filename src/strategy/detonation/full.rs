@@ -8,9 +8,10 @@
 //! 6. Q <- all-reduce mean of g over the replication group
 //! ```
 
-use super::{Budget, Exchange, Replicator};
+use super::replicator::{Exchange, Replicator};
 use crate::comm::WireDtype;
 use crate::runtime::Group;
+use crate::strategy::outcome::Budget;
 use anyhow::Result;
 
 /// The full replicator of one shard.
@@ -59,7 +60,7 @@ impl Replicator for FullReplicator {
         Vec::new()
     }
 
-    fn restore(&mut self, _from: &crate::strategy::StrategyState) -> Result<()> {
+    fn restore(&mut self, _from: &crate::strategy::journal::StrategyState) -> Result<()> {
         Ok(())
     }
 }

@@ -12,9 +12,10 @@
 //! 7. Q <- 0;  Q[I] <- v
 //! ```
 
-use super::{Budget, Exchange, Replicator};
+use super::replicator::{Exchange, Replicator};
 use crate::comm::WireDtype;
 use crate::runtime::Group;
+use crate::strategy::outcome::Budget;
 use anyhow::Result;
 
 /// The rule that picks a step's indices (step 4).
@@ -107,7 +108,7 @@ impl<S: Selection> Replicator for IndexedReplicator<S> {
         vec![("delta".into(), self.delta.clone())]
     }
 
-    fn restore(&mut self, from: &crate::strategy::StrategyState) -> Result<()> {
+    fn restore(&mut self, from: &crate::strategy::journal::StrategyState) -> Result<()> {
         from.copy_into("delta", &mut self.delta)
     }
 }

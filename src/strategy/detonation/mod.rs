@@ -8,7 +8,7 @@
 //! 1.   p <- p * (1 - lr * wd)                          step.rs (decoupled weight decay)
 //! 2-5. delta <- beta delta + lr g; pick what to send;  Replicator::fold  (one file per replicator:
 //!      delta <- delta - what is sent                      demo.rs, random.rs, striding.rs, diloco.rs, full.rs)
-//! 6.   exchange, ONE batched task for all tensors       Exchange (this file)
+//! 6.   exchange, ONE batched task for all tensors       Exchange (replicator.rs)
 //! 7.   Q <- decode (mean over contributors)             Replicator::unfold
 //! 8.   Q <- sign(Q)                                     step.rs
 //! 9.   p <- p - lr Q   (DeMo-SGD)  or AdamW(p, Q)       step.rs, adamw.rs (Decoupled AdamW)
@@ -26,110 +26,22 @@ pub mod flexdemo;
 pub mod full;
 pub mod indexed;
 pub mod random;
+pub mod replicator;
+pub mod settings;
 pub mod shard;
 pub mod step;
 pub mod striding;
 #[cfg(test)]
 mod tests;
 
-use super::method::{DemoSettings, ReplicatorKind};
-use crate::comm::{ReduceOp, WireDtype};
+pub use replicator::{values_for, Exchange, Replicator};
+
+use super::outcome::Budget;
+use crate::comm::WireDtype;
 use crate::optim::dct::Piece;
-use crate::runtime::{CommSide, CommTask, Group};
+use crate::runtime::Group;
 use anyhow::Result;
-
-/// Step 6: what one step exchanges, all tensors of the shard in one
-/// collective of a size fixed in advance (every member sends as much).
-#[derive(Debug)]
-pub enum Exchange {
-    /// DeMo: every member's packed (index, value) pairs, all-gathered.
-    Gather {
-        /// The replication group.
-        group: Group,
-        /// This member's payload.
-        input: Vec<u8>,
-        /// Every member's payload, in member order.
-        output: Vec<u8>,
-    },
-    /// Random, striding, diloco, full: the selected values, averaged (the
-    /// indices are known to every member: nothing else travels).
-    Mean {
-        /// The replication group.
-        group: Group,
-        /// This member's values in; the mean out.
-        values: Vec<f32>,
-        /// How the values travel.
-        wire: WireDtype,
-    },
-    /// Nothing this step (diloco between synchronisations).
-    Nothing,
-}
-
-impl Exchange {
-    /// Bytes this member puts into the exchange.
-    pub fn payload_bytes(&self) -> usize {
-        match self {
-            Exchange::Gather { input, .. } => input.len(),
-            Exchange::Mean { values, wire, .. } => values.len() * wire.bytes_per_elem(),
-            Exchange::Nothing => 0,
-        }
-    }
-}
-
-impl CommTask for Exchange {
-    type Output = Exchange;
-    async fn run<C: CommSide>(mut self, c: &mut C) -> Exchange {
-        match &mut self {
-            Exchange::Gather { group, input, output } => c.all_gather_bytes(group, input, output).await,
-            Exchange::Mean { group, values, wire } => c.all_reduce(group, values, ReduceOp::Mean, *wire).await,
-            Exchange::Nothing => {}
-        }
-        self
-    }
-}
-
-/// The slots of steps 2-7 that every replicator fills (the DeToNATION
-/// framework's "replication scheme").
-pub trait Replicator: Send {
-    /// Steps 2-5 at step `t`: fold `lr * g` into the local momentum, select
-    /// what to send, take it out of the momentum; the exchange to run.
-    fn fold(&mut self, t: u64, lr: f32, g: &[f32]) -> Exchange;
-    /// Step 7: `q` (the shard's length) from the completed exchange.
-    fn unfold(&mut self, done: Exchange, q: &mut [f32]);
-    /// Floating-point work of one fold + unfold (what the simulator costs).
-    fn flops(&self) -> f64;
-    /// Bytes one member puts into an exchange, and every how many steps.
-    fn budget(&self) -> Budget;
-    /// The momentum and anything else a checkpoint must keep.
-    fn state(&self) -> Vec<(String, Vec<f32>)>;
-    /// Restores [`Replicator::state`].
-    fn restore(&mut self, from: &super::StrategyState) -> Result<()>;
-}
-
-/// What a replicator sends, for the report and the compression rate.
-#[derive(Clone, Copy, Debug, Default, PartialEq, serde::Serialize, serde::Deserialize)]
-pub struct Budget {
-    /// Bytes one member puts into one exchange.
-    pub payload_bytes: usize,
-    /// Exchanges happen every this many steps (diloco), else 1.
-    pub every: u64,
-    /// Bytes of the same region as a full f32 gradient (4 per element).
-    pub dense_bytes: usize,
-}
-
-impl Budget {
-    /// Bytes sent per step over bytes of a full f32 gradient of the region.
-    pub fn compression(&self) -> f64 {
-        self.payload_bytes as f64 / (self.every.max(1) as f64 * self.dense_bytes.max(1) as f64)
-    }
-}
-
-/// Values a replicator sends for compression rate `c` of a region of `n`
-/// elements, values in `wire` (no indices travel): `floor(c * 4n / bytes)`,
-/// at least 1, at most n.
-pub fn values_for(c: f64, n: usize, wire: WireDtype) -> usize {
-    ((c * 4.0 * n as f64 / wire.bytes_per_elem() as f64).floor() as usize).clamp(1, n.max(1))
-}
+use settings::{DemoSettings, ReplicatorKind};
 
 /// The replicator `s` names for a shard of `len` elements cut into
 /// `pieces`, exchanging over `group` of `members` workers.
@@ -183,7 +95,7 @@ impl Replicator for Alone {
     fn state(&self) -> Vec<(String, Vec<f32>)> {
         Vec::new()
     }
-    fn restore(&mut self, _from: &super::StrategyState) -> Result<()> {
+    fn restore(&mut self, _from: &crate::strategy::journal::StrategyState) -> Result<()> {
         Ok(())
     }
 }

@@ -82,7 +82,8 @@ use crate::optim::OuterOpt;
 use crate::runtime::{Ctx, RecvAny, Send, Work};
 use crate::strategy::inner::{memory, Inner};
 use crate::strategy::journal::{Journal, StrategyState};
-use crate::strategy::worker::{MemoryBytes, ModelPiece, Outcome, Plan, Worker};
+use crate::strategy::outcome::{MemoryBytes, Outcome};
+use crate::strategy::worker::{ModelPiece, Plan, Worker};
 use anyhow::{bail, ensure, Result};
 
 const MODEL: u32 = 1;

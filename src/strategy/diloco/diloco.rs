@@ -31,7 +31,8 @@ use crate::optim::OuterOpt;
 use crate::runtime::{AllReduce, Ctx, Group, Work};
 use crate::strategy::inner::{memory, Inner, Rounds};
 use crate::strategy::journal::{Journal, StrategyState};
-use crate::strategy::worker::{replica_piece, Outcome, Plan, Worker};
+use crate::strategy::outcome::Outcome;
+use crate::strategy::worker::{replica_piece, Plan, Worker};
 use anyhow::Result;
 
 /// Line 13, in place: `theta_i` becomes `delta_i = theta_old - theta_i`.

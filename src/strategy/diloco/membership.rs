@@ -34,28 +34,11 @@
 
 use crate::comm::Message;
 use crate::runtime::{Ctx, RecvAny, Send};
-use crate::strategy::faults::{Fault, FaultKind, FaultPlan};
+use crate::strategy::faults::{Fault, FaultKind, FaultPlan, FaultRecord};
 use crate::strategy::journal::Journal;
-use serde::{Deserialize, Serialize};
 
 /// The tag of the failure notice (the runtime's stand-in for a missed heartbeat).
 pub const LEFT: u32 = 5;
-
-/// A crash or join as it happened to one worker, for the run's events.
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-pub struct FaultRecord {
-    /// The worker.
-    pub worker: usize,
-    /// `crash` or `join`.
-    pub event: String,
-    /// When the plan says (seconds from the run's start, virtual in sim).
-    pub at_s: f64,
-    /// When the worker acted on it: the first inner-step boundary at or
-    /// after a crash (or at once while waiting), the join time for a join.
-    pub observed_s: f64,
-    /// Inner steps the worker had taken by then (metrics.jsonl keys lines by step).
-    pub step: u64,
-}
 
 /// One worker's side of the plan: its own events, and which comes next.
 pub struct Lifeline {

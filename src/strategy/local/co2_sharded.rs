@@ -39,13 +39,14 @@
 //!   average (x_{T-1,tau} at the end), and the replicas end on its
 //!   all-gather.
 
-use super::co2::Outer;
+use super::co2_outer::{resume, Outer};
 use super::settings::Co2Settings;
 use crate::comm::{padded_len, ReduceOp};
 use crate::runtime::{AllGather, Ctx, Group, ReduceScatter, Work};
 use crate::strategy::inner::{memory, Form, Inner, Rounds};
 use crate::strategy::journal::{Journal, StrategyState};
-use crate::strategy::worker::{ModelPiece, Outcome, Plan, Worker};
+use crate::strategy::outcome::Outcome;
+use crate::strategy::worker::{ModelPiece, Plan, Worker};
 use anyhow::Result;
 
 /// Run CO2 with sharded outer state on one worker.
@@ -83,7 +84,7 @@ pub async fn run<C: Ctx>(
         wire,
     };
     let mut pending = None;
-    let mut at = super::co2::resume(j, &mut inner, &mut outer, &mut w.model.params, &rounds)?;
+    let mut at = resume(j, &mut inner, &mut outer, &mut w.model.params, &rounds)?;
     let mut t = 0;
     loop {
         if let Some(b) = at {

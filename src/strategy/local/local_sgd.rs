@@ -25,7 +25,8 @@ use super::settings::{InnerState, LocalSgdSettings};
 use crate::runtime::{AllReduce, Ctx, Group, Work};
 use crate::strategy::inner::{memory, Form, Inner, Rounds};
 use crate::strategy::journal::{Journal, StrategyState};
-use crate::strategy::worker::{replica_piece, Outcome, Plan, Worker};
+use crate::strategy::outcome::Outcome;
+use crate::strategy::worker::{replica_piece, Plan, Worker};
 use anyhow::Result;
 
 /// Run local-SGD on one worker.

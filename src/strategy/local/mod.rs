@@ -6,13 +6,15 @@
 //! local_sgd.rs          tau local steps, then a blocking average (Local-SGD/AdamW)
 //! overlap_local_sgd.rs  the average runs behind the next round; workers pull toward an anchor
 //! slowmo.rs             the blocking average followed by a slow-momentum outer step
-//! co2.rs                CO2: asynchronous all-reduce, one-round-stale outer step, gap penalty, clip
+//! co2.rs                CO2 (Algorithm 1): asynchronous all-reduce behind the next inner loop
+//! co2_outer.rs          its outer step (lines 11-13): one-round-stale momentum, gap penalty, clip
 //! co2_sharded.rs        CO2 with its outer state sharded ZeRO-style (`shard_outer = true`)
 //! settings.rs           [methods.local-sgd], [methods.overlap-local-sgd], [methods.slowmo], [methods.co2]
 //! tests/                equivalences (ddp, one worker), hand replays; tests/co2.rs: CO2 by hand
 //! ```
 
 pub mod co2;
+pub mod co2_outer;
 pub mod co2_sharded;
 pub mod local_sgd;
 pub mod overlap_local_sgd;

@@ -29,7 +29,8 @@ use super::settings::OverlapLocalSgdSettings;
 use crate::runtime::{AllReduce, Ctx, Group, Work};
 use crate::strategy::inner::{memory, Form, Inner, Rounds};
 use crate::strategy::journal::{Journal, StrategyState};
-use crate::strategy::worker::{replica_piece, Outcome, Plan, Worker};
+use crate::strategy::outcome::Outcome;
+use crate::strategy::worker::{replica_piece, Plan, Worker};
 use anyhow::Result;
 
 /// Starts AAR(x): the mean of every worker's `x` (or of its difference to

@@ -225,25 +225,39 @@ pub fn checked<T: Validate>(s: T) -> Result<T> {
     s.validate().map(|_| s)
 }
 
-/// How a local-update method is shown (banner, summaries).
-pub fn describe(m: &crate::strategy::Method, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-    use crate::strategy::Method;
-    match m {
-        Method::LocalSgd(s) => {
-            write!(f, "local-sgd (tau {}, inner state {})", s.tau, format!("{:?}", s.inner_state).to_lowercase())
-        }
-        Method::OverlapLocalSgd(s) => write!(f, "overlap-local-sgd (tau {}, pull {})", s.tau, s.pull),
-        Method::SlowMo(s) => write!(f, "slowmo (tau {}, alpha {}, beta {})", s.tau, s.outer_lr, s.outer_momentum),
-        Method::Co2(s) => {
-            let clip = match s.clip {
-                Clip::Phi(p) => format!("clip {p}"),
-                Clip::Off => "no clip".into(),
-            };
-            let penalty = if s.penalty { "penalty" } else { "no penalty" };
-            let shard = if s.shard_outer { ", outer state sharded" } else { "" };
-            write!(f, "co2 (tau {}, alpha {}, beta {}, {penalty}, {clip}{shard})", s.tau, s.outer_lr, s.outer_momentum)
-        }
-        m => f.write_str(m.name()),
+// How each local-update method is shown (banner, summaries).
+
+impl std::fmt::Display for LocalSgdSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "local-sgd (tau {}, inner state {})", self.tau, format!("{:?}", self.inner_state).to_lowercase())
+    }
+}
+
+impl std::fmt::Display for OverlapLocalSgdSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "overlap-local-sgd (tau {}, pull {})", self.tau, self.pull)
+    }
+}
+
+impl std::fmt::Display for SlowMoSettings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "slowmo (tau {}, alpha {}, beta {})", self.tau, self.outer_lr, self.outer_momentum)
+    }
+}
+
+impl std::fmt::Display for Co2Settings {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let clip = match self.clip {
+            Clip::Phi(p) => format!("clip {p}"),
+            Clip::Off => "no clip".into(),
+        };
+        let penalty = if self.penalty { "penalty" } else { "no penalty" };
+        let shard = if self.shard_outer { ", outer state sharded" } else { "" };
+        write!(
+            f,
+            "co2 (tau {}, alpha {}, beta {}, {penalty}, {clip}{shard})",
+            self.tau, self.outer_lr, self.outer_momentum
+        )
     }
 }
 

@@ -5,14 +5,14 @@ mod runs;
 use super::demo::DemoReplicator;
 use super::diloco::DilocoReplicator;
 use super::random::RandomReplicator;
+use super::replicator::{values_for, Exchange, Replicator};
 use super::step::{sign, DemoStep, Inner};
 use super::striding::StridingReplicator;
-use super::{values_for, Exchange, Replicator};
 use crate::comm::WireDtype;
 use crate::optim::dct::{Dct, Piece};
 use crate::optim::DecaySegments;
 use crate::runtime::Group;
-use crate::strategy::method::DemoSettings;
+use crate::strategy::detonation::settings::DemoSettings;
 
 /// One 1-D run of 4 (a bias of 4 with chunk 4): one chunk of 4 coefficients.
 fn run4() -> Vec<Piece> {

@@ -7,7 +7,7 @@ use super::{co2, max_diff, sgd_plan};
 use crate::comm::{LinkModel, Tier};
 use crate::optim::DecaySegments;
 use crate::runtime::sim::SimSpec;
-use crate::strategy::local::co2::{clip, staleness_gap, Outer};
+use crate::strategy::local::co2_outer::{clip, staleness_gap, Outer};
 use crate::strategy::tests::{bits, sim, tiny, workers};
 
 const LR: f32 = 0.05;
