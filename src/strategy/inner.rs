@@ -89,8 +89,16 @@ impl Inner {
     }
 
     /// Inner step `step` (0-based over the run): `grad_accum` micro-batches,
-    /// the worker's own clip, one optimizer step at `lr(step)`; recorded.
-    pub async fn step<C: Ctx>(&mut self, ctx: &mut C, w: &mut Worker, plan: &Plan, step: u64, j: &mut Journal) {
+    /// the worker's own clip, one optimizer step at `lr(step)`; recorded (a loss
+    /// that is not finite ends the run: `Diverged`).
+    pub async fn step<C: Ctx>(
+        &mut self,
+        ctx: &mut C,
+        w: &mut Worker,
+        plan: &Plan,
+        step: u64,
+        j: &mut Journal,
+    ) -> Result<()> {
         self.step_at(ctx, w, plan, step, plan.schedule.lr(step), j).await
     }
 
@@ -104,7 +112,7 @@ impl Inner {
         step: u64,
         lr: f32,
         j: &mut Journal,
-    ) {
+    ) -> Result<()> {
         ctx.mark_round(step);
         let loss = accumulate(ctx, w, plan.grad_accum).await;
         if plan.grad_clip > 0.0 {
@@ -114,7 +122,7 @@ impl Inner {
         ctx.compute(Work::Optimizer { params: m.params.len() }, || opt.step(&mut m.params, &m.grads, lr, &plan.decay))
             .await;
         self.steps += 1;
-        j.step(ctx, step + 1, loss, plan.grad_accum as u64);
+        j.step(ctx, step + 1, loss, plan.grad_accum as u64)
     }
 
     /// The inner optimizer's state, for a checkpoint (`inner.NAME` tensors).

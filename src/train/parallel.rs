@@ -234,6 +234,7 @@ pub fn setup(cfg: RunConfig, opts: &RunOptions) -> Result<Setup> {
         decay: decay_segments(&init.layout, &cfg),
         grad_clip: t.grad_clip,
         fixed_micro_batches: cfg.parallel.fixed_micro_batches,
+        micro_batch_budget: None,
         wire,
         seed: t.seed,
         faults,

@@ -8,13 +8,16 @@
 //! acco_wp.rs  DPU corrected by weight prediction (ACCO paper, eq. WP)
 //! acco.rs     ACCO: two stages per round remove the one-step delay (Algorithm 1)
 //! sharded.rs  the sharded round (communication stream) shared by zero1, dpu, acco-wp, acco
+//! budget.rs   equal tokens for dpu, acco-wp, acco: a micro-batch budget, the schedule by tokens
 //! tests.rs    the overlapped methods replayed by hand against their update equations
+//! tests_budget.rs  equal tokens: exactly the budget applied, together, resumable
 //! ```
 
 // The family is named for its paper; `acco.rs` is the method of that name.
 #[allow(clippy::module_inception)]
 pub mod acco;
 pub mod acco_wp;
+pub mod budget;
 pub mod ddp;
 pub mod dpu;
 pub mod settings;
@@ -23,3 +26,5 @@ pub mod zero1;
 
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_budget;

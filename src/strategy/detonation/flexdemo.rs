@@ -149,7 +149,7 @@ pub async fn run<C: Ctx>(
             applied_steps += 1;
             (ag_in, ag_out) = gather_params(ctx, w, &theta, &shards, k, ag_in, ag_out, plan).await;
         }
-        j.step(ctx, t + 1, loss, applied);
+        j.step(ctx, t + 1, loss, applied)?;
         if s.overlap && (t + 1 == plan.end || j.checkpoint_due(t + 1, plan.end)) {
             // A quiet boundary: bring the exchange in, keep its Q for the next step.
             if let Some(f) = flight.take() {

@@ -82,7 +82,7 @@ pub async fn run<C: Ctx>(
         let (lo, hi) = rounds.range(t);
         // Lines 8-12: H inner steps from theta (the replica holds theta here).
         for step in lo..hi {
-            inner.step(ctx, w, plan, step, j).await;
+            inner.step(ctx, w, plan, step, j).await?;
         }
         // Line 13, then line 15: the mean pseudo-gradient.
         let mut delta = std::mem::take(&mut w.model.params);

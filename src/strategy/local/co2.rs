@@ -104,7 +104,7 @@ pub async fn run<C: Ctx>(
         // Lines 3-6: the inner loop from x_{t,0}.
         let (lo, hi) = rounds.range(t);
         for step in lo..hi {
-            inner.step(ctx, w, plan, step, j).await;
+            inner.step(ctx, w, plan, step, j).await?;
             if step == lo {
                 outer.record_first_step(&w.model.params);
             }

@@ -69,7 +69,7 @@ pub async fn run<C: Ctx>(
     while rounds.range(t).0 < end {
         let (lo, hi) = rounds.range(t);
         for step in lo..hi {
-            inner.step(ctx, w, plan, step, j).await;
+            inner.step(ctx, w, plan, step, j).await?;
         }
         // x_avg = mean_i x_{t,tau}^(i) (bf16 wire: the difference to x_0 travels).
         let mut x = std::mem::take(&mut w.model.params);

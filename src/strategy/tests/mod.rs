@@ -1,5 +1,6 @@
 //! Equivalence tests that tie the strategies and runtimes together.
 
+mod diverged;
 mod resume;
 
 use super::*;

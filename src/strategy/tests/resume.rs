@@ -2,8 +2,8 @@
 //! 2N rounds == N rounds + save + resume + N rounds, to the last bit (and,
 //! in the simulator, to the last virtual second).
 
-use super::{bits, plan, tiny, workers};
 use super::*;
+use super::{bits, plan, tiny, workers};
 use crate::comm::{LinkModel, Tier};
 use crate::runtime::real::RealSpec;
 use crate::runtime::sim::SimSpec;
@@ -61,7 +61,9 @@ fn every_method() -> Vec<Method> {
     v
 }
 
-/// Runs `method` to round `end` of `steps`, checkpointing every `every`.
+/// Runs `method` to round `end` of `steps`, checkpointing every `every`
+/// (under a token budget of `budget` micro-batches per worker, if any).
+#[allow(clippy::too_many_arguments)]
 fn run_to(
     method: &Method,
     rt: &Runtime,
@@ -70,6 +72,7 @@ fn run_to(
     every: u64,
     resumed: Vec<Option<SavedPart>>,
     start_params: Option<&[f32]>,
+    budget: Option<u64>,
 ) -> (Vec<WorkerReport>, MemorySink) {
     let sink = std::sync::Arc::new(MemorySink::default());
     let hooks = Hooks {
@@ -82,7 +85,7 @@ fn run_to(
         w.model.params.copy_from_slice(start_params.expect("a resumed run starts from the checkpoint's model"));
         w.restore(part.as_ref().unwrap().worker.clone().unwrap()).unwrap();
     }
-    let p = Plan { end, ..plan(steps, 1, 1.0) };
+    let p = Plan { end, micro_batch_budget: budget, ..plan(steps, 1, 1.0) };
     let reports = run_cluster(method, rt, ws, &p, &hooks).unwrap();
     drop(hooks);
     (reports, std::sync::Arc::into_inner(sink).unwrap())
@@ -97,9 +100,9 @@ fn restarted(rt: &Runtime, parts: &[SavedPart]) -> Runtime {
     }
 }
 
-fn check_resume(method: &Method, rt: &Runtime) {
-    let (whole, whole_sink) = run_to(method, rt, 6, 6, 3, vec![], None);
-    let (_, first) = run_to(method, rt, 6, 3, 0, vec![], None);
+fn check_resume(method: &Method, rt: &Runtime, budget: Option<u64>) {
+    let (whole, whole_sink) = run_to(method, rt, 6, 6, 3, vec![], None, budget);
+    let (_, first) = run_to(method, rt, 6, 3, 0, vec![], None, budget);
     let parts = first.round(3);
     assert_eq!(parts.len(), 2, "{method}: a part per worker at the stop");
     let n = crate::model::ParamLayout::new(&tiny()).len;
@@ -112,7 +115,7 @@ fn check_resume(method: &Method, rt: &Runtime) {
         );
     }
     let (resumed, _) =
-        run_to(method, &restarted(rt, &parts), 6, 6, 0, parts.into_iter().map(Some).collect(), Some(&model));
+        run_to(method, &restarted(rt, &parts), 6, 6, 0, parts.into_iter().map(Some).collect(), Some(&model), budget);
     for (a, b) in whole.iter().zip(&resumed) {
         assert_eq!(bits(&a.params), bits(&b.params), "{method}: resumed parameters differ");
         assert_eq!(a.optimizer_steps, b.optimizer_steps, "{method}");
@@ -132,7 +135,12 @@ fn every_method_resumes_bit_identically_in_sim() {
     let link = LinkModel::flat(Tier { latency_s: 0.0, bandwidth_bytes_per_s: 4.0 * n / 2.5 });
     let rt = Runtime::Sim(SimSpec { link: Some(link), speeds: vec![1.0, 0.5], ..SimSpec::flat(2, 1.0, None) });
     for m in every_method() {
-        check_resume(&m, &rt);
+        check_resume(&m, &rt, None);
+    }
+    // Equal tokens (acco/budget.rs): what is left and applied, and the
+    // schedule by tokens, continue exactly (a budget not spent by round 6).
+    for m in [Method::Dpu(DpuSettings { warmup_steps: 2 }), Method::AccoWp, Method::Acco] {
+        check_resume(&m, &rt, Some(40));
     }
 }
 
@@ -143,7 +151,7 @@ fn timing_independent_methods_resume_bit_identically_on_the_real_runtime() {
         .into_iter()
         .chain(crate::strategy::local::tests::local_methods(1))
     {
-        check_resume(&m, &rt);
+        check_resume(&m, &rt, None);
     }
     // ACCO with a fixed number of micro-batches per stage no longer depends on timing.
     let fixed = Plan { fixed_micro_batches: Some(1), end: 6, ..plan(6, 1, 1.0) };
@@ -211,17 +219,25 @@ fn local_methods_stopped_inside_a_round_save_at_its_end_and_resume_bit_identical
     let link = LinkModel::flat(Tier { latency_s: 0.0, bandwidth_bytes_per_s: 4.0 * n / 2.5 });
     let rt = Runtime::Sim(SimSpec { link: Some(link), speeds: vec![1.0, 0.5], ..SimSpec::flat(2, 1.0, None) });
     for method in crate::strategy::local::tests::local_methods(2) {
-        let (whole, whole_sink) = run_to(&method, &rt, 6, 6, 3, vec![], None);
+        let (whole, whole_sink) = run_to(&method, &rt, 6, 6, 3, vec![], None, None);
         assert!(whole_sink.round(3).is_empty() && whole_sink.round(4).len() == 2, "{method}");
-        let (_, first) = run_to(&method, &rt, 6, 3, 0, vec![], None);
+        let (_, first) = run_to(&method, &rt, 6, 3, 0, vec![], None, None);
         let parts = first.round(4);
         assert_eq!(parts.len(), 2, "{method}: saved at the end of the round containing the stop");
         for (a, b) in whole_sink.round(4).iter().zip(&parts) {
             assert_eq!(a.state.tensors, b.state.tensors, "{method}");
         }
         let model = assemble_model(n as usize, parts.iter().filter_map(|p| p.state.model.clone())).unwrap();
-        let (resumed, _) =
-            run_to(&method, &restarted(&rt, &parts), 6, 6, 0, parts.into_iter().map(Some).collect(), Some(&model));
+        let (resumed, _) = run_to(
+            &method,
+            &restarted(&rt, &parts),
+            6,
+            6,
+            0,
+            parts.into_iter().map(Some).collect(),
+            Some(&model),
+            None,
+        );
         for (a, b) in whole.iter().zip(&resumed) {
             assert_eq!(bits(&a.params), bits(&b.params), "{method}: resumed parameters differ");
             assert_eq!(a.times, b.times, "{method}: clocks continue exactly");
@@ -249,8 +265,8 @@ fn async_diloco_resumes_bit_identically_in_sim() {
         shards: Some(3),
         ..AsyncDilocoSettings::default()
     });
-    let (whole, whole_sink) = run_to(&method, &rt, 6, 6, 3, vec![], None);
-    let (_, first) = run_to(&method, &rt, 6, 3, 0, vec![], None);
+    let (whole, whole_sink) = run_to(&method, &rt, 6, 6, 3, vec![], None, None);
+    let (_, first) = run_to(&method, &rt, 6, 3, 0, vec![], None, None);
     let parts = first.round(3);
     assert_eq!(parts.len(), 3, "a part per worker and the server's");
     let mid = whole_sink.round(3);
@@ -262,7 +278,7 @@ fn async_diloco_resumes_bit_identically_in_sim() {
     }
     let model = assemble_model(n as usize, parts.iter().filter_map(|p| p.state.model.clone())).unwrap();
     let (resumed, _) =
-        run_to(&method, &restarted(&rt, &parts), 6, 6, 0, parts.into_iter().map(Some).collect(), Some(&model));
+        run_to(&method, &restarted(&rt, &parts), 6, 6, 0, parts.into_iter().map(Some).collect(), Some(&model), None);
     assert_eq!(whole.len(), 3);
     for (a, b) in whole.iter().zip(&resumed) {
         assert_eq!(bits(&a.params), bits(&b.params), "participant {}: parameters differ", a.rank);
