@@ -3,15 +3,17 @@
 //! (metrics.jsonl, checkpoints with every participant's part every
 //! `--checkpoint-every` rounds and at the end) and at the end
 //! (events.jsonl with spans and summary, plots, an optional Chrome trace:
-//! parallel_report.rs).
-//! `--resume RUN` continues from the last checkpoint (parallel_ckpt.rs).
+//! report.rs).
+//! `--resume RUN` continues from the last checkpoint (checkpoint.rs).
+
+pub mod checkpoint;
+pub mod log;
+#[cfg(feature = "mpi")]
+pub mod mpi;
+pub mod report;
 
 use super::config::{ParallelSection, RunConfig};
 use super::metrics::MetricsLog;
-use super::parallel_ckpt::{CheckpointWriter, Resumed, RunIdentity};
-pub use super::parallel_log::RoundRecord;
-use super::parallel_log::{logged_rounds, resume_log, RoundLog, RoundLogSpec};
-use super::parallel_report::finish;
 use super::run::RunOptions;
 use super::trainer::{decay_segments, open_data};
 use crate::comm::{LinkModel, Tier, WireDtype};
@@ -21,6 +23,10 @@ use crate::model::{Gpt, GptConfig};
 use crate::runtime::{real::RealSpec, sim::SimSpec, Topology};
 use crate::strategy::{run_cluster, Checkpointing, Hooks, Method, Plan, Runtime, Worker, WorkerReport};
 use anyhow::{bail, Context, Result};
+use checkpoint::{CheckpointWriter, Resumed, RunIdentity};
+pub use log::RoundRecord;
+use log::{logged_rounds, resume_log, RoundLog, RoundLogSpec};
+use report::finish;
 use std::path::PathBuf;
 use std::sync::Arc;
 
@@ -191,7 +197,7 @@ pub fn setup(cfg: RunConfig, opts: &RunOptions) -> Result<Setup> {
         );
     }
     if let Some(path) = &cfg.parallel.trace {
-        super::parallel_report::check_trace(path)?;
+        report::check_trace(path)?;
     }
     let (mut data, _) = open_data(&cfg, &model_cfg)?;
     let tokens = Arc::new(std::mem::take(&mut data.train));
