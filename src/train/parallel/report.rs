@@ -4,7 +4,7 @@
 //! per-participant report it prints (`report_table`).
 
 use super::log::{RoundLog, RoundRecord};
-use super::{ParallelSummary, Setup};
+use super::setup::{ParallelSummary, Setup};
 use crate::metrics::{self, EventLog, Summary};
 use crate::model::Gpt;
 use crate::strategy::{assemble_model, table1_bytes, Method, WorkerReport};
