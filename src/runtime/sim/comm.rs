@@ -11,11 +11,11 @@
 //! lands in the receiver's mailbox stamped with its arrival time; a receive
 //! takes the earliest arrived message (ties: lower sender, then send order).
 
-use super::sim::{sleep_until, Lane, State};
-use super::tasks::Kind;
-use super::{collective_cost, collective_traffic, CommSide, Group, Topology, Work};
+use super::{sleep_until, Lane, State};
 use crate::comm::{Message, ReduceOp, WireDtype};
 use crate::metrics::{LinkTier, Span, Traffic};
+use crate::runtime::tasks::Kind;
+use crate::runtime::{collective_cost, collective_traffic, CommSide, Group, Topology, Work};
 use std::cell::RefCell;
 use std::collections::BTreeMap;
 use std::future::Future;

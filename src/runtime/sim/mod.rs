@@ -10,18 +10,20 @@
 //!
 //! - [`Ctx::compute`] runs the math at once and resumes the actor at
 //!   `now + cost / speed`.
-//! - A collective (sim_comm.rs) completes at `max(join times) + link cost`;
+//! - A collective (comm.rs) completes at `max(join times) + link cost`;
 //!   its math runs when the last member joins, with the in-process
 //!   backend's element recipe (ranks summed in order, Mean by division,
 //!   wire rounding), so sim and real runs give the same bits.
 //! - [`Ctx::is_done`] at time t is exact: everything that happens before t
 //!   has happened, and at t the communication lane goes first.
 
-use super::sim_comm::{Mail, SimComm};
+mod comm;
+
 use super::{CommTask, Ctx, StartClocks, Topology, Work, WorkerTimes};
 use crate::comm::LinkModel;
 use crate::metrics::{EventLog, Span};
 use anyhow::{bail, Result};
+use comm::{Mail, SimComm};
 use std::any::Any;
 use std::cell::RefCell;
 use std::cmp::Reverse;
@@ -91,7 +93,7 @@ impl SimSpec {
 }
 
 #[derive(Clone, Copy, PartialEq)]
-pub(super) struct Time(pub f64);
+struct Time(pub f64);
 impl Eq for Time {}
 impl Ord for Time {
     fn cmp(&self, o: &Self) -> std::cmp::Ordering {
@@ -107,7 +109,7 @@ impl PartialOrd for Time {
 /// Which actor of a participant a wake-up is for; the communication lane
 /// sorts first, so completions at time t are visible to compute at t.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub(super) enum Lane {
+enum Lane {
     Comm = 0,
     Compute = 1,
 }
@@ -123,7 +125,7 @@ struct Queued {
 }
 
 /// One participant's state.
-pub(super) struct Part {
+struct Part {
     pub speed: f64,
     pub times: WorkerTimes,
     pub events: EventLog,
@@ -145,13 +147,13 @@ pub(super) struct Part {
 }
 
 /// The whole simulated cluster.
-pub(super) struct State {
+struct State {
     pub now: f64,
     wakes: BinaryHeap<Reverse<(Time, Lane, usize)>>,
     pub parts: Vec<Part>,
     pub spec: SimSpec,
-    /// Collectives per group (sim_comm.rs).
-    pub groups: HashMap<Vec<usize>, super::sim_comm::GroupOps>,
+    /// Collectives per group (comm.rs).
+    pub groups: HashMap<Vec<usize>, comm::GroupOps>,
     /// Reused buffers (first-touch page faults cost ~10x a copy).
     pub pool: Vec<Vec<f32>>,
     /// Messages sent so far, for a deterministic tie-break.
@@ -276,11 +278,11 @@ impl Ctx for SimCtx {
 }
 
 /// Resumes `rank`'s actor on `lane` at `until`.
-pub(super) fn sleep_until(state: &Rc<RefCell<State>>, rank: usize, lane: Lane, until: f64) -> SleepUntil<'_> {
+fn sleep_until(state: &Rc<RefCell<State>>, rank: usize, lane: Lane, until: f64) -> SleepUntil<'_> {
     SleepUntil { state, rank, lane, until, registered: false }
 }
 
-pub(super) struct SleepUntil<'a> {
+struct SleepUntil<'a> {
     state: &'a Rc<RefCell<State>>,
     rank: usize,
     lane: Lane,
