@@ -67,7 +67,7 @@ pub(super) struct Net<'a> {
 
 impl Net<'_> {
     /// A collective `op` over `elems` elements of `bpe` bytes on `group`, as
-    /// sim_comm.rs costs it: `round(elems * comm_scale)` elements on the
+    /// sim/comm.rs costs it: `round(elems * comm_scale)` elements on the
     /// group's route. Bytes per worker: the ring volumes, split by tier for
     /// a hierarchical collective (intra: the node's reduce-scatter and
     /// all-gather; inter: its 1/k share of the buffer across nodes).
