@@ -3,6 +3,7 @@
 //! flag given can take effect ([`super::flag_rules`]). `compare` builds
 //! each method's run from the same flags ([`flags_for`]).
 
+use super::flag_rules::method_flags;
 use super::TrainArgs;
 use crate::model::GptConfig;
 use crate::train::rundir::{self, Resume};
@@ -151,41 +152,6 @@ fn apply_flags(mut cfg: RunConfig, a: &TrainArgs) -> Result<RunConfig> {
         p.method = Some("ddp".into());
     }
     Ok(cfg)
-}
-
-/// The `[methods.NAME]` keys given as flags, with their values.
-pub(super) fn method_flags(a: &TrainArgs) -> Vec<(&'static str, toml::Value)> {
-    use toml::Value::{Boolean, Float, Integer, String as Text};
-    let mut v = Vec::new();
-    let mut put = |key, value: Option<toml::Value>| v.extend(value.map(|x| (key, x)));
-    put("warmup_steps", a.dpu_warmup.map(|x| Integer(x as i64)));
-    put("tau", a.tau.map(|x| Integer(x as i64)));
-    put("outer_lr", a.outer_lr.map(Float));
-    put("outer_momentum", a.outer_momentum.map(Float));
-    put("penalty", a.penalty.map(Boolean));
-    put(
-        "clip",
-        a.outer_clip.map(|c| match c {
-            super::values::ClipArg::Phi(x) => Float(x),
-            super::values::ClipArg::Off => Text("off".into()),
-        }),
-    );
-    put("pull", a.pull.map(Float));
-    put("shard_outer", a.shard_outer.then_some(Boolean(true)));
-    put("inner_state", a.inner_state.clone().map(Text));
-    put("replicator", a.replicator.clone().map(Text));
-    put("compression", a.compression.map(Float));
-    put("inner", a.inner.clone().map(Text));
-    put("overlap", a.overlap.then_some(Boolean(true)));
-    put("h", a.h.map(|x| Integer(x as i64)));
-    put("outer", a.outer.clone().map(Text));
-    put("dn_buffer", a.dn_buffer.map(|x| Integer(x as i64)));
-    put("dn_c", a.dn_c.map(Float));
-    put("grace", a.grace.map(Float));
-    put("dylu", a.dylu.then_some(Boolean(true)));
-    put("shards", a.shards.map(|x| Integer(x as i64)));
-    put("fixed_shards", a.fixed_shards.then_some(Boolean(true)));
-    v
 }
 
 /// For one method of `lowcomm compare`: `a` without the method flags

@@ -137,7 +137,7 @@ pub fn plan(s: &AsyncDilocoSettings, c: &Costing) -> Result<MethodPlan> {
         if s.dylu { "its DyLU" } else { "H" },
         if s.grace > 0.0 { "its group waits out the grace period and " } else { "" }
     );
-    let time = super::time::Timing {
+    let time = super::net::Timing {
         round_s,
         steps: s.h,
         micro_batches: steps.iter().sum::<u64>() as f64 / world * k,

@@ -24,7 +24,7 @@
 //! the exchange started after step t's all-gather runs behind step t+1's
 //! micro-batches, and the reduce-scatter queues behind it on the FIFO lane.
 
-use super::time::{Net, Timing, Xfer};
+use super::net::{Net, Timing, Xfer};
 use super::Costing;
 use crate::comm::link::Op;
 use crate::comm::payload::SparseLayout;
