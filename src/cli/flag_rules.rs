@@ -22,6 +22,11 @@ use anyhow::{bail, Result};
 /// applies to some methods only, so it is checked like one.
 const FIXED_MICRO_BATCHES: &str = "fixed_micro_batches";
 
+/// `parallel.budget`: like `fixed_micro_batches`, only the methods that
+/// accumulate while a round is in flight have a choice (the others train
+/// the tokens of `steps` steps either way).
+const BUDGET: &str = "budget";
+
 /// The `[methods.NAME]` keys given as flags, with their values.
 pub(super) fn method_flags(a: &TrainArgs) -> Vec<(&'static str, toml::Value)> {
     use toml::Value::{Boolean, Float, Integer, String as Text};
@@ -63,12 +68,15 @@ pub(super) fn given(a: &TrainArgs) -> Vec<&'static str> {
     if a.fixed_micro_batches.is_some() {
         keys.push(FIXED_MICRO_BATCHES);
     }
+    if a.budget.is_some() {
+        keys.push(BUDGET);
+    }
     keys
 }
 
 /// Whether method `method` uses the setting `key`.
 pub(super) fn applies(key: &str, method: &str) -> bool {
-    if key == FIXED_MICRO_BATCHES {
+    if key == FIXED_MICRO_BATCHES || key == BUDGET {
         // The methods that accumulate while a round is in flight are the ones K fixes.
         return Method::from_config(method, None).is_ok_and(|m| m.accumulates_while_communicating());
     }
@@ -159,6 +167,7 @@ mod tests {
     #[test]
     fn fixed_micro_batches_apply_to_the_methods_that_accumulate_while_communicating() {
         assert_eq!(owners(FIXED_MICRO_BATCHES), ["dpu", "acco-wp", "acco"]);
+        assert_eq!(owners(BUDGET), ["dpu", "acco-wp", "acco"]);
         assert_eq!(owners("tau"), ["local-sgd", "overlap-local-sgd", "slowmo", "co2"]);
     }
 

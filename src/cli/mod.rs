@@ -274,6 +274,12 @@ pub struct TrainArgs {
     /// while it is in flight.
     #[arg(long, value_name = "K", allow_negative_numbers = true, value_parser = values::count_usize)]
     pub fixed_micro_batches: Option<usize>,
+    /// dpu, acco-wp, acco: what --steps buys: `rounds` (steps rounds of as
+    /// many micro-batches as fit; train's default) or `tokens` (the tokens
+    /// of steps synchronous steps, what every other method trains;
+    /// compare's default).
+    #[arg(long, value_parser = ["rounds", "tokens"])]
+    pub budget: Option<String>,
     /// DPU: steps of non-delayed updates first.
     #[arg(long, allow_negative_numbers = true, value_parser = values::count_u64)]
     pub dpu_warmup: Option<u64>,

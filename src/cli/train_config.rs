@@ -135,6 +135,13 @@ fn apply_flags(mut cfg: RunConfig, a: &TrainArgs) -> Result<RunConfig> {
     if a.fixed_micro_batches.is_some() {
         p.fixed_micro_batches = a.fixed_micro_batches;
     }
+    if let Some(b) = &a.budget {
+        p.budget = if b == "tokens" {
+            crate::train::config::BudgetUnit::Tokens
+        } else {
+            crate::train::config::BudgetUnit::Rounds
+        };
+    }
     // Any data-parallel flag makes the run data-parallel (ddp unless
     // --method says otherwise), as `train --help` says under --method.
     // Before, --trace, --wire and --nodes were ignored on a single-process run.
@@ -188,6 +195,7 @@ pub(super) fn flags_for(a: &TrainArgs, method: &str, methods: &[String]) -> Resu
                 "shards" => out.shards = None,
                 "fixed_shards" => out.fixed_shards = false,
                 "fixed_micro_batches" => out.fixed_micro_batches = None,
+                "budget" => out.budget = None,
                 other => unreachable!("method flag {other} has no field"),
             }
         }

@@ -199,7 +199,8 @@ pub fn setup(cfg: RunConfig, opts: &RunOptions) -> Result<Setup> {
         decay: decay_segments(&init.layout, &cfg),
         grad_clip: t.grad_clip,
         fixed_micro_batches: cfg.parallel.fixed_micro_batches,
-        micro_batch_budget: None,
+        micro_batch_budget: (cfg.parallel.budget == super::config::BudgetUnit::Tokens)
+            .then_some(cfg.train.steps * cfg.train.grad_accum as u64),
         wire,
         seed: t.seed,
         faults,
