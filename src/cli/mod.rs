@@ -199,15 +199,18 @@ pub struct TrainArgs {
     #[arg(long, allow_negative_numbers = true, value_parser = values::count_u64)]
     pub seed: Option<u64>,
     /// Prepared corpus directory.
-    #[arg(long)]
+    #[arg(long, value_parser = values::Utf8Path)]
     pub data: Option<PathBuf>,
-    /// Run directory [default: runs/PRESET].
-    #[arg(long)]
+    /// Run directory [default: runs/PRESET]. One run at a time: a run holds
+    /// its directory's lock (RUN/.lock) while it trains.
+    #[arg(long, value_parser = values::Utf8Path)]
     pub out: Option<PathBuf>,
     /// Evaluate every N steps.
     #[arg(long, allow_negative_numbers = true, value_parser = values::count_u64)]
     pub eval_every: Option<u64>,
-    /// Checkpoint every N steps.
+    /// Checkpoint every N steps (rounds) and at the end; 0: only at the end
+    /// [default: 100; async-diloco, demo/flexdemo --overlap and --faults: 0].
+    /// Ctrl-C (SIGINT, SIGTERM) always stops at the next round with a checkpoint.
     #[arg(long, allow_negative_numbers = true, value_parser = values::count_u64)]
     pub checkpoint_every: Option<u64>,
     /// Continue from a checkpoint: a run directory (its latest) or a
@@ -215,7 +218,7 @@ pub struct TrainArgs {
     // `Option<Option<_>>`: clap's flag with an optional value. An empty
     // default_missing_value, as before, failed PathBuf's parser, so
     // `--resume` alone was refused with "a value is required".
-    #[arg(long, num_args = 0..=1)]
+    #[arg(long, num_args = 0..=1, value_parser = values::Utf8Path)]
     pub resume: Option<Option<PathBuf>>,
     /// Stop after this step (with a checkpoint), keeping the schedule of
     /// --steps: from the step after the one the run is at, up to --steps.
@@ -228,6 +231,11 @@ pub struct TrainArgs {
     /// its metrics, checkpoints and config (without it, that is refused).
     #[arg(long)]
     pub force: bool,
+    /// Start even when the run is estimated not to fit in memory, or one
+    /// round to take more than an hour (--link, --speeds): both are refused
+    /// without it (docs/design.md, "Checks before a run starts").
+    #[arg(long)]
+    pub yes: bool,
     /// Data-parallel method: ddp, zero1, dpu, acco-wp, acco, local-sgd,
     /// overlap-local-sgd, slowmo, co2, demo, flexdemo, diloco, async-diloco.
     /// Without it (and without parallel.method in --config), any of
@@ -254,7 +262,7 @@ pub struct TrainArgs {
     pub backend: Option<String>,
     /// Simulated cluster profile (configs/clusters/*.toml), with --runtime sim;
     /// its links are its own (not with --link).
-    #[arg(long)]
+    #[arg(long, value_parser = values::Utf8Path)]
     pub cluster: Option<PathBuf>,
     /// One flat link to emulate (real) or simulate (sim), e.g. 1gbit,50us or
     /// 25GB/s,2us; not with --cluster, whose profile has its own links.
@@ -267,7 +275,7 @@ pub struct TrainArgs {
     #[arg(long)]
     pub wire: Option<String>,
     /// Write a Chrome/Perfetto trace of compute and communication per worker.
-    #[arg(long)]
+    #[arg(long, value_parser = values::Utf8Path)]
     pub trace: Option<PathBuf>,
     /// dpu, acco-wp, acco: exactly K micro-batches per stage, then wait for
     /// the round (results independent of timing) instead of accumulating

@@ -282,7 +282,8 @@ where
                         measured: (0, 0.0),
                     };
                     let result = block_on(make(ctx));
-                    failed.ok = result.is_ok();
+                    // A participant stopped at the agreed boundary did not fail: the others run on to it.
+                    failed.ok = result.as_ref().map_or_else(super::is_stopped, |_| true);
                     result
                 })
             })
@@ -292,10 +293,13 @@ where
             .map(|h| h.join().unwrap_or_else(|p| Err(anyhow!("a participant thread panicked: {}", panic_text(&p)))))
             .collect()
     });
-    // The first real error explains the others (peers that panicked because it left).
+    // The first real error explains the others (peers that panicked because it left);
+    // a participant stopped on request is the run's end only when nothing failed.
+    let real = |e: &anyhow::Error| !e.to_string().starts_with("a participant thread panicked") && !super::is_stopped(e);
     if let Some(i) = results
         .iter()
-        .position(|r| r.as_ref().is_err_and(|e| !e.to_string().starts_with("a participant thread panicked")))
+        .position(|r| r.as_ref().is_err_and(real))
+        .or_else(|| results.iter().position(|r| r.as_ref().is_err_and(super::is_stopped)))
     {
         return Err(results.into_iter().nth(i).expect("exists").err().expect("an error"));
     }
