@@ -82,7 +82,8 @@ pub struct CompareArgs {
     pub methods: Vec<String>,
     /// Output directory: report.html, summary.md, curves.csv, loss_vs_{tokens,time,bytes}.svg,
     /// runs/METHOD/ (a finished method's result.json is reused by the next compare here).
-    #[arg(long = "results", default_value = "docs/results/compare")]
+    /// Default `results/compare`, beside `runs/` and ignored by git like it.
+    #[arg(long = "results", default_value = "results/compare")]
     pub results: PathBuf,
     /// Training loss each method is timed to (default: the highest final training loss among the methods that ended below their first round's; a diverged method does not set it).
     #[arg(long, allow_negative_numbers = true, value_parser = values::finite_f64)]
