@@ -470,3 +470,12 @@ pub fn main() -> anyhow::Result<()> {
         Command::CommCheck(a) => mpi::comm_check(&a),
     }
 }
+
+/// `lowcomm train ARGS`, parsed (for the tests of the flag handling).
+#[cfg(test)]
+fn train_args(args: &[&str]) -> TrainArgs {
+    match Cli::try_parse_from([&["lowcomm", "train"][..], args].concat()).unwrap().command {
+        Command::Train(a) => a,
+        _ => unreachable!(),
+    }
+}
