@@ -43,8 +43,22 @@ fn every_method() -> Vec<Method> {
         // Overlapped: the exchange in flight at the checkpoint is brought in and its Q saved.
         Method::Demo(DemoSettings { overlap: true, replicator: ReplicatorKind::Random, ..demo.clone() }),
         // One node of two: sharded state (each worker's shard and its AdamW moments).
-        Method::FlexDemo(DemoSettings { overlap: true, inner: InnerKind::DecoupledAdamw, ..demo }),
+        Method::FlexDemo(DemoSettings { overlap: true, inner: InnerKind::DecoupledAdamw, ..demo.clone() }),
     ];
+    // The other replicators; diloco's and diloco-delta's period 2 puts the
+    // stop at round 3 mid-period (diloco-delta's momentum half gathered,
+    // overlapped diloco's local Q pending).
+    let every = Some(2);
+    v.extend(
+        [
+            (ReplicatorKind::Striding, false),
+            (ReplicatorKind::StridingElement, false),
+            (ReplicatorKind::Diloco, false),
+            (ReplicatorKind::Diloco, true),
+            (ReplicatorKind::DilocoDelta, false),
+        ]
+        .map(|(replicator, overlap)| Method::Demo(DemoSettings { replicator, overlap, every, ..demo.clone() })),
+    );
     // Outer rounds of one step: the stop at step 3 is outer boundary 2, so
     // the resumed run's outer steps use every saved tensor (momentum m_1
     // included; a round-trip through 2 rounds would leave m_0 = 0 untested).
