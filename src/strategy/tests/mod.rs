@@ -1,5 +1,7 @@
 //! Equivalence tests that tie the strategies and runtimes together.
 
+mod resume;
+
 use super::*;
 use crate::comm::{LinkModel, Tier};
 use crate::data::sampler::shard_range;
