@@ -220,8 +220,8 @@ fn demo_step_matches_bloc97_demo_over_three_steps() {
             reps[w].unfold(Exchange::Gather { group: Group::World, input, output: all.clone() }, &mut q);
             steps[w].apply(0.1, &mut q, &mut p[w]);
         }
-        for w in 0..3 {
-            let worst = p[w].iter().zip(want).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
+        for (w, p) in p.iter().enumerate() {
+            let worst = p.iter().zip(want).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
             assert!(worst < 1e-6, "step {} worker {w}: max |ours - bloc97/DeMo| = {worst}", t + 1);
         }
     }
