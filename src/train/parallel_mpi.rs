@@ -46,7 +46,7 @@ struct ReportWire {
     times: WorkerTimes,
     spans: Vec<Span>,
     memory: MemoryBytes,
-    exchange: Option<crate::strategy::detonation::Budget>,
+    exchange: Option<crate::strategy::Budget>,
     model: Option<(usize, Vec<f32>)>,
     params_sha256: String,
     /// The server's updates applied per worker (empty for workers).
