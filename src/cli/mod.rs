@@ -284,7 +284,8 @@ pub struct TrainArgs {
     /// DPU: steps of non-delayed updates first.
     #[arg(long, allow_negative_numbers = true, value_parser = values::count_u64)]
     pub dpu_warmup: Option<u64>,
-    /// demo, flexdemo: the replicator: demo, random, striding, diloco or full.
+    /// demo, flexdemo: the replicator: demo, random, striding, diloco, full,
+    /// striding-element or diloco-delta (docs/methods.md).
     #[arg(long)]
     pub replicator: Option<String>,
     /// demo, flexdemo: bytes sent per step over bytes of the f32 gradient, in (0, 1].
