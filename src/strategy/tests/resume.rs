@@ -174,8 +174,8 @@ fn flexdemo_diloco_resumes_each_nodes_own_replica_on_two_nodes() {
     let topology = crate::runtime::Topology { workers: 4, per_node: 2, server: false };
     let rt = Runtime::Sim(SimSpec { topology, ..SimSpec::flat(4, 1.0, None) });
     let s = DemoSettings { replicator: ReplicatorKind::Diloco, every: Some(2), ..DemoSettings::default() };
-    check_resume(&Method::FlexDemo(s.clone()), &rt);
-    check_resume(&Method::FlexDemo(DemoSettings { overlap: true, ..s }), &rt);
+    check_resume(&Method::FlexDemo(s.clone()), &rt, None);
+    check_resume(&Method::FlexDemo(DemoSettings { overlap: true, ..s }), &rt, None);
 }
 
 #[test]
