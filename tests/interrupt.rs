@@ -89,7 +89,10 @@ fn interrupted_then_resumed_equals_whole(args: &[&str], steps: u64) {
 #[test]
 fn sigint_mid_run_then_resume_is_bit_identical_to_an_uninterrupted_run_in_the_simulator() {
     interrupted_then_resumed_equals_whole(&["--method", "ddp", "--workers", "2", "--runtime", "sim"], 3000);
-    interrupted_then_resumed_equals_whole(&["--method", "local-sgd", "--tau", "4", "--workers", "2", "--runtime", "sim"], 3000);
+    interrupted_then_resumed_equals_whole(
+        &["--method", "local-sgd", "--tau", "4", "--workers", "2", "--runtime", "sim"],
+        3000,
+    );
 }
 
 #[test]

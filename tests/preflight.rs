@@ -35,7 +35,10 @@ fn whole_numbers_beyond_toml_are_refused_at_parse_time_and_nothing_is_created() 
         assert!(!tmp.path().join("run").exists(), "{flag}: the run directory was created");
     }
     // The largest that fits is taken; the run is then refused for what it is, or runs.
-    let o = lowcomm_in(tmp.path(), &["train", "--config", &config, "--quiet", "--steps", "3", "--seed", "9223372036854775807"]);
+    let o = lowcomm_in(
+        tmp.path(),
+        &["train", "--config", &config, "--quiet", "--steps", "3", "--seed", "9223372036854775807"],
+    );
     assert!(o.status.success(), "{}", stderr_text(&o));
     let saved = std::fs::read_to_string(tmp.path().join("run/config.toml")).unwrap();
     assert!(saved.contains("seed = 9223372036854775807"), "{saved}");
@@ -71,10 +74,19 @@ fn a_run_that_cannot_fit_is_refused_with_its_estimate_and_what_is_available() {
         .current_dir(tmp.path())
         .output()
         .unwrap();
-    assert_one_error(o, &["this run needs about", "8 workers x", "this machine has 1.0 MB available (LOWCOMM_MEMORY_AVAILABLE)", "--yes"]);
+    assert_one_error(
+        o,
+        &[
+            "this run needs about",
+            "8 workers x",
+            "this machine has 1.0 MB available (LOWCOMM_MEMORY_AVAILABLE)",
+            "--yes",
+        ],
+    );
     assert!(!tmp.path().join("run").exists());
     // The probes of issue 27, under a real 3.2 GB address-space limit: they aborted (134) before.
-    let probes: [&[&str]; 2] = [&["--workers", "1000", "--runtime", "sim", "--steps", "5"], &["--batch-size", "100000000"]];
+    let probes: [&[&str]; 2] =
+        [&["--workers", "1000", "--runtime", "sim", "--steps", "5"], &["--batch-size", "100000000"]];
     for probe in probes {
         let mut args = vec!["train", "--config", &config];
         args.extend(probe);
@@ -84,7 +96,11 @@ fn a_run_that_cannot_fit_is_refused_with_its_estimate_and_what_is_available() {
         assert!(!tmp.path().join("run").exists());
     }
     // What fits runs under the same limit.
-    let o = under_ulimit(tmp.path(), 3_200_000, &["train", "--config", &config, "--quiet", "--workers", "4", "--runtime", "sim", "--steps", "3"]);
+    let o = under_ulimit(
+        tmp.path(),
+        3_200_000,
+        &["train", "--config", &config, "--quiet", "--workers", "4", "--runtime", "sim", "--steps", "3"],
+    );
     assert!(o.status.success(), "{}", stderr_text(&o));
 }
 
@@ -100,8 +116,20 @@ fn a_round_that_would_take_years_is_refused_and_yes_starts_it() {
         assert!(!tmp.path().join("run").exists());
     }
     // --yes: a warning, and the run starts (stopped here by two SIGINTs: its first round never ends).
-    let args =
-        ["train", "--config", &config, "--workers", "2", "--runtime", "real", "--steps", "5", "--link", "1bit,1us", "--yes"];
+    let args = [
+        "train",
+        "--config",
+        &config,
+        "--workers",
+        "2",
+        "--runtime",
+        "real",
+        "--steps",
+        "5",
+        "--link",
+        "1bit,1us",
+        "--yes",
+    ];
     let child = Command::new(env!("CARGO_BIN_EXE_lowcomm"))
         .args(args)
         .current_dir(tmp.path())
@@ -121,6 +149,9 @@ fn a_round_that_would_take_years_is_refused_and_yes_starts_it() {
     }
     let o = child.wait_with_output().unwrap();
     let said = stderr_text(&o);
-    assert!(said.contains("warning: one round of ddp would take at least") && said.contains("starting anyway (--yes)"), "{said}");
+    assert!(
+        said.contains("warning: one round of ddp would take at least") && said.contains("starting anyway (--yes)"),
+        "{said}"
+    );
     assert!(said.contains("training "), "the run started:\n{said}");
 }

@@ -40,7 +40,13 @@ fn two_runs_racing_on_one_directory_one_trains_the_other_is_refused_naming_it() 
         let pids = [a.id(), b.id()];
         let outs = [a.wait_with_output().unwrap(), b.wait_with_output().unwrap()];
         let ok: Vec<usize> = (0..2).filter(|&i| outs[i].status.success()).collect();
-        assert_eq!(ok.len(), 1, "force {force}: exactly one run trains:\n{}\n{}", stderr_text(&outs[0]), stderr_text(&outs[1]));
+        assert_eq!(
+            ok.len(),
+            1,
+            "force {force}: exactly one run trains:\n{}\n{}",
+            stderr_text(&outs[0]),
+            stderr_text(&outs[1])
+        );
         let (winner, loser) = (ok[0], 1 - ok[0]);
         let said = stderr_text(&outs[loser]);
         assert!(

@@ -48,7 +48,11 @@ pub struct Stopped {
 
 impl std::fmt::Display for Stopped {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "participant {} stopped on request at round {}, its checkpoint part saved", self.participant, self.round)
+        write!(
+            f,
+            "participant {} stopped on request at round {}, its checkpoint part saved",
+            self.participant, self.round
+        )
     }
 }
 

@@ -263,7 +263,9 @@ impl Journal {
 
     /// Whether the run stops at boundary `done` on request (before `end`).
     fn stopping(&self, done: u64, end: u64) -> bool {
-        done < end && self.checkpoints.sink.is_some() && self.checkpoints.stop.as_ref().is_some_and(|s| s.stops_at(done))
+        done < end
+            && self.checkpoints.sink.is_some()
+            && self.checkpoints.stop.as_ref().is_some_and(|s| s.stops_at(done))
     }
 
     /// A quiet boundary after `done` rounds (or steps) of a run that stops

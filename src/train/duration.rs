@@ -163,7 +163,10 @@ mod tests {
         let n = ParamLayout::new(&model).len as f64;
         assert!(b.s >= 4.0 * n * 8.0, "{} s", b.s);
         let e = check(&cfg, &model, &Method::Ddp, &rt, false).unwrap_err().to_string();
-        assert!(e.starts_with("one round of ddp would take at least") && e.contains("years") && e.contains("--yes"), "{e}");
+        assert!(
+            e.starts_with("one round of ddp would take at least") && e.contains("years") && e.contains("--yes"),
+            "{e}"
+        );
         check(&cfg, &model, &Method::Ddp, &rt, true).unwrap();
     }
 

@@ -60,7 +60,8 @@ impl RunLock {
                 Err(TryLockError::WouldBlock) if start.elapsed() < RETRY => std::thread::sleep(RETRY / 20),
                 Err(TryLockError::WouldBlock) => bail!("{}", in_use(dir, &path)),
                 Err(TryLockError::Error(e)) => {
-                    return Err(e).with_context(|| format!("cannot lock {} (a filesystem without file locks?)", path.display()))
+                    return Err(e)
+                        .with_context(|| format!("cannot lock {} (a filesystem without file locks?)", path.display()))
                 }
             }
         }

@@ -236,7 +236,9 @@ fn cgroup(proc_cgroup: &str, root: &Path) -> Option<Available> {
         let (_, controllers, path) = (f.next()?, f.next()?, f.next()?);
         let (base, max, used) = match controllers {
             "" => (root.to_path_buf(), "memory.max", "memory.current"),
-            c if c.split(',').any(|c| c == "memory") => (root.join("memory"), "memory.limit_in_bytes", "memory.usage_in_bytes"),
+            c if c.split(',').any(|c| c == "memory") => {
+                (root.join("memory"), "memory.limit_in_bytes", "memory.usage_in_bytes")
+            }
             _ => continue,
         };
         let own = base.join(path.trim_start_matches('/'));

@@ -2,8 +2,8 @@
 //! checkpoints on schedule.
 
 use super::config::RunConfig;
-use super::metrics::{EvalRecord, MetricsLog, Progress};
 use super::interrupt::{requested, Interrupted};
+use super::metrics::{EvalRecord, MetricsLog, Progress};
 use super::trainer::Trainer;
 use anyhow::{bail, Result};
 use std::path::PathBuf;

@@ -191,7 +191,8 @@ fn timing_independent_methods_resume_bit_identically_on_the_real_runtime() {
     let fixed = Plan { fixed_micro_batches: Some(1), end: 6, ..plan(6, 1, 1.0) };
     let whole = run_cluster(&Method::Acco, &rt, workers(2, 2), &fixed, &Hooks::default()).unwrap();
     let sink = std::sync::Arc::new(MemorySink::default());
-    let hooks = Hooks { checkpoints: Checkpointing { every: 0, sink: Some(sink.clone()), stop: None }, ..Hooks::default() };
+    let hooks =
+        Hooks { checkpoints: Checkpointing { every: 0, sink: Some(sink.clone()), stop: None }, ..Hooks::default() };
     run_cluster(&Method::Acco, &rt, workers(2, 2), &Plan { end: 3, ..fixed.clone() }, &hooks).unwrap();
     let parts = sink.round(3);
     let model = assemble_model(whole[0].params.len(), parts.iter().filter_map(|p| p.state.model.clone())).unwrap();

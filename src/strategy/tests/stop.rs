@@ -50,7 +50,8 @@ fn stopped(method: &Method, rt: &Runtime, steps: u64, at: u64) -> (u64, Vec<Save
 /// The parts a run planned to end at `end` saves there.
 fn planned(method: &Method, rt: &Runtime, steps: u64, end: u64) -> Vec<SavedPart> {
     let sink = Arc::new(MemorySink::default());
-    let hooks = Hooks { checkpoints: Checkpointing { every: 0, sink: Some(sink.clone()), stop: None }, ..Hooks::default() };
+    let hooks =
+        Hooks { checkpoints: Checkpointing { every: 0, sink: Some(sink.clone()), stop: None }, ..Hooks::default() };
     run_cluster(method, rt, workers(2, 2), &Plan { end, ..plan(steps, 1, 1.0) }, &hooks).unwrap();
     drop(hooks);
     Arc::into_inner(sink).unwrap().round(end)

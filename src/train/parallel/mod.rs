@@ -191,7 +191,8 @@ pub fn setup(cfg: RunConfig, opts: &RunOptions) -> Result<Setup> {
     }
     // Before anything is allocated for the workers: will they fit?
     let p = &cfg.parallel;
-    let estimate = super::memory::parallel(&cfg, &model_cfg, &method, asked_workers(p)?, p.backend == "mpi", p.runtime == "real")?;
+    let estimate =
+        super::memory::parallel(&cfg, &model_cfg, &method, asked_workers(p)?, p.backend == "mpi", p.runtime == "real")?;
     super::memory::check(&estimate, opts.yes)?;
     let seq = cfg.seq_len(&model_cfg);
     let n_params = crate::model::ParamLayout::new(&model_cfg).len;
