@@ -3,9 +3,10 @@
 # input gets one clear error") against a built binary, in a temporary
 # directory, on a corpus prepared from the test fixture. Prints `ok` or
 # `FAILED` per probe (with what it saw) and exits non-zero if any failed.
-# Takes about 30 s on 2 cores.
+# Took 165 s wall on the 2-core VM under load ~12 (commit after b7daf78).
 #
 #   bash scripts/probe.sh                       # target/release/lowcomm
+#   LOWCOMM=target/debug/lowcomm bash scripts/probe.sh   # what scripts/test.sh runs
 #   LOWCOMM=path/to/lowcomm bash scripts/probe.sh
 #
 # Covers items 1, 2, 4, 5, 6 and 7; items 9, 10 and 15 have their places
