@@ -23,7 +23,7 @@ fn spawn(cwd: &Path, args: &[&str]) -> Child {
 
 /// A run long enough (a few seconds) that a second one started with it
 /// finds it still training.
-fn args<'a>(config: &'a str, force: bool) -> Vec<&'a str> {
+fn args(config: &str, force: bool) -> Vec<&str> {
     let mut a = vec!["train", "--config", config, "--quiet", "--steps", "1500", "--checkpoint-every", "0"];
     if force {
         a.push("--force");
