@@ -1,8 +1,9 @@
 #!/usr/bin/env python3
 """CO2's outer step (alpha, beta) on 2, 4 and 8 workers, several seeds (docs/results/co2.md, experiment 0).
 
-    python3 scripts/co2_tune.py                       # runs what is missing, then prints the tables
-    python3 scripts/co2_tune.py --workers 8 --seeds 1 # a subset
+    python3 scripts/co2_tune.py > docs/results/co2-tune/table.md   # runs what is missing, then prints the table
+    python3 scripts/co2_tune.py --workers 16,32 --seeds 1 \
+      --methods local-sgd,co2:outer_lr=1.0:outer_momentum=0.5,co2:outer_lr=0.5:outer_momentum=0.0,co2:outer_lr=0.5:outer_momentum=0.2
     LOWCOMM=target/release/lowcomm python3 scripts/co2_tune.py --out /tmp/tune --methods local-sgd,co2
 
 One `lowcomm compare` per (workers, seed), all variants in it:
@@ -10,7 +11,8 @@ One `lowcomm compare` per (workers, seed), all variants in it:
     lowcomm compare --methods METHODS --results OUT/wW-sS --preset nano --runtime sim --workers W \
       --seed S --steps 240 --batch-size 4 --eval-every 0
 
-(compare reuses a run it finds done, so an interrupted sweep picks up where it stopped). Then, from each
+(compare reuses a run it finds done, so an interrupted sweep picks up where it stopped; each run's trace.json
+and checkpoints are deleted once it is read: 2-32 simulated workers write about 100 MB per run). Then, from each
 run's result.json, per method and world size over the seeds:
 
 - val: the validation loss of the run's model (mean, and min..max over the seeds);
@@ -22,6 +24,7 @@ run's result.json, per method and world size over the seeds:
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -35,6 +38,9 @@ DEFAULT_METHODS = ",".join([
     "co2:outer_lr=0.5:outer_momentum=0.5",
     "co2:outer_lr=0.5:outer_momentum=0.2",
     "co2:outer_lr=0.5:outer_momentum=0.0",
+    "co2:outer_lr=0.4:outer_momentum=0.2",
+    "co2:outer_lr=0.4:outer_momentum=0.0",
+    "co2:outer_lr=0.3:outer_momentum=0.0",
 ])
 
 
@@ -83,6 +89,12 @@ def main():
                    "--tau", str(a.tau), "--eval-every", "0"]
             print("+", " ".join(cmd), file=sys.stderr, flush=True)
             subprocess.run(cmd, check=True, stdout=subprocess.DEVNULL)
+            for root, dirs, files in os.walk(d):
+                if "trace.json" in files:
+                    os.remove(os.path.join(root, "trace.json"))
+                if "checkpoints" in dirs:
+                    shutil.rmtree(os.path.join(root, "checkpoints"))
+                    dirs.remove("checkpoints")
     print(f"nano, sim, {a.steps} steps of batch {a.batch_size} x 64 tokens per worker, tau {a.tau}, seeds {a.seeds}\n")
     print("| method | workers | val loss mean (min..max) | climb of round losses, max over seeds | seeds with a round above round 1 |")
     print("|---|---|---|---|---|")

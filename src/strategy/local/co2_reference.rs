@@ -86,7 +86,7 @@ pub async fn run<C: Ctx>(
     while rounds.range(t).0 < end {
         let (lo, hi) = rounds.range(t);
         for step in lo..hi {
-            inner.step(ctx, w, plan, step, j).await;
+            inner.step(ctx, w, plan, step, j).await?;
         }
         // xbar = mean_i x_i, blocking (bf16 wire: the difference to x_old travels).
         let mut x = std::mem::take(&mut w.model.params);

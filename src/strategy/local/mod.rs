@@ -12,7 +12,8 @@
 //! co2_reference.rs      CO2 as its released code runs it (`mode = "reference"`): blocking average, constant lambda
 //! settings.rs           [methods.local-sgd], [methods.overlap-local-sgd], [methods.slowmo]
 //! co2_settings.rs       [methods.co2]: its two modes and their defaults
-//! tests/                equivalences (ddp, one worker), hand replays; tests/co2.rs: CO2 by hand
+//! tests/                equivalences (ddp, one worker), hand replays; co2.rs: CO2 by hand;
+//!                       co2_reference.rs: the released algorithm, and the defaults stay stable; co2_settings.rs
 //! ```
 
 pub mod co2;

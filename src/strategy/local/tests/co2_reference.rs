@@ -3,7 +3,7 @@
 //! workers where the old ones (alpha 1, beta 0.5) were not.
 
 use super::*;
-use super::{co2, max_diff, sgd_plan};
+use super::{max_diff, sgd_plan};
 use crate::strategy::local::co2_reference::outer_step;
 use crate::strategy::local::settings::{Beta, Clip};
 use crate::strategy::tests::{bits, sim, tiny, workers};

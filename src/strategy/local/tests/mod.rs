@@ -5,6 +5,7 @@
 
 mod co2;
 mod co2_reference;
+mod co2_settings;
 
 use super::*;
 use crate::comm::{LinkModel, Tier, WireDtype};
