@@ -308,10 +308,10 @@ pub struct TrainArgs {
     /// local-sgd, overlap-local-sgd, slowmo, co2: inner steps per outer round [default: 12].
     #[arg(long, allow_negative_numbers = true, value_parser = values::positive_u64)]
     pub tau: Option<u64>,
-    /// slowmo, co2, diloco, async-diloco: outer learning rate, > 0 [default: 1.0; diloco 0.7].
+    /// slowmo, co2, diloco, async-diloco: outer learning rate, > 0 [default: 1.0; co2 0.5; diloco 0.7].
     #[arg(long, allow_negative_numbers = true, value_parser = values::finite_f64)]
     pub outer_lr: Option<f64>,
-    /// slowmo, co2, diloco, async-diloco: outer momentum beta, in [0, 1) [default: 0.5; diloco 0.9];
+    /// slowmo, co2, diloco, async-diloco: outer momentum beta, in [0, 1) [default: 0.5; co2 0; diloco 0.9];
     /// not with --outer sgd (no momentum).
     #[arg(long, allow_negative_numbers = true, value_parser = values::finite_f64)]
     pub outer_momentum: Option<f64>,
