@@ -24,8 +24,22 @@ fn a_run_at_lr_1e30_exits_non_zero_keeps_a_finite_checkpoint_and_eval_refuses_a_
     let config = tiny_toml_file(tmp.path());
     let run = tmp.path().join("run");
     let args = [
-        "train", "--config", &config, "--method", "ddp", "--workers", "2", "--runtime", "sim", "--quiet", "--steps",
-        "10", "--checkpoint-every", "1", "--lr", "1e30",
+        "train",
+        "--config",
+        &config,
+        "--method",
+        "ddp",
+        "--workers",
+        "2",
+        "--runtime",
+        "sim",
+        "--quiet",
+        "--steps",
+        "10",
+        "--checkpoint-every",
+        "1",
+        "--lr",
+        "1e30",
     ];
     let o = lowcomm_in(tmp.path(), &args);
     assert!(!o.status.success(), "a diverged run must fail:\n{}", text(&o));

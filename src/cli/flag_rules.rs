@@ -162,6 +162,7 @@ fn check_outer(a: &TrainArgs, cfg: &RunConfig, method: &str) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::train_args;
     use super::*;
 
     #[test]
@@ -169,15 +170,6 @@ mod tests {
         assert_eq!(owners(FIXED_MICRO_BATCHES), ["dpu", "acco-wp", "acco"]);
         assert_eq!(owners(BUDGET), ["dpu", "acco-wp", "acco"]);
         assert_eq!(owners("tau"), ["local-sgd", "overlap-local-sgd", "slowmo", "co2"]);
-    }
-
-    /// `lowcomm train ARGS`, parsed.
-    fn train_args(args: &[&str]) -> TrainArgs {
-        use clap::Parser;
-        match super::super::Cli::try_parse_from([&["lowcomm", "train"][..], args].concat()).unwrap().command {
-            super::super::Command::Train(a) => a,
-            _ => unreachable!(),
-        }
     }
 
     #[test]

@@ -158,6 +158,12 @@ fn apply_flags(mut cfg: RunConfig, a: &TrainArgs) -> Result<RunConfig> {
     {
         p.method = Some("ddp".into());
     }
+    // A data-parallel run of a preset goes to runs/PRESET-METHOD by default,
+    // so it does not collide with the single-worker run in runs/PRESET (the
+    // quickstart's) or with another method's.
+    if let (Some(preset), Some(method), None, None) = (&a.preset, &p.method, &a.out, &a.config) {
+        cfg.train.out_dir = PathBuf::from(format!("runs/{preset}-{method}"));
+    }
     Ok(cfg)
 }
 
@@ -201,4 +207,20 @@ pub(super) fn flags_for(a: &TrainArgs, method: &str, methods: &[String]) -> Resu
         }
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::train_args;
+    use super::*;
+
+    #[test]
+    fn a_data_parallel_preset_run_defaults_to_runs_preset_method() {
+        let out = |args: &[&str]| run_config_with(&train_args(args), &[]).unwrap().0.train.out_dir;
+        // The quickstart's single-worker run and a data-parallel one do not meet.
+        assert_eq!(out(&["--preset", "nano"]), PathBuf::from("runs/nano"));
+        assert_eq!(out(&["--preset", "nano", "--method", "acco"]), PathBuf::from("runs/nano-acco"));
+        assert_eq!(out(&["--preset", "nano", "--workers", "2"]), PathBuf::from("runs/nano-ddp"));
+        assert_eq!(out(&["--preset", "nano", "--method", "acco", "--out", "x"]), PathBuf::from("x"));
+    }
 }

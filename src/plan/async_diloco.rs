@@ -1,4 +1,4 @@
-//! Asynchronous DiLoCo with a parameter server (strategy/async_diloco.rs):
+//! Asynchronous DiLoCo with a parameter server (strategy/diloco/async_diloco.rs):
 //! a bound, not a prediction. Updates arrive when each worker finishes
 //! its H inner steps, and the server applies them one at a time, so the
 //! time a worker waits for its next model depends on who else arrived

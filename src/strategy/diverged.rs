@@ -7,7 +7,7 @@
 //! The error is a type (not only text) so that `compare` can tell a method
 //! that diverged from one that failed for another reason, and mark its row.
 
-use super::journal::StrategyState;
+use super::worker::ModelPiece;
 
 /// Where and how a participant's numbers stopped being finite.
 #[derive(Clone, Debug, PartialEq)]
@@ -42,9 +42,14 @@ pub fn check_loss(participant: usize, step: u64, loss: f32) -> Result<(), Diverg
 
 /// Every value a checkpoint part would hold (its model piece and named
 /// tensors) is finite; else the first that is not.
-pub fn check_state(participant: usize, step: u64, state: &StrategyState) -> Result<(), Diverged> {
-    let piece = state.model.as_ref().map(|m| ("the model", m.offset, &m.values[..]));
-    let tensors = state.tensors.iter().map(|(name, t)| (name.as_str(), 0, &t[..]));
+pub fn check_state(
+    participant: usize,
+    step: u64,
+    model: Option<&ModelPiece>,
+    tensors: &[(String, Vec<f32>)],
+) -> Result<(), Diverged> {
+    let piece = model.map(|m| ("the model", m.offset, &m.values[..]));
+    let tensors = tensors.iter().map(|(name, t)| (name.as_str(), 0, &t[..]));
     for (name, offset, values) in piece.into_iter().chain(tensors) {
         if let Some(i) = values.iter().position(|v| !v.is_finite()) {
             let what = format!("value {} of {name} is {} (its checkpoint part is not written)", offset + i, values[i]);
@@ -57,7 +62,6 @@ pub fn check_state(participant: usize, step: u64, state: &StrategyState) -> Resu
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::strategy::worker::ModelPiece;
 
     #[test]
     fn a_non_finite_loss_is_a_divergence_naming_where() {
@@ -71,19 +75,15 @@ mod tests {
 
     #[test]
     fn a_part_with_a_non_finite_value_is_refused_naming_it() {
-        let mut st = StrategyState {
-            model: Some(ModelPiece { offset: 10, values: vec![1.0, 2.0] }),
-            tensors: vec![("m".into(), vec![0.5, 0.25, 0.0])],
-            ..StrategyState::default()
-        };
-        assert_eq!(check_state(0, 4, &st), Ok(()));
-        st.tensors[0].1[2] = f32::NEG_INFINITY;
-        assert_eq!(
-            check_state(0, 4, &st).unwrap_err().what,
-            "value 2 of m is -inf (its checkpoint part is not written)"
-        );
+        let mut model = ModelPiece { offset: 10, values: vec![1.0, 2.0] };
+        let mut tensors = vec![("m".to_string(), vec![0.5, 0.25, 0.0])];
+        assert_eq!(check_state(0, 4, Some(&model), &tensors), Ok(()));
+        tensors[0].1[2] = f32::NEG_INFINITY;
+        let d = check_state(0, 4, Some(&model), &tensors).unwrap_err();
+        assert_eq!(d.what, "value 2 of m is -inf (its checkpoint part is not written)");
         // The model piece is checked first, at its place in the flat vector.
-        st.model.as_mut().unwrap().values[1] = f32::NAN;
-        assert!(check_state(2, 4, &st).unwrap_err().what.starts_with("value 11 of the model is NaN"));
+        model.values[1] = f32::NAN;
+        let d = check_state(2, 4, Some(&model), &tensors).unwrap_err();
+        assert!(d.what.starts_with("value 11 of the model is NaN"), "{}", d.what);
     }
 }

@@ -277,7 +277,7 @@ impl Journal {
             ctx.in_flight()
         );
         let state = state();
-        check_state(self.participant, done, &state)?;
+        check_state(self.participant, done, state.model.as_ref(), &state.tensors)?;
         let points = self.points[self.since_save..].to_vec();
         self.since_save = self.points.len();
         sink.submit(SavedPart {

@@ -29,24 +29,21 @@ pub async fn run<C: Ctx>(ctx: &mut C, w: &mut Worker, plan: &Plan, j: &mut Journ
     let mut shard = Sharded::new(&w.model.params, ctx.rank(), ctx.world(), plan)?;
     let mut budget = TokenBudget::new(plan, ctx.world());
     let rank = ctx.rank();
-    // last_loss: the mean loss of the last micro-batches computed (a last
-    // round under a token budget may compute none: it repeats this).
-    let (mut tilde, mut tilde_n, mut last_loss) = match j.take_resumed() {
+    let (mut tilde, mut tilde_n) = match j.take_resumed() {
         Some(s) => {
             shard.restore(&s)?;
             budget.restore(&s)?;
-            let last_loss = s.scalars["last_loss"].as_f64().unwrap_or(0.0) as f32;
-            (s.tensor("tilde")?.to_vec(), s.count("tilde_n")? as usize, last_loss)
+            (s.tensor("tilde")?.to_vec(), s.count("tilde_n")? as usize)
         }
         None => {
             // g~(0): one micro-batch on theta(0).
             w.model.zero_grads();
-            let last_loss = ctx.compute(Work::MicroBatch, || w.micro_batch(1.0)).await;
+            let loss = ctx.compute(Work::MicroBatch, || w.micro_batch(1.0)).await;
             budget.computed(1);
-            (w.model.grads.clone(), 1, last_loss)
+            budget.loss(loss as f64, 1);
+            (w.model.grads.clone(), 1)
         }
     };
-    let mut end = plan.end;
     for t in j.first_round()..plan.end {
         ctx.mark_round(t);
         let lr = plan.schedule.lr(budget.lr_step(t));
@@ -70,22 +67,16 @@ pub async fn run<C: Ctx>(ctx: &mut C, w: &mut Worker, plan: &Plan, j: &mut Journ
         w.model.params.copy_from_slice(shard.gathered()); // theta(t+1)
         let (applied, left) = shard.sums();
         budget.round_done(applied as u64, left);
-        if n1 + n2 > 0 {
-            last_loss = ((loss1 + loss2) / (n1 + n2) as f64) as f32;
-        }
-        j.step(ctx, t + 1, last_loss, (n1 + tilde_n) as u64)?;
+        let loss = budget.loss(loss1 + loss2, n1 + n2);
+        j.step(ctx, t + 1, loss, (n1 + tilde_n) as u64)?;
         tilde.copy_from_slice(&w.model.grads);
         tilde_n = n2;
-        if budget.spent() {
-            end = t + 1;
-        }
-        j.round_end(ctx, Some(w), t + 1, end, || {
+        j.round_end(ctx, Some(w), t + 1, budget.end(plan.end, t), || {
             let mut s = StrategyState { model: replica_piece(rank, &w.model.params), ..StrategyState::default() };
             shard.save(&mut s);
             budget.save(&mut s);
             s.tensors.push(("tilde".into(), tilde.clone()));
             s.scalars["tilde_n"] = serde_json::json!(tilde_n);
-            s.scalars["last_loss"] = serde_json::json!(last_loss);
             s
         })
         .await?;

@@ -27,25 +27,22 @@ use anyhow::Result;
 pub async fn run<C: Ctx>(ctx: &mut C, w: &mut Worker, plan: &Plan, j: &mut Journal) -> Result<Outcome> {
     let mut shard = Sharded::new(&w.model.params, ctx.rank(), ctx.world(), plan)?;
     let mut budget = TokenBudget::new(plan, ctx.world());
-    // last_loss: the mean loss of the last micro-batches computed (a last
-    // round under a token budget may compute none: it repeats this).
-    let (mut pending, mut pending_n, mut last_loss) = match j.take_resumed() {
+    let (mut pending, mut pending_n) = match j.take_resumed() {
         Some(s) => {
             shard.restore(&s)?;
             budget.restore(&s)?;
-            let last_loss = s.scalars["last_loss"].as_f64().unwrap_or(0.0) as f32;
             // The replica holds the prediction theta~(t+1), not the run's model.
             w.model.params.copy_from_slice(s.tensor("predicted")?);
-            (s.tensor("pending")?.to_vec(), s.count("pending_n")? as usize, last_loss)
+            (s.tensor("pending")?.to_vec(), s.count("pending_n")? as usize)
         }
         None => {
             w.model.zero_grads();
-            let last_loss = ctx.compute(Work::MicroBatch, || w.micro_batch(1.0)).await;
+            let loss = ctx.compute(Work::MicroBatch, || w.micro_batch(1.0)).await;
             budget.computed(1);
-            (w.model.grads.clone(), 1, last_loss)
+            budget.loss(loss as f64, 1);
+            (w.model.grads.clone(), 1)
         }
     };
-    let mut end = plan.end;
     for t in j.first_round()..plan.end {
         ctx.mark_round(t);
         let step = budget.lr_step(t);
@@ -58,17 +55,12 @@ pub async fn run<C: Ctx>(ctx: &mut C, w: &mut Worker, plan: &Plan, j: &mut Journ
         shard.finish(ctx, &mut round).await;
         let (applied, left) = shard.sums();
         budget.round_done(applied as u64, left);
-        if n > 0 {
-            last_loss = (loss / n as f64) as f32;
-        }
-        j.step(ctx, t + 1, last_loss, pending_n as u64)?;
+        let loss = budget.loss(loss, n);
+        j.step(ctx, t + 1, loss, pending_n as u64)?;
         w.model.params.copy_from_slice(shard.gathered());
         pending.copy_from_slice(&w.model.grads);
         pending_n = n;
-        if budget.spent() {
-            end = t + 1;
-        }
-        j.round_end(ctx, Some(w), t + 1, end, || {
+        j.round_end(ctx, Some(w), t + 1, budget.end(plan.end, t), || {
             // Every worker holds one shard of the committed theta(t+1).
             let mut s = StrategyState { model: Some(shard.committed_piece()), ..StrategyState::default() };
             shard.save(&mut s);
@@ -76,7 +68,6 @@ pub async fn run<C: Ctx>(ctx: &mut C, w: &mut Worker, plan: &Plan, j: &mut Journ
             s.tensors.push(("pending".into(), pending.clone()));
             s.tensors.push(("predicted".into(), w.model.params.clone()));
             s.scalars["pending_n"] = serde_json::json!(pending_n);
-            s.scalars["last_loss"] = serde_json::json!(last_loss);
             s
         })
         .await?;

@@ -31,6 +31,9 @@ pub struct TokenBudget {
     per_step: u64,
     /// The last round's sums said no worker computes any more.
     spent: bool,
+    /// The mean loss of the last micro-batches computed: a last round under
+    /// a budget may compute none, and repeats it.
+    last_loss: f32,
 }
 
 impl TokenBudget {
@@ -41,6 +44,7 @@ impl TokenBudget {
             applied: 0,
             per_step: (world * plan.grad_accum).max(1) as u64,
             spent: false,
+            last_loss: 0.0,
         }
     }
 
@@ -54,6 +58,16 @@ impl TokenBudget {
         if let Some(l) = &mut self.left {
             *l = l.saturating_sub(n as u64);
         }
+    }
+
+    /// A round's mean loss from the `n` micro-batches it computed, whose
+    /// losses sum to `sum`; a round that computed none (the last, under a
+    /// budget) repeats the previous round's.
+    pub fn loss(&mut self, sum: f64, n: usize) -> f32 {
+        if n > 0 {
+            self.last_loss = (sum / n as f64) as f32;
+        }
+        self.last_loss
     }
 
     /// What this worker adds to the round's sum of what is left (`None`:
@@ -77,6 +91,16 @@ impl TokenBudget {
         self.spent
     }
 
+    /// The round a run stopping at `end` ends on, after round `t`: this
+    /// one once the budget is spent (so it saves its last part here).
+    pub fn end(&self, end: u64, t: u64) -> u64 {
+        if self.spent {
+            t + 1
+        } else {
+            end
+        }
+    }
+
     /// The schedule's step for round `t`: `t` without a budget, else the
     /// synchronous step the tokens applied so far correspond to.
     pub fn lr_step(&self, t: u64) -> u64 {
@@ -91,6 +115,7 @@ impl TokenBudget {
         if let Some(l) = self.left {
             into.scalars["budget_left"] = serde_json::json!(l);
             into.scalars["budget_applied"] = serde_json::json!(self.applied);
+            into.scalars["budget_last_loss"] = serde_json::json!(self.last_loss);
         }
     }
 
@@ -99,6 +124,7 @@ impl TokenBudget {
         if self.left.is_some() {
             self.left = Some(from.count("budget_left")?);
             self.applied = from.count("budget_applied")?;
+            self.last_loss = from.scalars["budget_last_loss"].as_f64().unwrap_or(0.0) as f32;
         }
         Ok(())
     }
@@ -121,6 +147,7 @@ mod tests {
     fn without_a_budget_nothing_is_capped_sent_or_rescheduled() {
         let mut b = TokenBudget::new(&plan(None, 1), 4);
         b.computed(7);
+        assert_eq!(b.loss(14.0, 7), 2.0);
         b.round_done(28, None);
         assert_eq!((b.cap(), b.left_to_send(), b.lr_step(3), b.spent()), (None, None, 3, false));
     }
@@ -137,14 +164,18 @@ mod tests {
         assert_eq!((b.lr_step(7), b.spent()), (1, false));
         b.computed(4); // more than is left: none left, never below 0
         assert_eq!(b.cap(), Some(0));
+        assert_eq!(b.end(10, 7), 10);
         b.round_done(4, Some(0.0));
-        assert_eq!((b.lr_step(8), b.spent()), (2, true));
+        assert_eq!((b.lr_step(8), b.spent(), b.end(10, 7)), (2, true, 8));
+        // A round that computes nothing repeats the last loss.
+        assert_eq!((b.loss(7.5, 3), b.loss(0.0, 0)), (2.5, 2.5));
     }
 
     #[test]
     fn the_budget_resumes_from_its_part() {
         let mut a = TokenBudget::new(&plan(Some(9), 1), 2);
         a.computed(4);
+        a.loss(10.0, 4);
         a.round_done(8, Some(10.0));
         let mut st = StrategyState::default();
         a.save(&mut st);

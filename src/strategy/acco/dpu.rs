@@ -33,38 +33,34 @@ pub async fn run<C: Ctx>(
     let (rank, world) = (ctx.rank(), ctx.world() as f32);
     // g(t-1) and N(t-1): the gradients the next update will use.
     let mut stale: Option<(Vec<f32>, usize)> = None;
-    // The mean loss of the last micro-batches computed (a last round under a
-    // token budget may compute none: it repeats this).
-    let mut last_loss = 0.0;
     if let Some(s) = j.take_resumed() {
         shard.restore(&s)?;
         budget.restore(&s)?;
-        last_loss = s.scalars["last_loss"].as_f64().unwrap_or(0.0) as f32;
         if s.count("stale_n")? > 0 {
             stale = Some((s.tensor("stale")?.to_vec(), s.count("stale_n")? as usize));
         }
     }
-    let mut end = plan.end;
     for t in j.first_round()..plan.end {
         ctx.mark_round(t);
         let lr = plan.schedule.lr(budget.lr_step(t));
         if t < settings.warmup_steps {
-            last_loss = accumulate(ctx, w, plan.grad_accum).await;
+            let loss = accumulate(ctx, w, plan.grad_accum).await;
             budget.computed(plan.grad_accum);
             let left = budget.left_to_send();
             let mut round = shard.start(ctx, &w.model.grads, 1.0, Some(world), Update::Commit, lr, left);
             shard.finish(ctx, &mut round).await;
             w.model.params.copy_from_slice(shard.gathered());
             budget.round_done((ctx.world() * plan.grad_accum) as u64, shard.sums().1);
-            j.step(ctx, t + 1, last_loss, plan.grad_accum as u64)?;
+            j.step(ctx, t + 1, loss, plan.grad_accum as u64)?;
         } else {
             let (mut prev, prev_n) = match stale.take() {
                 Some(s) => s,
                 None => {
                     // g(-1): one micro-batch on the current parameters.
                     w.model.zero_grads();
-                    last_loss = ctx.compute(Work::MicroBatch, || w.micro_batch(1.0)).await;
+                    let loss = ctx.compute(Work::MicroBatch, || w.micro_batch(1.0)).await;
                     budget.computed(1);
+                    budget.loss(loss as f64, 1);
                     (w.model.grads.clone(), 1)
                 }
             };
@@ -77,17 +73,12 @@ pub async fn run<C: Ctx>(
             w.model.params.copy_from_slice(shard.gathered());
             let (applied, left) = shard.sums();
             budget.round_done(applied as u64, left);
-            if n > 0 {
-                last_loss = (loss / n as f64) as f32;
-            }
-            j.step(ctx, t + 1, last_loss, prev_n as u64)?;
+            let loss = budget.loss(loss, n);
+            j.step(ctx, t + 1, loss, prev_n as u64)?;
             prev.copy_from_slice(&w.model.grads);
             stale = Some((prev, n));
         }
-        if budget.spent() {
-            end = t + 1;
-        }
-        j.round_end(ctx, Some(w), t + 1, end, || {
+        j.round_end(ctx, Some(w), t + 1, budget.end(plan.end, t), || {
             let mut s = StrategyState { model: replica_piece(rank, &w.model.params), ..StrategyState::default() };
             shard.save(&mut s);
             budget.save(&mut s);
@@ -96,7 +87,6 @@ pub async fn run<C: Ctx>(
                 s.tensors.push(("stale".into(), g.clone()));
             }
             s.scalars["stale_n"] = serde_json::json!(stale_n);
-            s.scalars["last_loss"] = serde_json::json!(last_loss);
             s
         })
         .await?;

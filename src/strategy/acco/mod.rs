@@ -9,8 +9,8 @@
 //! acco.rs     ACCO: two stages per round remove the one-step delay (Algorithm 1)
 //! sharded.rs  the sharded round (communication stream) shared by zero1, dpu, acco-wp, acco
 //! budget.rs   equal tokens for dpu, acco-wp, acco: a micro-batch budget, the schedule by tokens
-//! tests.rs    the overlapped methods replayed by hand against their update equations
-//! tests_budget.rs  equal tokens: exactly the budget applied, together, resumable
+//! tests/       the overlapped methods replayed by hand against their update equations;
+//!              tests/budget.rs: equal tokens, exactly the budget applied, all together
 //! ```
 
 // The family is named for its paper; `acco.rs` is the method of that name.
@@ -26,5 +26,3 @@ pub mod zero1;
 
 #[cfg(test)]
 mod tests;
-#[cfg(test)]
-mod tests_budget;

@@ -3,7 +3,7 @@
 //! The outer optimizer's keys mean what they mean for `diloco` (the same
 //! `OuterConfig`, the same checks); async DiLoCo adds the grace period of
 //! Algorithm 2 and Dynamic Local Updates (Sec. 5, eq. 6). Defaults: the
-//! paper's H = 50 and DiLoCo's outer optimizer (see `diloco_settings.rs`),
+//! paper's H = 50 and DiLoCo's outer optimizer (see `settings.rs`),
 //! no grace period (the paper's plain asynchronous setting) and no DyLU.
 //!
 //! `--workers 1` is allowed: one worker and the server. The server then

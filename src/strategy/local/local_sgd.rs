@@ -5,7 +5,7 @@
 //!
 //! ```text
 //! for t in 0..T:
-//!     x_{t,tau}^(i) = tau inner steps from x_t on worker i       (local.rs)
+//!     x_{t,tau}^(i) = tau inner steps from x_t on worker i       (inner.rs)
 //!     x_{t+1}       = (1/G) sum_i x_{t,tau}^(i)                  all-reduce, blocking
 //!     inner state:  keep | reset | average                       (setting inner_state)
 //! ```

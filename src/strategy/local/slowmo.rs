@@ -5,7 +5,7 @@
 //! ```text
 //! u = 0, x_0 = initial parameters (the outer iterate, equal on every worker)
 //! for t in 0..T:
-//!     x_{t,tau}^(i) = tau inner steps from x_0 on worker i      (local.rs)
+//!     x_{t,tau}^(i) = tau inner steps from x_0 on worker i      (inner.rs)
 //!     x_avg = (1/G) sum_i x_{t,tau}^(i)                         all-reduce, blocking
 //!     u   <- beta u + (x_0 - x_avg) / gamma                     slow momentum
 //!     x_0 <- x_0 - alpha gamma u                                outer step; every worker restarts from x_0

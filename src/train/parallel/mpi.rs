@@ -190,6 +190,13 @@ fn run_rank_inner(mpi: &MpiProcess, mut cfg: RunConfig, opts: &RunOptions) -> Re
         bail!("--method async-diloco under MPI needs a rank per worker plus one for the server: e.g. mpirun -np 5 lowcomm train --backend mpi --workers 4 ...");
     }
     match p.workers {
+        // Resuming, the workers come from the checkpoint, not from a flag.
+        Some(w) if w != workers && opts.resume.is_some() => bail!(
+            "the checkpoint in {} has {w} workers{}, this MPI job has {size} ranks: resume it with mpirun -np {} (a run continues with the workers it was trained with)",
+            opts.resume.as_ref().map_or_else(String::new, |r| r.display().to_string()),
+            if server { " and a parameter server" } else { "" },
+            w + usize::from(server)
+        ),
         Some(w) if w != workers && server => bail!("--workers {w} but mpirun started {size} ranks: a method with a server needs workers + 1 ranks (the server is the last), e.g. mpirun -np {} with --workers {w}", w + 1),
         Some(w) if w != workers => bail!("--workers {w} but mpirun started {size} ranks: drop --workers (the MPI job's size decides) or run mpirun -np {w}"),
         _ => p.workers = Some(workers),
