@@ -294,7 +294,10 @@ fn a_method_that_diverges_is_marked_and_the_sweep_ends_with_a_verdict() {
     assert!(verdict.trim_start().starts_with("Recommendation: ddp: "), "{verdict}");
     assert!(verdict.contains("- diloco:outer_lr=1e30: diverged: the run stopped at step"), "{verdict}");
     let html = std::fs::read_to_string(results.join("report.html")).unwrap();
-    assert!(html.contains("<td><strong>diverged</strong> at step") && html.contains("<p class=\"verdict\">Recommendation: ddp: "));
+    assert!(
+        html.contains("<td><strong>diverged</strong> at step")
+            && html.contains("<p class=\"verdict\">Recommendation: ddp: ")
+    );
     balanced_tags(&html).unwrap_or_else(|e| panic!("report.html is not well-formed: {e}"));
     let stored = std::fs::read_to_string(results.join("runs/diloco_outer_lr_1e30/result.json")).unwrap();
     assert!(stored.contains("\"end\":\"diverged\""), "{stored}");

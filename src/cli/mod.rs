@@ -3,12 +3,6 @@
 
 mod commands;
 mod compare;
-mod compare_html;
-mod compare_marks;
-mod compare_methods;
-mod compare_store;
-mod compare_table;
-mod compare_verdict;
 mod flag_rules;
 mod mpi;
 mod plan;

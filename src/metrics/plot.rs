@@ -40,7 +40,8 @@ fn y_range(series: &[Series]) -> Option<(f64, f64)> {
     let ys = || series.iter().flat_map(|s| s.points.iter().filter(finite).map(|p| p.1));
     let lo = ys().fold(f64::INFINITY, f64::min);
     let hi = ys().fold(f64::NEG_INFINITY, f64::max);
-    let start = series.iter().filter_map(|s| s.points.iter().find(finite).map(|p| p.1)).fold(f64::NEG_INFINITY, f64::max);
+    let start =
+        series.iter().filter_map(|s| s.points.iter().find(finite).map(|p| p.1)).fold(f64::NEG_INFINITY, f64::max);
     (lo <= hi).then(|| (lo, if start > lo { hi.min(start + 0.5 * (start - lo)) } else { hi }))
 }
 

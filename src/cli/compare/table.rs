@@ -2,8 +2,8 @@
 //! markdown for summary.md and as HTML for report.html from the same
 //! cells), the curves (CSV) and the three plots.
 
-use super::compare_marks::{mark, smoothed, window_tokens, Mark};
-use super::compare_store::MethodResult;
+use super::marks::{mark, smoothed, window_tokens, Mark};
+use super::store::MethodResult;
 use crate::metrics;
 use crate::metrics::plot::{line_svg, Series};
 use anyhow::Result;
@@ -12,7 +12,7 @@ use std::fmt::Write as _;
 /// One method of the sweep with what the report derives from it.
 pub struct Row<'a> {
     pub r: &'a MethodResult,
-    /// Its training loss per round, smoothed over the sweep's window (compare_marks.rs).
+    /// Its training loss per round, smoothed over the sweep's window (marks.rs).
     pub smoothed: Vec<f64>,
     /// Diverged, unstable or sound.
     pub mark: Mark,
@@ -256,13 +256,13 @@ pub fn curves_csv(results: &[MethodResult]) -> Result<String> {
 /// A marked method's curve is named with its mark; one with no point to
 /// draw (bytes of a run that diverged) is left out of that plot.
 pub fn plots(rows: &[Row], clock: &str) -> Result<Vec<(&'static str, String)>> {
-    let series = |x: fn(&super::compare_store::Round) -> f64| -> Vec<Series> {
+    let series = |x: fn(&super::store::Round) -> f64| -> Vec<Series> {
         rows.iter()
             .map(|w| Series {
                 name: match w.mark.kind {
-                    super::compare_marks::Kind::Sound => w.r.spec.clone(),
-                    super::compare_marks::Kind::Diverged => format!("{} (diverged)", w.r.spec),
-                    super::compare_marks::Kind::Unstable => format!("{} (unstable)", w.r.spec),
+                    super::marks::Kind::Sound => w.r.spec.clone(),
+                    super::marks::Kind::Diverged => format!("{} (diverged)", w.r.spec),
+                    super::marks::Kind::Unstable => format!("{} (unstable)", w.r.spec),
                 },
                 points: w.r.rounds.iter().zip(&w.smoothed).map(|(p, l)| (x(p), *l)).collect(),
             })
@@ -282,8 +282,8 @@ pub fn plots(rows: &[Row], clock: &str) -> Result<Vec<(&'static str, String)>> {
 
 #[cfg(test)]
 mod tests {
-    use super::super::compare_marks::tests::result;
-    use super::super::compare_store::Ended;
+    use super::super::marks::tests::result;
+    use super::super::store::Ended;
     use super::*;
 
     #[test]
@@ -319,9 +319,15 @@ mod tests {
         assert_eq!(cell(1, "time to loss 5.0000 (s)"), "3.00");
         assert_eq!(cell(2, "time to loss 5.0000 (s)"), "- (marked)");
         assert!(cell(2, "status").starts_with("**unstable**") && cell(3, "status").starts_with("**diverged**"));
-        assert_eq!((cell(0, "status"), cell(0, "tokens"), cell(0, "global batch (tokens/step)")), ("ok".into(), "300".into(), "100".into()));
+        assert_eq!(
+            (cell(0, "status"), cell(0, "tokens"), cell(0, "global batch (tokens/step)")),
+            ("ok".into(), "300".into(), "100".into())
+        );
         let md = t.main.markdown();
-        assert!(md.starts_with("| method | status | rounds |") && md.lines().nth(1).unwrap().starts_with("| --- |"), "{md}");
+        assert!(
+            md.starts_with("| method | status | rounds |") && md.lines().nth(1).unwrap().starts_with("| --- |"),
+            "{md}"
+        );
     }
 
     #[test]
@@ -331,15 +337,25 @@ mod tests {
         acco.rounds[1].tokens = 600;
         // Equal: 200 tokens each.
         let line = budget_line(&[a.clone(), a.clone()], "tokens");
-        assert_eq!(line, "Budget: every method got the same token budget and trained 200 tokens (parallel.budget = tokens).");
+        assert_eq!(
+            line,
+            "Budget: every method got the same token budget and trained 200 tokens (parallel.budget = tokens)."
+        );
         // --budget rounds: 200 against 600, 3x.
         let line = budget_line(&[a.clone(), acco], "rounds");
-        assert!(line.contains("did NOT get the same token budget") && line.contains("from 200 tokens (ddp) to 600 (acco), 3.0x"), "{line}");
+        assert!(
+            line.contains("did NOT get the same token budget")
+                && line.contains("from 200 tokens (ddp) to 600 (acco), 3.0x"),
+            "{line}"
+        );
         assert!(line.contains("drop --budget rounds"), "{line}");
         // A run that diverged stopped early: said, not counted.
         let mut d = result("co2", &[6.0], f32::NAN);
         d.ended = Ended::Diverged { participant: 0, step: 2, what: "NaN".into() };
         let line = budget_line(&[a, d], "tokens");
-        assert!(line.contains("trained 200 tokens") && line.contains("co2 stopped when it diverged, after 100 tokens"), "{line}");
+        assert!(
+            line.contains("trained 200 tokens") && line.contains("co2 stopped when it diverged, after 100 tokens"),
+            "{line}"
+        );
     }
 }

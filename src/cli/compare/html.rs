@@ -2,7 +2,7 @@
 //! (CSS and the SVG plots inline, no script, no link, no URL of any kind),
 //! so it opens in a browser with no network and can be mailed as is.
 
-use super::compare_table::{Table, Tables};
+use super::table::{Table, Tables};
 use std::fmt::Write as _;
 
 /// What the report shows besides the tables.
@@ -149,7 +149,10 @@ mod tests {
         assert!(!html.contains("http") && !html.contains("<?xml"), "{html}");
         assert!(html.contains("<td>&lt;co2&gt;</td>") && html.contains("skipped: &lt;why&gt;"), "{html}");
         // The verdict ends the page; markdown's bold is HTML's.
-        assert!(html.trim_end().ends_with("<li>co2: <strong>unstable</strong></li>\n</ul>\n</body>\n</html>"), "{html}");
+        assert!(
+            html.trim_end().ends_with("<li>co2: <strong>unstable</strong></li>\n</ul>\n</body>\n</html>"),
+            "{html}"
+        );
         assert!(html.contains("<p class=\"verdict\">Recommendation: acco</p>"), "{html}");
     }
 }

@@ -279,7 +279,10 @@ mod tests {
         std::fs::write(dir.path().join("metrics.jsonl"), log.join("\n")).unwrap();
         let d = Diverged { participant: 1, step: 3, what: "training loss NaN".into() };
         let r = MethodResult::from_diverged("ddp", "ddp".into(), "c".into(), 2, dir.path(), &d, 0.1).unwrap();
-        assert_eq!(r.rounds.iter().map(|x| (x.step, x.tokens, x.loss)).collect::<Vec<_>>(), [(1, 64, 7.5), (2, 128, 9.25)]);
+        assert_eq!(
+            r.rounds.iter().map(|x| (x.step, x.tokens, x.loss)).collect::<Vec<_>>(),
+            [(1, 64, 7.5), (2, 128, 9.25)]
+        );
         assert!(!r.finished() && r.val_loss.is_nan() && r.rounds[0].bytes.is_nan());
         // NaN is written as null and read back as NaN; the way it ended is kept.
         r.save(dir.path()).unwrap();

@@ -5,26 +5,31 @@
 //! same command run again reuses it (`--fresh`: rerun everything).
 //!
 //! Every method trains the same tokens unless `--budget rounds` is given,
-//! and the report says whether they did (compare_table.rs). A method whose
+//! and the report says whether they did (table.rs). A method whose
 //! run stops with `strategy::Diverged` does not end the sweep: its row is
 //! marked, with its curve up to there. Rows are marked diverged or unstable
-//! by compare_marks.rs and left out of the target loss and the verdict
-//! (compare_verdict.rs) that ends summary.md and report.html.
+//! by marks.rs and left out of the target loss and the verdict
+//! (verdict.rs) that ends summary.md and report.html.
 
-use super::compare_methods::misfit;
-use super::compare_marks::{FAR_NATS, GIVE_BACK, RISE_FLOOR, SMOOTH};
-use super::compare_store::MethodResult;
-use super::compare_table::{
-    budget_line, curves_csv, final_loss, memory_total, plots, rows, tables, target_loss, time_to,
-};
-use super::compare_verdict::{verdict, Entrant, TIE};
+mod html;
+mod marks;
+mod methods;
+mod store;
+mod table;
+mod verdict;
+
 use super::{CompareArgs, TrainArgs};
 use crate::strategy::method_spec::{expand, Entry};
 use crate::strategy::Diverged;
 use crate::train::RunConfig;
 use anyhow::{bail, Context, Result};
+use marks::{FAR_NATS, GIVE_BACK, RISE_FLOOR, SMOOTH};
+use methods::misfit;
 use std::path::Path;
 use std::time::Instant;
+use store::MethodResult;
+use table::{budget_line, curves_csv, final_loss, memory_total, plots, rows, tables, target_loss, time_to};
+use verdict::{verdict, Entrant, TIE};
 
 /// One method of the sweep, configured.
 struct Planned {
@@ -136,10 +141,7 @@ pub fn compare(a: &CompareArgs) -> Result<()> {
         let dir = p.cfg.train.out_dir.clone();
         if let Some(r) = &p.done {
             say(format!("compare [{}/{n}] {spec}: done earlier, reused ({})", i + 1, dir.display()));
-            notes.push(format!(
-                "{spec}: done earlier, reused ({})",
-                dir.join(super::compare_store::RESULT_FILE).display()
-            ));
+            notes.push(format!("{spec}: done earlier, reused ({})", dir.join(store::RESULT_FILE).display()));
             results.push(r.clone());
             continue;
         }
@@ -296,7 +298,11 @@ fn write_report(a: &CompareArgs, results: &[MethodResult], notes: &[String]) -> 
             Some(m) => format!("{}: ran as {}; {m}", r.spec, r.label),
             None => format!("{}: ran as {}", r.spec, r.label),
         })
-        .chain(rows.iter().filter(|w| w.mark.excluded()).map(|w| format!("{}: left out of the target loss and the verdict: {}", w.r.spec, w.mark.why)))
+        .chain(
+            rows.iter()
+                .filter(|w| w.mark.excluded())
+                .map(|w| format!("{}: left out of the target loss and the verdict: {}", w.r.spec, w.mark.why)),
+        )
         .chain(notes.iter().cloned())
         .collect();
     let notes = &notes[..];
@@ -328,15 +334,9 @@ fn write_report(a: &CompareArgs, results: &[MethodResult], notes: &[String]) -> 
         crate::util::atomic_write(&out.join(name), svg.as_bytes())?;
     }
     let machine = machine(&first, results[0].world);
-    let page = super::compare_html::Page {
-        command: &command,
-        machine: &machine,
-        plots: &svgs,
-        legend: &legend,
-        notes,
-        verdict: &verdict,
-    };
-    crate::util::atomic_write(&out.join("report.html"), super::compare_html::render(&page, &t).as_bytes())?;
+    let page =
+        html::Page { command: &command, machine: &machine, plots: &svgs, legend: &legend, notes, verdict: &verdict };
+    crate::util::atomic_write(&out.join("report.html"), html::render(&page, &t).as_bytes())?;
     print!("{md}");
     eprintln!(
         "wrote {}/report.html, summary.md, curves.csv, loss_vs_tokens.svg, loss_vs_time.svg, loss_vs_bytes.svg",

@@ -21,7 +21,7 @@
 //!   [`RISE_FLOOR`] (so noise before any drop is no rise). Climbing back
 //!   above the loss it started from is always such a rise.
 
-use super::compare_store::{Ended, MethodResult};
+use super::store::{Ended, MethodResult};
 
 /// Synchronous steps' tokens in the moving average of the training loss.
 pub const SMOOTH: u64 = 10;
@@ -148,7 +148,11 @@ pub fn mark(r: &MethodResult, s: &[f64]) -> Mark {
     match worst {
         Some((_, i, low)) => {
             let (v, round) = (s[i], r.rounds[i].step);
-            let back = if s[0] > low { format!("{:.0}% of its drop from {:.2}", 100.0 * (v - low) / (s[0] - low), s[0]) } else { "with no drop before".into() };
+            let back = if s[0] > low {
+                format!("{:.0}% of its drop from {:.2}", 100.0 * (v - low) / (s[0] - low), s[0])
+            } else {
+                "with no drop before".into()
+            };
             Mark::new(
                 Kind::Unstable,
                 format!(": rose {low:.2} -> {v:.2} by round {round}"),
@@ -164,7 +168,7 @@ pub fn mark(r: &MethodResult, s: &[f64]) -> Mark {
 
 #[cfg(test)]
 pub(crate) mod tests {
-    use super::super::compare_store::Round;
+    use super::super::store::Round;
     use super::*;
 
     /// A finished result of `losses`, one per round of 100 tokens, a round a second.

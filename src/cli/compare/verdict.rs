@@ -4,7 +4,7 @@
 //! The recommended method is the one that reaches the target loss first in
 //! the run's time (virtual under `sim`, else wall-clock) and ends at or
 //! below it, among those that
-//! are neither diverged nor unstable (compare_marks.rs) and fit in device
+//! are neither diverged nor unstable (marks.rs) and fit in device
 //! memory (the cluster profile's `[device] memory`, against a worker's
 //! memory as the run measured it, by `plan::fits`: the rule `plan` uses;
 //! fit is unknown without it and then excludes nobody). Methods within
@@ -14,7 +14,7 @@
 //! did not reach the target, reached it but ended above it, or slower by
 //! how much.
 
-use super::compare_marks::Mark;
+use super::marks::Mark;
 use crate::plan::rank::gb;
 
 /// Times within this share of the fastest are a tie (one seed).
@@ -84,7 +84,7 @@ pub fn verdict(entrants: &[Entrant], target: f64, clock: &str, device_memory: Op
 
 #[cfg(test)]
 mod tests {
-    use super::super::compare_marks::{Kind, Mark};
+    use super::super::marks::{Kind, Mark};
     use super::*;
 
     fn sound() -> Mark {
@@ -115,7 +115,11 @@ mod tests {
             Entrant { spec: "diloco", mark: &ok, time_to: Some(0.5), memory: 1e9, final_loss: 6.7 },
         ];
         let v = verdict(&es, 6.5, "virtual", Some(80e9));
-        assert!(v[0].starts_with("Recommendation: local-sgd: ") && v[0].contains("in 2.00 s of virtual time"), "{}", v[0]);
+        assert!(
+            v[0].starts_with("Recommendation: local-sgd: ") && v[0].contains("in 2.00 s of virtual time"),
+            "{}",
+            v[0]
+        );
         assert_eq!(
             v[1..],
             [
@@ -136,7 +140,11 @@ mod tests {
     fn times_within_five_percent_of_the_fastest_are_a_tie() {
         let ok = sound();
         // 2.00 and 2.09 (4.5% slower) tie; 2.12 (6%) is slower.
-        let es = [entrant("demo", &ok, Some(2.09), 0.0), entrant("diloco", &ok, Some(2.0), 0.0), entrant("ddp", &ok, Some(2.12), 0.0)];
+        let es = [
+            entrant("demo", &ok, Some(2.09), 0.0),
+            entrant("diloco", &ok, Some(2.0), 0.0),
+            entrant("ddp", &ok, Some(2.12), 0.0),
+        ];
         let v = verdict(&es, 6.5, "wall", None);
         assert!(v[0].starts_with("Recommendation: a tie between demo (2.09 s), diloco (2.00 s): "), "{}", v[0]);
         assert!(v[0].contains("--seeds"), "{}", v[0]);
