@@ -1,5 +1,6 @@
 //! Line plots (SVG) of training curves, with plotters. Curves are told
-//! apart by colour and dash, identical ones drawn once and named together,
+//! apart by colour and dash, identical ones (or ones drawn on top of each
+//! other) drawn once and named together,
 //! the legend sits to the right of the plot (never over the data) and tick
 //! labels are plain numbers (plot_style.rs). A curve that climbs far above
 //! where the curves start (a diverging run) is cut at the top of the plot
@@ -85,7 +86,7 @@ pub fn line_svg(title: &str, x_label: &str, y_label: &str, series: &[Series]) ->
     let x1 = x1.max(x0 + 1e-9);
     let pad = ((y1 - y0) * 0.05).max(1e-6);
     let (ylo, yhi) = (y0 - pad, y1 + pad);
-    let drawn = merge_identical(series);
+    let drawn = merge_identical(series, (x1 - x0, yhi - ylo));
     // About 7 px per character of the legend's sans-serif (16 / 1.24 px: plotters' scale), after a 28 px sample line.
     let legend_w = 60 + 7 * drawn.iter().map(|(l, _)| l.chars().count()).max().unwrap_or(0) as u32;
     let mut svg = String::new();

@@ -6,7 +6,11 @@
 //!   long and short dashes: 21 distinct pairs, the same for the same
 //!   position in every plot of a report;
 //! - series with exactly the same points are drawn once, named together
-//!   (`ddp = zero1`), in the style of the first;
+//!   (`ddp = zero1`), in the style of the first; so are series that would
+//!   be drawn on top of each other, every point within [`SAME_LINE`] of the
+//!   axes' spans (under half a pixel of the 760 x 480 plot), named with
+//!   `≈` (`ddp ≈ zero1`: ZeRO-1 sums in another order, so its loss differs
+//!   from ddp's in the sixth digit), so that no curve hides under another;
 //! - tick labels are plain: integers as integers, thousands as `50k`,
 //!   millions as `1.5M`, fractions with the fewest decimals that say the
 //!   tick (`6.2`, `0.25`), never `50000.0`.
@@ -56,13 +60,35 @@ pub fn style(i: usize) -> (RGBColor, Dash) {
     (PALETTE[i % n], DASHES[(i / n) % DASHES.len()])
 }
 
+/// Share of an axis's span within which two points are drawn as one.
+pub const SAME_LINE: f64 = 5e-4;
+
+/// Whether `a` and `b` would be drawn as one line on axes spanning `span`
+/// (x, y): as many points, each pair within [`SAME_LINE`] of the spans
+/// (a non-finite point matches only a non-finite one).
+fn same_line(a: &[(f64, f64)], b: &[(f64, f64)], span: (f64, f64)) -> bool {
+    let near = |u: f64, v: f64, s: f64| {
+        if u.is_finite() && v.is_finite() {
+            (u - v).abs() <= SAME_LINE * s.abs()
+        } else {
+            u.is_finite() == v.is_finite()
+        }
+    };
+    a.len() == b.len() && a.iter().zip(b).all(|(p, q)| near(p.0, q.0, span.0) && near(p.1, q.1, span.1))
+}
+
 /// The series to draw: `(legend label, position of the first series with
-/// these points)`, identical series merged into the first one's entry.
-pub fn merge_identical(series: &[Series]) -> Vec<(String, usize)> {
+/// these points)`, series drawn on top of an earlier one merged into its
+/// entry: `a = b` when their points are equal, `a ≈ b` when they are
+/// within [`SAME_LINE`] of the axes' spans `span` (x, y).
+pub fn merge_identical(series: &[Series], span: (f64, f64)) -> Vec<(String, usize)> {
     let mut out: Vec<(String, usize)> = Vec::new();
     for (i, s) in series.iter().enumerate() {
-        match out.iter_mut().find(|(_, j)| series[*j].points == s.points) {
-            Some((label, _)) => *label = format!("{label} = {}", s.name),
+        match out.iter_mut().find(|(_, j)| same_line(&series[*j].points, &s.points, span)) {
+            Some((label, j)) => {
+                let sign = if series[*j].points == s.points { "=" } else { "≈" };
+                *label = format!("{label} {sign} {}", s.name);
+            }
             None => out.push((s.name.clone(), i)),
         }
     }
@@ -108,10 +134,17 @@ mod tests {
     #[test]
     fn identical_series_are_named_together_and_drawn_once() {
         let s = |name: &str, y: f64| Series { name: name.into(), points: vec![(0.0, 7.0), (1.0, y)] };
+        // Axes spanning 1 (x) and 2 (y): within 0.001 of y is one line.
+        let span = (1.0, 2.0);
         let series = [s("ddp", 6.0), s("dpu", 6.5), s("zero1", 6.0), s("acco", 6.0)];
-        assert_eq!(merge_identical(&series), [("ddp = zero1 = acco".to_string(), 0), ("dpu".to_string(), 1)]);
-        let one = [s("ddp", 6.0), s("dpu", 6.0 + 1e-9)];
-        assert_eq!(merge_identical(&one).len(), 2, "close is not identical");
+        assert_eq!(merge_identical(&series, span), [("ddp = zero1 = acco".to_string(), 0), ("dpu".to_string(), 1)]);
+        // 0.0009 apart: drawn as one, named with ≈; 0.0011 apart: two lines.
+        let close = [s("ddp", 6.0), s("zero1", 6.0009), s("dpu", 6.0011)];
+        assert_eq!(merge_identical(&close, span), [("ddp ≈ zero1".to_string(), 0), ("dpu".to_string(), 2)]);
+        // A gap (NaN) matches only a gap; a shorter curve is another curve.
+        let gap = Series { name: "gap".into(), points: vec![(0.0, 7.0), (1.0, f64::NAN)] };
+        let short = Series { name: "short".into(), points: vec![(0.0, 7.0)] };
+        assert_eq!(merge_identical(&[s("ddp", 6.0), gap, short], span).len(), 3);
     }
 
     #[test]
