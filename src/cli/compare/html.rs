@@ -117,7 +117,7 @@ pub fn render(page: &Page, tables: &Tables) -> String {
     h += &list_html(page.notes);
     h += "<h2>Verdict</h2>\n";
     if let Some((first, rest)) = page.verdict.split_first() {
-        let _ = write!(h, "<p class=\"verdict\">{}</p>\n", rich(first));
+        let _ = writeln!(h, "<p class=\"verdict\">{}</p>", rich(first));
         h += &list_html(rest);
     }
     h + "</body>\n</html>\n"
