@@ -3,10 +3,6 @@
 
 mod commands;
 mod compare;
-mod compare_html;
-mod compare_methods;
-mod compare_store;
-mod compare_table;
 mod flag_rules;
 mod mpi;
 mod plan;
@@ -85,7 +81,7 @@ pub struct CompareArgs {
     /// Default `results/compare`, beside `runs/` and ignored by git like it.
     #[arg(long = "results", default_value = "results/compare")]
     pub results: PathBuf,
-    /// Training loss each method is timed to (default: the highest final training loss among the methods that ended below their first round's; a diverged method does not set it).
+    /// Training loss each method is timed to (default: the median final training loss of the methods neither diverged nor unstable, so half of them end at or below it).
     #[arg(long, allow_negative_numbers = true, value_parser = values::finite_f64)]
     pub target_loss: Option<f64>,
     /// Rerun every method, even those whose result in --results is complete.
