@@ -86,7 +86,7 @@ pub fn run(cfg: RunConfig, opts: &RunOptions) -> Result<RunSummary> {
     let t = tr.cfg.train.clone();
     let out = t.out_dir.clone();
     let end = end_step(tr.step, t.steps, opts.stop_at)?;
-    let progress = Progress::new(t.steps, tr.step, opts.quiet);
+    let progress = Progress::new(end, tr.step, opts.quiet);
     let resumed_from = match &opts.resume {
         Some(r) => Some((tr.step, crate::checkpoint::resolve(r)?)),
         None => None,
@@ -146,8 +146,13 @@ pub fn run(cfg: RunConfig, opts: &RunOptions) -> Result<RunSummary> {
         if r.step % t.log_every == 0 || r.step == end {
             log.write("train", &r)?;
             progress.line(&format!(
-                "step {:>6}  loss {:.4}  lr {:.2e}  grad-norm {:.3}  {:.0} tok/s",
-                r.step, r.loss, r.lr, r.grad_norm, r.tokens_per_s
+                "step {:>6}  loss {:.4}  lr {:.2e}  grad-norm {:.3}  {:.0} tok/s  {}",
+                r.step,
+                r.loss,
+                r.lr,
+                r.grad_norm,
+                r.tokens_per_s,
+                progress.timing(r.step)
             ));
         }
         if t.eval_every > 0 && r.step % t.eval_every == 0 && r.step != end {

@@ -152,9 +152,14 @@ impl MpiSink {
 impl PartSink for MpiSink {
     fn submit(&self, part: SavedPart) -> Result<()> {
         let round = part.round;
-        let staging = Staging::begin_shared(&self.id.run_dir, round, &format!("mpi-{}", self.job))?;
+        let mut staging = Staging::begin_shared(&self.id.run_dir, round, &format!("mpi-{}", self.job))?;
         let mine = write_part(staging.path(), &part);
         let all = self.all_ok(mine.is_ok());
+        if self.rank == 0 {
+            // Every rank is done writing (the all-gather was a barrier): rank 0
+            // commits the directory or, failing, removes it.
+            staging.own();
+        }
         mine?;
         if let Some(bad) = all.iter().position(|&b| b == 0) {
             bail!("rank {bad} could not write its part of the checkpoint at round {round}");
