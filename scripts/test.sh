@@ -9,6 +9,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo test --locked
+# Issue 27's probes (bad input, races, Ctrl-C, a full disk...) against the binary
+# the tests just built: ok/FAILED per probe.
+LOWCOMM=target/debug/lowcomm bash scripts/probe.sh
 if command -v mpirun >/dev/null && command -v mpicc >/dev/null; then
     # The mpirun tests (tests/mpi.rs), with the backend compiled in.
     cargo test --locked --features mpi --test mpi
