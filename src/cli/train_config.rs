@@ -182,6 +182,7 @@ pub(super) fn method_flags(a: &TrainArgs) -> Vec<(&'static str, toml::Value)> {
     put("dn_buffer", a.dn_buffer.map(|x| Integer(x as i64)));
     put("dn_c", a.dn_c.map(Float));
     put("grace", a.grace.map(Float));
+    put("weight", a.weight.clone().map(Text));
     put("dylu", a.dylu.then_some(Boolean(true)));
     put("shards", a.shards.map(|x| Integer(x as i64)));
     put("fixed_shards", a.fixed_shards.then_some(Boolean(true)));
@@ -218,6 +219,7 @@ pub(super) fn flags_for(a: &TrainArgs, method: &str, methods: &[String]) -> Resu
                 "dn_buffer" => out.dn_buffer = None,
                 "dn_c" => out.dn_c = None,
                 "grace" => out.grace = None,
+                "weight" => out.weight = None,
                 "dylu" => out.dylu = false,
                 "shards" => out.shards = None,
                 "fixed_shards" => out.fixed_shards = false,

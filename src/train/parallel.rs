@@ -200,6 +200,10 @@ pub fn setup(cfg: RunConfig, opts: &RunOptions) -> Result<Setup> {
     let (world, runtime) = runtime(&cfg.parallel, &model_cfg, init.num_params(), t.batch_size * seq)?;
     if let Method::AsyncDiloco(a) = &method {
         crate::strategy::diloco::shards::check(tokens.len(), a.shard_count(world), world, a.fixed_shards, seq + 1)?;
+        a.diloco().check_workers("async-diloco", world)?;
+    }
+    if let Method::Diloco(d) = &method {
+        d.check_workers("diloco", world)?; // dn_c <= 1/N, N = the workers when dn_buffer is unset
     }
     // A method with a parameter server gets one more participant, the last.
     let mut runtime = runtime.with_server(method.needs_server());
