@@ -13,7 +13,7 @@
 #
 # Environment: LOWCOMM (binary, default target/release/lowcomm), RESULTS (default docs/results/async-diloco),
 # STEPS (each worker's inner steps, the paper's t_max = STEPS x workers local steps in all; default 160),
-# H (inner steps per round; default 10), FAULTS (experiment 5's plan), SEEDS (experiments 6-7; default
+# H (inner steps per round; default 10), LEVELS (experiment 1's levels; default "no slight moderate very"), FAULTS (experiment 5's plan), SEEDS (experiments 6-7; default
 # "1337 1 2", 1337 being lowcomm's default seed, the one experiments 1-5 run), FRESH=1.
 #
 # The paper gives its four heterogeneity levels only as a figure (async-local-sgd.txt, Fig. 4 and Fig. 10); the
@@ -62,7 +62,7 @@ case $what in hetero | homogeneous | workers | real | faults | weight | seeds | 
 esac
 if [[ $what == hetero || $what == all ]]; then
   # 1. Four workers at each heterogeneity level: loss per update and per virtual second, final perplexity.
-  for l in no slight moderate very; do level $l; done
+  for l in ${LEVELS:-no slight moderate very}; do level $l; done
 fi
 if [[ $what == homogeneous ]]; then
   # 2. Homogeneous workers: vanilla async vs DN (paper Sec. 4, "Is staleness the cause?"): the "no" level of 1.
