@@ -16,7 +16,7 @@
 //! --no-default-features --example bench_linear`.
 
 use lowcomm::bench::bench_shape;
-use lowcomm::bench_breakdown::gemm_peak;
+use lowcomm::bench::breakdown::gemm_peak;
 use lowcomm::model::ops::matmul::{gemm, Threads, View};
 use std::time::Instant;
 

@@ -2,6 +2,10 @@
 `lowcomm compare` wrote into a results directory.
 
     python3 scripts/demo_results.py docs/results/demo/2x2 [BASELINE]
+    python3 scripts/demo_results.py DIR1,DIR2,... [BASELINE]   # one table over several comparisons
+
+Several directories (comma-separated) are read as one comparison: the runs
+of each, the plot and the table written into the first.
 
 Reads DIR/curves.csv (method,step,tokens,wall_s,loss), DIR/summary.md (val
 loss, compression) and, while the run directories are there, every
@@ -74,6 +78,16 @@ def summary_rows(d):
         if len(cells) == 6 and cells[0] in out:
             out[cells[0]]["compression"] = cells[5]
     return out
+
+
+def bytes_per_rounds(dirs, by_dir):
+    """bytes_per_round over several directories (`by_dir`: dir -> its methods)."""
+    per, exch = {}, {}
+    for d in dirs:
+        p, e = bytes_per_round(d, by_dir[d])
+        per.update(p)
+        exch.update(e)
+    return per, exch
 
 
 def bytes_per_round(d, methods):
@@ -155,15 +169,20 @@ def svg_plot(path, title, xlabel, series, logx):
 
 def main():
     global curves
-    d = sys.argv[1]
+    dirs = sys.argv[1].split(",")
+    d = dirs[0]
     curves = defaultdict(list)
-    for row in csv.DictReader(open(os.path.join(d, "curves.csv"))):
-        curves[row["method"]].append(
-            {"step": int(row["step"]), "tokens": int(row["tokens"]), "t": float(row["wall_s"]), "loss": float(row["loss"])})
+    by_dir, summ = defaultdict(list), {}
+    for dd in dirs:
+        for row in csv.DictReader(open(os.path.join(dd, "curves.csv"))):
+            if row["method"] not in by_dir[dd]:
+                by_dir[dd].append(row["method"])
+            curves[row["method"]].append({"step": int(row["step"]), "tokens": int(row["tokens"]),
+                                          "t": float(row["wall_s"]), "loss": float(row["loss"])})
+        summ.update(summary_rows(dd))
     methods = list(curves)
     base = sys.argv[2] if len(sys.argv) > 2 else methods[0]
-    summ = summary_rows(d)
-    per, exch = bytes_per_round(d, methods)
+    per, exch = bytes_per_rounds(dirs, by_dir)
     sm = {m: smooth([r["loss"] for r in c]) for m, c in curves.items()}
     target = sm[base][-1]
     t_first = min(c[-1]["t"] for c in curves.values())

@@ -23,7 +23,7 @@ import time
 
 import torch
 
-# The `lowcomm bench` shapes (src/bench.rs `bench_shape`, src/model/config.rs):
+# The `lowcomm bench` shapes (src/bench/mod.rs `bench_shape`, src/model/config.rs):
 # batch, context, width, layers, vocabulary.
 SHAPES = {
     "micro": dict(batch=16, ctx=128, c=256, layers=4, vocab=4096),

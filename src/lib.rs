@@ -5,9 +5,6 @@
 //! flat slices), `checkpoint`, `train` (the single-worker trainer), `export`.
 
 pub mod bench;
-pub mod bench_breakdown;
-pub mod bench_dct;
-pub mod bench_server;
 pub mod checkpoint;
 pub mod cli;
 pub mod comm;

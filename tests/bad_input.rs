@@ -300,7 +300,7 @@ fn missing_or_too_small_corpus_is_explained() {
     cfg.model.vocab_size = Some(report.vocab_size);
     cfg.model.ctx = Some(128);
     let err = chain(&Trainer::new(cfg, None).map(|_| ()).unwrap_err());
-    assert_mentions(&err, &["context window", "smaller --ctx"]);
+    assert_mentions(&err, &["context window", "shorter window (--seq-len N"]);
 
     // Nothing to prepare from: clear errors, and no corpus is left behind.
     let empty_file = tmp.path().join("empty.txt");

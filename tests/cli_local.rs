@@ -207,7 +207,7 @@ fn a_stopped_co2_run_resumes_at_its_outer_round_and_gives_the_same_bits() {
     // Resuming with another tau is refused, naming tau; nothing is lost.
     let o = lowcomm(tmp.path(), &["train", "--resume", "part", "--tau", "3", "--quiet"]);
     assert!(!o.status.success());
-    assert_mentions(&stderr(&o), &["step 4", "tau = 3", "resume with the tau it was saved with"]);
+    assert_mentions(&stderr(&o), &["step 4", "tau = 3", "saved with another tau (resume with that one)"]);
     let o = lowcomm(tmp.path(), &["train", "--resume", "part", "--quiet"]);
     assert!(o.status.success(), "{}", stderr(&o));
     let bits = |d: &str| -> Vec<u32> {

@@ -231,6 +231,13 @@ fn mpi_runs_resume_from_per_rank_parts_bit_identically() {
     assert_eq!(ck.state.step, 2);
     assert_eq!(ck.state.parallel.as_ref().map(|p| p.parts.len()), Some(2));
     let out_s = out.display().to_string();
+    // The wrong job size is named as the checkpoint's workers, not as a
+    // --workers flag the user never gave (issue 27, item 11).
+    let o = mpirun(3, &[], &["train", "--resume", &out_s, "--backend", "mpi", "--quiet"], tmp.path());
+    assert!(!o.status.success());
+    let said = text(&o);
+    assert!(said.contains("has 2 workers, this MPI job has 3 ranks: resume it with mpirun -np 2"), "{said}");
+    assert!(!said.contains("--workers 2 but"), "{said}");
     let o = mpirun(2, &[], &["train", "--resume", &out_s, "--backend", "mpi", "--quiet"], tmp.path());
     assert!(o.status.success(), "{}", text(&o));
     let resumed: Vec<u32> = lowcomm::checkpoint::load(&out).unwrap().params.iter().map(|x| x.to_bits()).collect();

@@ -384,6 +384,18 @@ fn load_impl(path: &Path, with_optimizer: bool) -> Result<(Checkpoint, Option<St
             return Err(corrupt(format!("tensor {} has shape {shape:?}, the model config says {:?}", t.name, t.shape)));
         }
         params[t.range.clone()].copy_from_slice(data);
+        // A run that diverged writes no checkpoint past its last finite one
+        // (strategy/diverged.rs), but older lowcomm versions did: refuse
+        // them rather than evaluate, sample or export NaN.
+        if let Some(i) = data.iter().position(|v| !v.is_finite()) {
+            bail!(
+                "checkpoint {} holds a non-finite parameter ({}[{i}] = {}): the run had diverged when it was written; use an earlier checkpoint (ls {})",
+                dir.display(),
+                t.name,
+                data[i],
+                dir.parent().map_or_else(|| ".".into(), |p| p.display().to_string())
+            );
+        }
     }
     let optimizer = if with_optimizer {
         read_f32_tensors(&dir.join(OPTIM_FILE))

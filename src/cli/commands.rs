@@ -287,7 +287,7 @@ pub fn bench(a: BenchArgs) -> Result<()> {
             return Ok(());
         }
         "dct" => {
-            let r = crate::bench_dct::run(&a.preset, a.steps, warmup)?;
+            let r = crate::bench::dct::run(&a.preset, a.steps, warmup)?;
             let demo = r.encode_s + r.decode_s;
             println!(
                 "RESULT demo_dct preset={} params={} step_s={:.4} encode_s={:.4} decode_s={:.4} share={:.1}% (bar < 10% on micro) transform_gemm_s={:.4} transform_loops_s={:.4} loops/gemm={:.1}",
@@ -304,16 +304,16 @@ pub fn bench(a: BenchArgs) -> Result<()> {
             return Ok(());
         }
         "server" => {
-            crate::bench_server::run(a.steps, warmup)?.iter().for_each(|l| println!("{l}"));
+            crate::bench::server::run(a.steps, warmup)?.iter().for_each(|l| println!("{l}"));
             return Ok(());
         }
         other => anyhow::bail!("unknown benchmark `{other}`: use --what step, comm, sim, dct or server"),
     }
-    let host = crate::bench_breakdown::Host::probe()?;
+    let host = crate::bench::breakdown::Host::probe()?;
     if a.breakdown {
-        let (rows, step_s) = crate::bench_breakdown::run(&a.preset, a.steps, warmup)?;
+        let (rows, step_s) = crate::bench::breakdown::run(&a.preset, a.steps, warmup)?;
         println!("Per-kernel time of one `{}` step (mean of {} profiled steps):\n", a.preset, a.steps);
-        println!("{}", crate::bench_breakdown::table(&rows, step_s));
+        println!("{}", crate::bench::breakdown::table(&rows, step_s));
     }
     let r = crate::bench::run(&a.preset, a.steps, warmup)?;
     println!("{}", host.line(r.gflops));

@@ -38,7 +38,11 @@ fn configure(a: &CompareArgs, out: &Path, notes: &mut Vec<String>) -> Result<Vec
         args.method = Some(entry.name.clone());
         args.out = Some(dir.clone());
         args.trace = Some(dir.join("trace.json"));
-        let (cfg, _) = super::train_config::run_config_with(&args, &entry.settings)?;
+        let (mut cfg, _) = super::train_config::run_config_with(&args, &entry.settings)?;
+        // Every method on the same tokens unless --budget rounds asks for the papers' rounds.
+        if a.train.budget.is_none() {
+            cfg.parallel.budget = crate::train::config::BudgetUnit::Tokens;
+        }
         let method = crate::strategy::Method::from_config(&entry.name, cfg.methods.get(&entry.name))
             .with_context(|| format!("--methods {} (values are TOML: true/false, numbers, \"strings\")", entry.spec))?;
         if let Some(why) = misfit(&method, &cfg) {

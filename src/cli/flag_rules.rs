@@ -7,6 +7,9 @@
 //! several methods (one file serves `lowcomm compare`, configs/README.md),
 //! so a key there that this run's method does not use is not a mistake. A
 //! flag is typed for this run, so one that cannot take effect is.
+//!
+//! The method flags themselves, as `[methods.NAME]` keys with their values:
+//! [`method_flags`].
 
 use super::TrainArgs;
 use crate::optim::{OuterConfig, OuterKind};
@@ -19,18 +22,62 @@ use anyhow::{bail, Result};
 /// applies to some methods only, so it is checked like one.
 const FIXED_MICRO_BATCHES: &str = "fixed_micro_batches";
 
+/// `parallel.budget`: like `fixed_micro_batches`, only the methods that
+/// accumulate while a round is in flight have a choice (the others train
+/// the tokens of `steps` steps either way).
+const BUDGET: &str = "budget";
+
+/// The `[methods.NAME]` keys given as flags, with their values.
+pub(super) fn method_flags(a: &TrainArgs) -> Vec<(&'static str, toml::Value)> {
+    use toml::Value::{Boolean, Float, Integer, String as Text};
+    let mut v = Vec::new();
+    let mut put = |key, value: Option<toml::Value>| v.extend(value.map(|x| (key, x)));
+    put("warmup_steps", a.dpu_warmup.map(|x| Integer(x as i64)));
+    put("tau", a.tau.map(|x| Integer(x as i64)));
+    put("outer_lr", a.outer_lr.map(Float));
+    put("outer_momentum", a.outer_momentum.map(Float));
+    put("penalty", a.penalty.map(Boolean));
+    put(
+        "clip",
+        a.outer_clip.map(|c| match c {
+            super::values::ClipArg::Phi(x) => Float(x),
+            super::values::ClipArg::Off => Text("off".into()),
+        }),
+    );
+    put("pull", a.pull.map(Float));
+    put("shard_outer", a.shard_outer.then_some(Boolean(true)));
+    put("inner_state", a.inner_state.clone().map(Text));
+    put("replicator", a.replicator.clone().map(Text));
+    put("compression", a.compression.map(Float));
+    put("inner", a.inner.clone().map(Text));
+    put("overlap", a.overlap.then_some(Boolean(true)));
+    put("h", a.h.map(|x| Integer(x as i64)));
+    put("outer", a.outer.clone().map(Text));
+    put("dn_buffer", a.dn_buffer.map(|x| Integer(x as i64)));
+    put("dn_c", a.dn_c.map(Float));
+    put("grace", a.grace.map(Float));
+    put("weight", a.weight.clone().map(Text));
+    put("dylu", a.dylu.then_some(Boolean(true)));
+    put("shards", a.shards.map(|x| Integer(x as i64)));
+    put("fixed_shards", a.fixed_shards.then_some(Boolean(true)));
+    v
+}
+
 /// The keys of the method-specific flags given on the command line.
 pub(super) fn given(a: &TrainArgs) -> Vec<&'static str> {
-    let mut keys: Vec<&'static str> = super::train_config::method_flags(a).into_iter().map(|(k, _)| k).collect();
+    let mut keys: Vec<&'static str> = method_flags(a).into_iter().map(|(k, _)| k).collect();
     if a.fixed_micro_batches.is_some() {
         keys.push(FIXED_MICRO_BATCHES);
+    }
+    if a.budget.is_some() {
+        keys.push(BUDGET);
     }
     keys
 }
 
 /// Whether method `method` uses the setting `key`.
 pub(super) fn applies(key: &str, method: &str) -> bool {
-    if key == FIXED_MICRO_BATCHES {
+    if key == FIXED_MICRO_BATCHES || key == BUDGET {
         // The methods that accumulate while a round is in flight are the ones K fixes.
         return Method::from_config(method, None).is_ok_and(|m| m.accumulates_while_communicating());
     }
@@ -116,21 +163,14 @@ fn check_outer(a: &TrainArgs, cfg: &RunConfig, method: &str) -> Result<()> {
 
 #[cfg(test)]
 mod tests {
+    use super::super::train_args;
     use super::*;
 
     #[test]
     fn fixed_micro_batches_apply_to_the_methods_that_accumulate_while_communicating() {
         assert_eq!(owners(FIXED_MICRO_BATCHES), ["dpu", "acco-wp", "acco"]);
+        assert_eq!(owners(BUDGET), ["dpu", "acco-wp", "acco"]);
         assert_eq!(owners("tau"), ["local-sgd", "overlap-local-sgd", "slowmo", "co2"]);
-    }
-
-    /// `lowcomm train ARGS`, parsed.
-    fn train_args(args: &[&str]) -> TrainArgs {
-        use clap::Parser;
-        match super::super::Cli::try_parse_from([&["lowcomm", "train"][..], args].concat()).unwrap().command {
-            super::super::Command::Train(a) => a,
-            _ => unreachable!(),
-        }
     }
 
     #[test]

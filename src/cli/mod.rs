@@ -82,7 +82,8 @@ pub struct CompareArgs {
     pub methods: Vec<String>,
     /// Output directory: report.html, summary.md, curves.csv, loss_vs_{tokens,time,bytes}.svg,
     /// runs/METHOD/ (a finished method's result.json is reused by the next compare here).
-    #[arg(long = "results", default_value = "docs/results/compare")]
+    /// Default `results/compare`, beside `runs/` and ignored by git like it.
+    #[arg(long = "results", default_value = "results/compare")]
     pub results: PathBuf,
     /// Training loss each method is timed to (default: the highest final training loss among the methods that ended below their first round's; a diverged method does not set it).
     #[arg(long, allow_negative_numbers = true, value_parser = values::finite_f64)]
@@ -274,10 +275,17 @@ pub struct TrainArgs {
     /// while it is in flight.
     #[arg(long, value_name = "K", allow_negative_numbers = true, value_parser = values::count_usize)]
     pub fixed_micro_batches: Option<usize>,
+    /// dpu, acco-wp, acco: what --steps buys: `rounds` (steps rounds of as
+    /// many micro-batches as fit; train's default) or `tokens` (the tokens
+    /// of steps synchronous steps, what every other method trains;
+    /// compare's default).
+    #[arg(long, value_parser = ["rounds", "tokens"])]
+    pub budget: Option<String>,
     /// DPU: steps of non-delayed updates first.
     #[arg(long, allow_negative_numbers = true, value_parser = values::count_u64)]
     pub dpu_warmup: Option<u64>,
-    /// demo, flexdemo: the replicator: demo, random, striding, diloco or full.
+    /// demo, flexdemo: the replicator: demo, random, striding, diloco, full,
+    /// striding-element or diloco-delta (docs/methods.md).
     #[arg(long)]
     pub replicator: Option<String>,
     /// demo, flexdemo: bytes sent per step over bytes of the f32 gradient, in (0, 1].
@@ -467,5 +475,14 @@ pub fn main() -> anyhow::Result<()> {
         Command::Compare(a) => compare::compare(&a),
         Command::Plan(a) => plan::plan(&a),
         Command::CommCheck(a) => mpi::comm_check(&a),
+    }
+}
+
+/// `lowcomm train ARGS`, parsed (for the tests of the flag handling).
+#[cfg(test)]
+fn train_args(args: &[&str]) -> TrainArgs {
+    match Cli::try_parse_from([&["lowcomm", "train"][..], args].concat()).unwrap().command {
+        Command::Train(a) => a,
+        _ => unreachable!(),
     }
 }

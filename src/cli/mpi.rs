@@ -93,10 +93,10 @@ mod mpi_impl {
     use crate::comm::mpi::MpiProcess;
 
     pub fn runner() -> Result<Runner> {
-        let mpi = crate::train::parallel_mpi::init()?;
+        let mpi = crate::train::parallel::mpi::init()?;
         Ok(Runner {
             root: mpi.rank() == 0,
-            run: Box::new(move |cfg, opts| crate::train::parallel_mpi::run_parallel_mpi(&mpi, cfg, opts)),
+            run: Box::new(move |cfg, opts| crate::train::parallel::mpi::run_parallel_mpi(&mpi, cfg, opts)),
         })
     }
 

@@ -3,6 +3,7 @@
 //! flag given can take effect ([`super::flag_rules`]). `compare` builds
 //! each method's run from the same flags ([`flags_for`]).
 
+use super::flag_rules::method_flags;
 use super::TrainArgs;
 use crate::model::GptConfig;
 use crate::train::rundir::{self, Resume};
@@ -134,6 +135,13 @@ fn apply_flags(mut cfg: RunConfig, a: &TrainArgs) -> Result<RunConfig> {
     if a.fixed_micro_batches.is_some() {
         p.fixed_micro_batches = a.fixed_micro_batches;
     }
+    if let Some(b) = &a.budget {
+        p.budget = if b == "tokens" {
+            crate::train::config::BudgetUnit::Tokens
+        } else {
+            crate::train::config::BudgetUnit::Rounds
+        };
+    }
     // Any data-parallel flag makes the run data-parallel (ddp unless
     // --method says otherwise), as `train --help` says under --method.
     // Before, --trace, --wire and --nodes were ignored on a single-process run.
@@ -150,43 +158,13 @@ fn apply_flags(mut cfg: RunConfig, a: &TrainArgs) -> Result<RunConfig> {
     {
         p.method = Some("ddp".into());
     }
+    // A data-parallel run of a preset goes to runs/PRESET-METHOD by default,
+    // so it does not collide with the single-worker run in runs/PRESET (the
+    // quickstart's) or with another method's.
+    if let (Some(preset), Some(method), None, None) = (&a.preset, &p.method, &a.out, &a.config) {
+        cfg.train.out_dir = PathBuf::from(format!("runs/{preset}-{method}"));
+    }
     Ok(cfg)
-}
-
-/// The `[methods.NAME]` keys given as flags, with their values.
-pub(super) fn method_flags(a: &TrainArgs) -> Vec<(&'static str, toml::Value)> {
-    use toml::Value::{Boolean, Float, Integer, String as Text};
-    let mut v = Vec::new();
-    let mut put = |key, value: Option<toml::Value>| v.extend(value.map(|x| (key, x)));
-    put("warmup_steps", a.dpu_warmup.map(|x| Integer(x as i64)));
-    put("tau", a.tau.map(|x| Integer(x as i64)));
-    put("outer_lr", a.outer_lr.map(Float));
-    put("outer_momentum", a.outer_momentum.map(Float));
-    put("penalty", a.penalty.map(Boolean));
-    put(
-        "clip",
-        a.outer_clip.map(|c| match c {
-            super::values::ClipArg::Phi(x) => Float(x),
-            super::values::ClipArg::Off => Text("off".into()),
-        }),
-    );
-    put("pull", a.pull.map(Float));
-    put("shard_outer", a.shard_outer.then_some(Boolean(true)));
-    put("inner_state", a.inner_state.clone().map(Text));
-    put("replicator", a.replicator.clone().map(Text));
-    put("compression", a.compression.map(Float));
-    put("inner", a.inner.clone().map(Text));
-    put("overlap", a.overlap.then_some(Boolean(true)));
-    put("h", a.h.map(|x| Integer(x as i64)));
-    put("outer", a.outer.clone().map(Text));
-    put("dn_buffer", a.dn_buffer.map(|x| Integer(x as i64)));
-    put("dn_c", a.dn_c.map(Float));
-    put("grace", a.grace.map(Float));
-    put("weight", a.weight.clone().map(Text));
-    put("dylu", a.dylu.then_some(Boolean(true)));
-    put("shards", a.shards.map(|x| Integer(x as i64)));
-    put("fixed_shards", a.fixed_shards.then_some(Boolean(true)));
-    v
 }
 
 /// For one method of `lowcomm compare`: `a` without the method flags
@@ -224,9 +202,26 @@ pub(super) fn flags_for(a: &TrainArgs, method: &str, methods: &[String]) -> Resu
                 "shards" => out.shards = None,
                 "fixed_shards" => out.fixed_shards = false,
                 "fixed_micro_batches" => out.fixed_micro_batches = None,
+                "budget" => out.budget = None,
                 other => unreachable!("method flag {other} has no field"),
             }
         }
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::train_args;
+    use super::*;
+
+    #[test]
+    fn a_data_parallel_preset_run_defaults_to_runs_preset_method() {
+        let out = |args: &[&str]| run_config_with(&train_args(args), &[]).unwrap().0.train.out_dir;
+        // The quickstart's single-worker run and a data-parallel one do not meet.
+        assert_eq!(out(&["--preset", "nano"]), PathBuf::from("runs/nano"));
+        assert_eq!(out(&["--preset", "nano", "--method", "acco"]), PathBuf::from("runs/nano-acco"));
+        assert_eq!(out(&["--preset", "nano", "--workers", "2"]), PathBuf::from("runs/nano-ddp"));
+        assert_eq!(out(&["--preset", "nano", "--method", "acco", "--out", "x"]), PathBuf::from("x"));
+    }
 }

@@ -135,7 +135,8 @@ mod tests {
             let names: Vec<&str> = path[1..].iter().map(|c| c.get_name()).collect();
             for arg in cmd.get_arguments() {
                 let Some(long) = arg.get_long() else { continue };
-                if !arg.get_action().takes_values() {
+                // A flag with a fixed list of values (--budget rounds|tokens) is not numeric.
+                if !arg.get_action().takes_values() || !arg.get_possible_values().is_empty() {
                     continue;
                 }
                 let try_value = |v: &str| {

@@ -58,7 +58,7 @@ impl WindowSampler {
         }
         if range.len() < ctx + 1 {
             bail!(
-                "the token range {range:?} has only {} tokens, fewer than one context window ({}); use more text or a smaller --ctx",
+                "the token range {range:?} has only {} tokens, fewer than one context window ({}); use more text or a shorter window (--seq-len N, or [model] ctx in the config)",
                 range.len(),
                 ctx + 1
             );
@@ -127,7 +127,7 @@ impl WindowSampler {
     pub fn restore(&mut self, state: SamplerState) -> Result<()> {
         if state.range != self.range || state.ctx != self.ctx {
             bail!(
-                "sampler state is for range {:?} ctx {}, this sampler has range {:?} ctx {}: the data or --ctx changed since the checkpoint",
+                "sampler state is for range {:?} ctx {}, this sampler has range {:?} ctx {}: the data or the window (--seq-len, [model] ctx) changed since the checkpoint",
                 state.range,
                 state.ctx,
                 self.range,
@@ -246,7 +246,7 @@ mod tests {
     fn range_shorter_than_a_window_is_an_error() {
         assert!(WindowSampler::new(0..9, 8, 0, 0).is_ok());
         let err = WindowSampler::new(0..8, 8, 0, 0).unwrap_err().to_string();
-        assert!(err.contains("only 8 tokens") && err.contains("smaller --ctx"), "{err}");
+        assert!(err.contains("only 8 tokens") && err.contains("shorter window (--seq-len N"), "{err}");
     }
 
     #[test]

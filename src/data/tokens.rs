@@ -192,7 +192,7 @@ impl Dataset {
         for (split, tokens) in [("training", &self.train), ("validation", &self.val)] {
             if tokens.len() < ctx + 1 {
                 bail!(
-                    "the {split} split has only {} tokens, fewer than one context window ({}); use more text or a smaller --ctx",
+                    "the {split} split has only {} tokens, fewer than one context window ({}); use more text or a shorter window (--seq-len N, or [model] ctx in the config)",
                     tokens.len(),
                     ctx + 1
                 );

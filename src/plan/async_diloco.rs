@@ -1,4 +1,4 @@
-//! Asynchronous DiLoCo with a parameter server (strategy/async_diloco.rs):
+//! Asynchronous DiLoCo with a parameter server (strategy/diloco/async_diloco.rs):
 //! a bound, not a prediction. Updates arrive when each worker finishes
 //! its H inner steps, and the server applies them one at a time, so the
 //! time a worker waits for its next model depends on who else arrived
@@ -141,7 +141,7 @@ pub fn plan(s: &AsyncDilocoSettings, c: &Costing) -> Result<MethodPlan> {
         if s.dylu { "its DyLU" } else { "H" },
         if grace > 0.0 { "its group waits out the grace period and " } else { "" }
     );
-    let time = super::time::Timing {
+    let time = super::net::Timing {
         round_s,
         steps: s.h,
         micro_batches: steps.iter().sum::<u64>() as f64 / world * k,

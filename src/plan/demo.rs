@@ -24,7 +24,7 @@
 //! the exchange started after step t's all-gather runs behind step t+1's
 //! micro-batches, and the reduce-scatter queues behind it on the FIFO lane.
 
-use super::time::{Net, Timing, Xfer};
+use super::net::{Net, Timing, Xfer};
 use super::Costing;
 use crate::comm::link::Op;
 use crate::comm::payload::SparseLayout;
@@ -33,7 +33,7 @@ use crate::optim::dct::{Dct, Piece};
 use crate::runtime::{Group, Work};
 use crate::strategy::detonation::demo::pairs_per_chunk;
 use crate::strategy::detonation::settings::{DemoSettings, InnerKind, ReplicatorKind};
-use crate::strategy::detonation::{adamw::DecoupledAdamW, shard, values_for};
+use crate::strategy::detonation::{adamw::DecoupledAdamW, shard, striding, values_for};
 use anyhow::Result;
 
 /// One shard's costs: what its worker computes, sends and holds.
@@ -113,10 +113,11 @@ fn shard_cost(s: &DemoSettings, c: &Costing, pieces: &[Piece], len: usize, membe
     let wire = c.wire;
     let bpe = wire.bytes_per_elem();
     // A replication group of one sends nothing (`Alone`): Q = lr g.
-    if members <= 1 && s.replicator != ReplicatorKind::Full {
+    if members <= 1 && !s.replicator.raw_gradient() {
         return ShardCost { len, payload_bytes: 0, flops: len as f64, state: 0 };
     }
     let rate = s.compression.unwrap_or(DemoSettings::DEFAULT_COMPRESSION);
+    let dense = if members <= 1 { 0 } else { len * bpe };
     match s.replicator {
         ReplicatorKind::Demo => {
             let widest = pieces.iter().map(Piece::chunk_len).max().unwrap_or(1);
@@ -127,33 +128,39 @@ fn shard_cost(s: &DemoSettings, c: &Costing, pieces: &[Piece], len: usize, membe
             let flops = 2.0 * Dct::new(pieces.to_vec()).flops() + 8.0 * len as f64;
             ShardCost { len, payload_bytes, flops, state: len }
         }
-        ReplicatorKind::Random | ReplicatorKind::Striding => {
+        ReplicatorKind::Random | ReplicatorKind::StridingElement => {
             ShardCost { len, payload_bytes: values_for(rate, len, wire) * bpe, flops: 3.0 * len as f64, state: len }
         }
-        ReplicatorKind::Diloco => ShardCost { len, payload_bytes: len * bpe, flops: 3.0 * len as f64, state: len },
-        ReplicatorKind::Full => {
-            ShardCost { len, payload_bytes: if members <= 1 { 0 } else { len * bpe }, flops: 0.0, state: 0 }
+        // k rows of every tensor's (c, -1) view (detonation/striding.rs).
+        ReplicatorKind::Striding => {
+            let values = striding::values_per_step(&striding::views(pieces, s.chunk, rate, wire));
+            ShardCost { len, payload_bytes: values * bpe, flops: 3.0 * len as f64, state: len }
         }
+        ReplicatorKind::DilocoDelta => ShardCost { len, payload_bytes: len * bpe, flops: 3.0 * len as f64, state: len },
+        // The raw gradient, no momentum (full.rs; diloco.rs every n-th step).
+        ReplicatorKind::Diloco | ReplicatorKind::Full => ShardCost { len, payload_bytes: dense, flops: 0.0, state: 0 },
     }
 }
 
 /// Seconds and bytes of shard `sh`'s exchange over `repl`, per step
-/// (diloco's replicator: its average spread over its period).
+/// (diloco and diloco-delta: the exchange of every n-th step spread over the period).
 fn exchange(net: &Net, c: &Costing, s: &DemoSettings, sh: &ShardCost, members: usize, repl: Group) -> Xfer {
-    if members <= 1 && s.replicator != ReplicatorKind::Full {
+    if members <= 1 && !s.replicator.raw_gradient() {
         return Xfer::default();
     }
     let bpe = c.wire.bytes_per_elem();
+    // Alone, full and diloco still run their mean exactly (f32) over a group of one.
+    let raw_wire = if members <= 1 { crate::comm::WireDtype::F32 } else { c.wire };
+    let period = 1.0 / s.diloco_every() as f64;
     match s.replicator {
         // An all-gather of every member's packed payload (bytes).
         ReplicatorKind::Demo => net.coll(Op::AllGather, members * sh.payload_bytes, 1, repl),
-        ReplicatorKind::Random | ReplicatorKind::Striding => {
+        ReplicatorKind::Random | ReplicatorKind::Striding | ReplicatorKind::StridingElement => {
             net.dense(Op::AllReduce, sh.payload_bytes / bpe, c.wire, repl)
         }
-        ReplicatorKind::Diloco => net.dense(Op::AllReduce, sh.len, c.wire, repl).times(1.0 / s.diloco_every() as f64),
-        // Alone, full still runs its mean exactly (f32) over a group of one.
-        ReplicatorKind::Full if members <= 1 => net.dense(Op::AllReduce, sh.len, crate::comm::WireDtype::F32, repl),
-        ReplicatorKind::Full => net.dense(Op::AllReduce, sh.len, c.wire, repl),
+        ReplicatorKind::DilocoDelta => net.dense(Op::AllReduce, sh.len, c.wire, repl).times(period),
+        ReplicatorKind::Diloco => net.dense(Op::AllReduce, sh.len, raw_wire, repl).times(period),
+        ReplicatorKind::Full => net.dense(Op::AllReduce, sh.len, raw_wire, repl),
     }
 }
 
@@ -197,8 +204,9 @@ pub(super) fn timing(net: &Net, c: &Costing, s: &DemoSettings, flex: bool) -> Re
     } else {
         "none: the exchange and the node's collectives block"
     };
-    let diloco = if s.replicator == ReplicatorKind::Diloco && g.members > 1 {
-        "; diloco replicator: its average spread over its period (an average, not every step)"
+    let periodic = s.replicator.periodic() && s.diloco_every() > 1 && (g.members > 1 || s.replicator.raw_gradient());
+    let diloco = if periodic {
+        "; diloco replicators: the exchange of every n-th step spread over its period (an average, not every step)"
     } else {
         ""
     };
@@ -211,7 +219,7 @@ pub(super) fn timing(net: &Net, c: &Costing, s: &DemoSettings, flex: bool) -> Re
         exposed_s: (round_s - compute).max(0.0),
         bytes_intra: x.intra,
         bytes_inter: x.inter,
-        exact: g.exact && !(s.replicator == ReplicatorKind::Diloco && g.members > 1),
+        exact: g.exact && !periodic,
         rule: format!("{bound}{how}{diloco}"),
     })
 }

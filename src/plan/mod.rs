@@ -13,6 +13,8 @@
 //! - model.rs: the model (preset, parameter count or Hugging Face config.json)
 //! - memory.rs: bytes per worker by category, in mixed precision or f32
 //! - time.rs: time, bytes per tier and overlap rule per method
+//! - net.rs: what the rules share: the row (`Timing`), collective and local
+//!   work costs (`Net`, `Xfer`)
 //! - demo.rs: DeMo and FlexDeMo (shards, payloads, DCT FLOPs)
 //! - async_diloco.rs: async DiLoCo's bounds (asynchronous arrivals)
 //! - hetero.rs: workers of different speeds (`--speeds`)
@@ -23,6 +25,7 @@ pub mod demo;
 pub mod hetero;
 pub mod memory;
 pub mod model;
+pub mod net;
 pub mod rank;
 pub mod setup;
 pub mod table;
@@ -138,7 +141,7 @@ pub struct MethodPlan {
     /// Whether `memory_total` fits in device memory (`None`: the profile does not say).
     pub fits: Option<bool>,
     /// Time, traffic and overlap of one step or round.
-    pub time: time::Timing,
+    pub time: net::Timing,
     /// Tokens per second, whole cluster (applied tokens only).
     pub tokens_per_s: f64,
     /// Tokens/s at N workers over N x the tokens/s of one worker alone.

@@ -110,6 +110,26 @@ fn methods() -> Vec<Method> {
             ..DemoSettings::default()
         }),
         Method::FlexDemo(DemoSettings { chunk: 4, replicator: ReplicatorKind::Full, ..DemoSettings::default() }),
+        Method::FlexDemo(DemoSettings { chunk: 4, replicator: ReplicatorKind::Striding, ..DemoSettings::default() }),
+        Method::FlexDemo(DemoSettings {
+            chunk: 4,
+            replicator: ReplicatorKind::StridingElement,
+            ..DemoSettings::default()
+        }),
+        // diloco and diloco-delta exchanging every step (n = 1): exact; with n > 1 the plan is an average.
+        Method::FlexDemo(DemoSettings {
+            chunk: 4,
+            replicator: ReplicatorKind::Diloco,
+            every: Some(1),
+            ..DemoSettings::default()
+        }),
+        Method::FlexDemo(DemoSettings {
+            chunk: 4,
+            replicator: ReplicatorKind::DilocoDelta,
+            every: Some(1),
+            overlap: true,
+            ..DemoSettings::default()
+        }),
     ]
 }
 

@@ -149,7 +149,11 @@ pub async fn program<C: Ctx>(ctx: &mut C) -> Result<Vec<u32>> {
     let b = ctx.start(AllReduce::sum(Group::Node, values(me, 3), WireDtype::F32));
     let mut order = Vec::new();
     while order.len() < 2 {
-        let (da, db) = (ctx.is_done(&a), ctx.is_done(&b));
+        // b first: if b is seen done, a finished before it and is seen done
+        // too. Read the other way round, both could finish between the two
+        // reads and the order would be misjudged (issue 27, item 8).
+        let db = ctx.is_done(&b);
+        let da = ctx.is_done(&a);
         ensure!(!db || da, "the second task in flight completed before the first");
         if da && order.is_empty() {
             order.push(1);

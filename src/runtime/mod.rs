@@ -22,7 +22,6 @@ pub mod conformance;
 pub mod real;
 mod real_comm;
 pub mod sim;
-mod sim_comm;
 pub mod tasks;
 #[cfg(test)]
 mod tests;

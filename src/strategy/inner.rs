@@ -60,14 +60,17 @@ impl Rounds {
     }
 
     /// The round that ends after `done` steps (a checkpoint's round); an
-    /// error when `done` is not a boundary (saved with another `tau`).
+    /// error when `done` is not a boundary: the run was saved with another
+    /// `tau`, or it ended its last round early at its last step and is
+    /// now extended (rounds end at multiples of tau and at the last step).
     pub fn ending_at(&self, done: u64) -> Result<u64> {
         let t = done.div_ceil(self.tau).saturating_sub(1);
+        let tau = self.tau;
         ensure!(
             done > 0 && self.range(t).1 == done,
-            "the checkpoint is at step {done}, which does not end an outer round of tau = {} over {} steps: resume with the tau it was saved with",
-            self.tau,
-            self.steps
+            "the checkpoint is at step {done}, which ends no outer round of tau = {tau} in a run of {} steps (rounds end at multiples of {tau} and at the last step). Either the run was saved with another tau (resume with that one), or it ended its last round early at its own last step, {done}, and extending it moves the boundaries: a run saved off a multiple of tau cannot be extended (resume with --steps {done}, nothing left to train); to extend a run later, stop it at a multiple of tau (--stop-at {})",
+            self.steps,
+            (done / tau).max(1) * tau
         );
         Ok(t)
     }
@@ -89,8 +92,16 @@ impl Inner {
     }
 
     /// Inner step `step` (0-based over the run): `grad_accum` micro-batches,
-    /// the worker's own clip, one optimizer step at `lr(step)`; recorded.
-    pub async fn step<C: Ctx>(&mut self, ctx: &mut C, w: &mut Worker, plan: &Plan, step: u64, j: &mut Journal) {
+    /// the worker's own clip, one optimizer step at `lr(step)`; recorded (a loss
+    /// that is not finite ends the run: `Diverged`).
+    pub async fn step<C: Ctx>(
+        &mut self,
+        ctx: &mut C,
+        w: &mut Worker,
+        plan: &Plan,
+        step: u64,
+        j: &mut Journal,
+    ) -> Result<()> {
         self.step_at(ctx, w, plan, step, plan.schedule.lr(step), j).await
     }
 
@@ -104,7 +115,7 @@ impl Inner {
         step: u64,
         lr: f32,
         j: &mut Journal,
-    ) {
+    ) -> Result<()> {
         ctx.mark_round(step);
         let loss = accumulate(ctx, w, plan.grad_accum).await;
         if plan.grad_clip > 0.0 {
@@ -114,7 +125,7 @@ impl Inner {
         ctx.compute(Work::Optimizer { params: m.params.len() }, || opt.step(&mut m.params, &m.grads, lr, &plan.decay))
             .await;
         self.steps += 1;
-        j.step(ctx, step + 1, loss, plan.grad_accum as u64);
+        j.step(ctx, step + 1, loss, plan.grad_accum as u64)
     }
 
     /// The inner optimizer's state, for a checkpoint (`inner.NAME` tensors).
@@ -205,6 +216,12 @@ mod tests {
         assert_eq!([4, 8, 10].map(|d| r.ending_at(d).unwrap()), [0, 1, 2]);
         let e = r.ending_at(6).unwrap_err().to_string();
         assert!(e.contains("step 6") && e.contains("tau = 4"), "{e}");
+        // A finished run of 10 steps (last round 8..10) extended to 20:
+        // step 10 ends no round of 4 there; the fix names --steps 10 and a
+        // --stop-at on a multiple of tau.
+        let e = Rounds::new(4, 20).ending_at(10).unwrap_err().to_string();
+        assert!(e.contains("extending it moves the boundaries") && e.contains("--steps 10"), "{e}");
+        assert!(e.contains("--stop-at 8"), "{e}");
         assert!(r.ending_at(0).is_err());
     }
 

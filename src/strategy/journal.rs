@@ -7,8 +7,10 @@
 //! participant's part when a checkpoint is due (every `checkpoint_every`
 //! rounds and at the run's last round). A checkpoint is written only with
 //! no communication in flight, so resuming from it continues exactly where
-//! the saved run was: in the simulator bit for bit, clocks included.
+//! the saved run was: in the simulator bit for bit, clocks included. A
+//! loss or a saved value that is not finite ends the run (diverged.rs).
 
+use super::diverged::{check_loss, check_state};
 use super::faults::FaultRecord;
 use super::worker::{ModelPiece, Worker, WorkerState};
 use crate::runtime::{Ctx, WorkerTimes};
@@ -189,14 +191,17 @@ impl Journal {
     }
 
     /// Records round `step` (1-based: rounds completed) with its mean
-    /// `loss` and the micro-batches its update applied.
-    pub fn step<C: Ctx>(&mut self, ctx: &C, step: u64, loss: f32, applied: u64) {
+    /// `loss` and the micro-batches its update applied; a loss that is not
+    /// finite ends the run here ([`Diverged`]).
+    pub fn step<C: Ctx>(&mut self, ctx: &C, step: u64, loss: f32, applied: u64) -> Result<()> {
+        check_loss(self.participant, step, loss)?;
         self.last_step = step;
         let point = StepPoint { step, loss, micro_batches: applied, end_s: ctx.now() };
         if self.held.is_none() {
             self.publish(&point);
         }
         self.points.push(point);
+        Ok(())
     }
 
     /// Counts `point` as applied and shows it to the observer.
@@ -271,6 +276,8 @@ impl Journal {
             self.participant,
             ctx.in_flight()
         );
+        let state = state();
+        check_state(self.participant, done, state.model.as_ref(), &state.tensors)?;
         let points = self.points[self.since_save..].to_vec();
         self.since_save = self.points.len();
         sink.submit(SavedPart {
@@ -281,7 +288,7 @@ impl Journal {
             applied: self.applied,
             points,
             last_step: self.last_step,
-            state: state(),
+            state,
         })
     }
 

@@ -5,6 +5,7 @@
 pub mod acco;
 pub mod detonation;
 pub mod diloco;
+pub mod diverged;
 pub mod faults;
 pub mod inner;
 pub mod journal;
@@ -18,6 +19,7 @@ pub use acco::settings::DpuSettings;
 pub use detonation::settings::{DemoSettings, InnerKind, ReplicatorKind};
 pub use diloco::async_settings::AsyncDilocoSettings;
 pub use diloco::settings::DilocoSettings;
+pub use diverged::Diverged;
 pub use faults::FaultRecord;
 pub use journal::{Checkpointing, Journal, Observer, PartSink, SavedPart, StepPoint, StrategyState};
 pub use local::settings::{Clip, Co2Settings, InnerState, LocalSgdSettings, OverlapLocalSgdSettings, SlowMoSettings};

@@ -127,6 +127,14 @@ pub struct Plan {
     /// not depend on timing (reproducible, comparable across backends);
     /// `None` accumulates for as long as the round is in flight (the papers').
     pub fixed_micro_batches: Option<usize>,
+    /// Equal tokens (`parallel.equal_tokens`): the micro-batches each worker
+    /// may compute over the run, `steps x grad_accum`, what a synchronous
+    /// method trains. Only the methods that accumulate as many micro-batches
+    /// as fit while a round communicates (dpu, acco-wp, acco) read it: they
+    /// stop computing there, apply what they hold and end, and follow the
+    /// schedule by tokens applied (acco/sharded.rs). `None`: they run
+    /// `steps` rounds of however many micro-batches fit (the papers').
+    pub micro_batch_budget: Option<u64>,
     /// How gradients and parameters travel (scalars always travel in f32).
     pub wire: WireDtype,
     /// The run's seed (`train.seed`): seeds draws a strategy makes besides
@@ -149,6 +157,7 @@ impl Plan {
             decay,
             grad_clip: 0.0,
             fixed_micro_batches: None,
+            micro_batch_budget: None,
             wire: WireDtype::F32,
             seed: 0,
             faults: Default::default(),

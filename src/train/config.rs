@@ -180,6 +180,25 @@ pub struct ParallelSection {
     /// stage, then wait for the round (timing-independent, reproducible
     /// results); unset: accumulate while the round is in flight.
     pub fixed_micro_batches: Option<usize>,
+    /// What `steps` buys dpu, acco-wp and acco (the methods that compute as
+    /// many micro-batches as fit while a round communicates): `rounds`,
+    /// `steps` rounds of however many fit, as their papers run them; or
+    /// `tokens`, the tokens of `steps` synchronous steps (`steps x
+    /// grad_accum` micro-batches per worker, the schedule followed by
+    /// tokens), what every other method trains. Default `rounds`;
+    /// `compare` defaults to `tokens`. Flag `--budget`.
+    pub budget: BudgetUnit,
+}
+
+/// What `--steps` buys the methods that accumulate while communicating.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BudgetUnit {
+    /// `steps` rounds, each of as many micro-batches as fit.
+    #[default]
+    Rounds,
+    /// The tokens of `steps` synchronous steps.
+    Tokens,
 }
 
 impl Default for ParallelSection {
@@ -197,6 +216,7 @@ impl Default for ParallelSection {
             micro_batch_s: 0.1,
             trace: None,
             fixed_micro_batches: None,
+            budget: BudgetUnit::Rounds,
         }
     }
 }

@@ -3,11 +3,6 @@
 pub mod config;
 pub mod metrics;
 pub mod parallel;
-pub mod parallel_ckpt;
-pub mod parallel_log;
-#[cfg(feature = "mpi")]
-pub mod parallel_mpi;
-pub mod parallel_report;
 pub mod run;
 pub mod rundir;
 pub mod trainer;

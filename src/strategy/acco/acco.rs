@@ -12,8 +12,11 @@
 //! With SGD, theta(t+1) = theta(t) - lr * (sum of gradients at theta(t) and
 //! at theta~(t)) / (their count): no stale gradient (Sec. 3, "Theoretical
 //! discussion"). The look-ahead uses lr(t): it estimates theta(t+1), the
-//! result of step t.
+//! result of step t. Under a token budget (budget.rs) a worker computes at
+//! most its micro-batches left, and the run ends on the round after which no
+//! worker has any.
 
+use super::budget::TokenBudget;
 use super::sharded::{accumulate_while, Sharded, Update};
 use crate::runtime::{Ctx, Work};
 use crate::strategy::journal::{Journal, StrategyState};
@@ -24,48 +27,62 @@ use anyhow::Result;
 /// Run ACCO on one worker.
 pub async fn run<C: Ctx>(ctx: &mut C, w: &mut Worker, plan: &Plan, j: &mut Journal) -> Result<Outcome> {
     let mut shard = Sharded::new(&w.model.params, ctx.rank(), ctx.world(), plan)?;
+    let mut budget = TokenBudget::new(plan, ctx.world());
     let rank = ctx.rank();
     let (mut tilde, mut tilde_n) = match j.take_resumed() {
         Some(s) => {
             shard.restore(&s)?;
+            budget.restore(&s)?;
             (s.tensor("tilde")?.to_vec(), s.count("tilde_n")? as usize)
         }
         None => {
             // g~(0): one micro-batch on theta(0).
             w.model.zero_grads();
-            ctx.compute(Work::MicroBatch, || w.micro_batch(1.0)).await;
+            let loss = ctx.compute(Work::MicroBatch, || w.micro_batch(1.0)).await;
+            budget.computed(1);
+            budget.loss(loss as f64, 1);
             (w.model.grads.clone(), 1)
         }
     };
     for t in j.first_round()..plan.end {
         ctx.mark_round(t);
-        let lr = plan.schedule.lr(t);
+        let lr = plan.schedule.lr(budget.lr_step(t));
         // Stage 1 (eq. 1): estimate theta~(t+1) from g~(t) while computing g(t) on theta(t).
-        let mut r1 = shard.start(ctx, &tilde, tilde_n as f32, None, Update::LookAhead, lr);
+        let mut r1 = shard.start(ctx, &tilde, tilde_n as f32, None, Update::LookAhead, lr, None);
         w.model.zero_grads();
-        let (loss1, n1) = accumulate_while(ctx, w, &shard, &r1, plan.fixed_micro_batches).await;
+        let (loss1, n1) = accumulate_while(ctx, w, &shard, &r1, plan.fixed_micro_batches, budget.cap()).await;
+        budget.computed(n1);
         shard.finish(ctx, &mut r1).await;
         w.model.params.copy_from_slice(shard.gathered()); // theta~(t+1)
                                                           // Stage 2 (eq. 2): commit theta(t+1) from g(t) + g~(t) while computing g~(t+1) on theta~(t+1).
         for (a, g) in tilde.iter_mut().zip(&w.model.grads) {
             *a += g;
         }
-        let mut r2 = shard.start(ctx, &tilde, (n1 + tilde_n) as f32, None, Update::Commit, lr);
+        let left = budget.left_to_send();
+        let mut r2 = shard.start(ctx, &tilde, (n1 + tilde_n) as f32, None, Update::Commit, lr, left);
         w.model.zero_grads();
-        let (loss2, n2) = accumulate_while(ctx, w, &shard, &r2, plan.fixed_micro_batches).await;
+        let (loss2, n2) = accumulate_while(ctx, w, &shard, &r2, plan.fixed_micro_batches, budget.cap()).await;
+        budget.computed(n2);
         shard.finish(ctx, &mut r2).await;
         w.model.params.copy_from_slice(shard.gathered()); // theta(t+1)
-        j.step(ctx, t + 1, ((loss1 + loss2) / (n1 + n2) as f64) as f32, (n1 + tilde_n) as u64);
+        let (applied, left) = shard.sums();
+        budget.round_done(applied as u64, left);
+        let loss = budget.loss(loss1 + loss2, n1 + n2);
+        j.step(ctx, t + 1, loss, (n1 + tilde_n) as u64)?;
         tilde.copy_from_slice(&w.model.grads);
         tilde_n = n2;
-        j.round_end(ctx, Some(w), t + 1, plan.end, || {
+        j.round_end(ctx, Some(w), t + 1, budget.end(plan.end, t), || {
             let mut s = StrategyState { model: replica_piece(rank, &w.model.params), ..StrategyState::default() };
             shard.save(&mut s);
+            budget.save(&mut s);
             s.tensors.push(("tilde".into(), tilde.clone()));
-            s.scalars = serde_json::json!({ "tilde_n": tilde_n });
+            s.scalars["tilde_n"] = serde_json::json!(tilde_n);
             s
         })
         .await?;
+        if budget.spent() {
+            break;
+        }
     }
     Ok(Outcome {
         optimizer_steps: shard.steps_taken(),

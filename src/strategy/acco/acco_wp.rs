@@ -14,6 +14,7 @@
 //! paper: it is a look-ahead step from theta(t+1), moments updated as that
 //! step would, nothing committed (see sharded.rs).
 
+use super::budget::TokenBudget;
 use super::sharded::{accumulate_while, Sharded, Update};
 use crate::runtime::{Ctx, Work};
 use crate::strategy::journal::{Journal, StrategyState};
@@ -25,40 +26,54 @@ use anyhow::Result;
 /// theta(T), not the prediction.
 pub async fn run<C: Ctx>(ctx: &mut C, w: &mut Worker, plan: &Plan, j: &mut Journal) -> Result<Outcome> {
     let mut shard = Sharded::new(&w.model.params, ctx.rank(), ctx.world(), plan)?;
+    let mut budget = TokenBudget::new(plan, ctx.world());
     let (mut pending, mut pending_n) = match j.take_resumed() {
         Some(s) => {
             shard.restore(&s)?;
+            budget.restore(&s)?;
             // The replica holds the prediction theta~(t+1), not the run's model.
             w.model.params.copy_from_slice(s.tensor("predicted")?);
             (s.tensor("pending")?.to_vec(), s.count("pending_n")? as usize)
         }
         None => {
             w.model.zero_grads();
-            ctx.compute(Work::MicroBatch, || w.micro_batch(1.0)).await;
+            let loss = ctx.compute(Work::MicroBatch, || w.micro_batch(1.0)).await;
+            budget.computed(1);
+            budget.loss(loss as f64, 1);
             (w.model.grads.clone(), 1)
         }
     };
     for t in j.first_round()..plan.end {
         ctx.mark_round(t);
-        let update = Update::CommitThenPredict { predict_lr: plan.schedule.lr(t + 1) };
-        let mut round = shard.start(ctx, &pending, pending_n as f32, None, update, plan.schedule.lr(t));
+        let step = budget.lr_step(t);
+        let update = Update::CommitThenPredict { predict_lr: plan.schedule.lr(step + 1) };
+        let left = budget.left_to_send();
+        let mut round = shard.start(ctx, &pending, pending_n as f32, None, update, plan.schedule.lr(step), left);
         w.model.zero_grads();
-        let (loss, n) = accumulate_while(ctx, w, &shard, &round, plan.fixed_micro_batches).await;
+        let (loss, n) = accumulate_while(ctx, w, &shard, &round, plan.fixed_micro_batches, budget.cap()).await;
+        budget.computed(n);
         shard.finish(ctx, &mut round).await;
-        j.step(ctx, t + 1, (loss / n as f64) as f32, pending_n as u64);
+        let (applied, left) = shard.sums();
+        budget.round_done(applied as u64, left);
+        let loss = budget.loss(loss, n);
+        j.step(ctx, t + 1, loss, pending_n as u64)?;
         w.model.params.copy_from_slice(shard.gathered());
         pending.copy_from_slice(&w.model.grads);
         pending_n = n;
-        j.round_end(ctx, Some(w), t + 1, plan.end, || {
+        j.round_end(ctx, Some(w), t + 1, budget.end(plan.end, t), || {
             // Every worker holds one shard of the committed theta(t+1).
             let mut s = StrategyState { model: Some(shard.committed_piece()), ..StrategyState::default() };
             shard.save(&mut s);
+            budget.save(&mut s);
             s.tensors.push(("pending".into(), pending.clone()));
             s.tensors.push(("predicted".into(), w.model.params.clone()));
-            s.scalars = serde_json::json!({ "pending_n": pending_n });
+            s.scalars["pending_n"] = serde_json::json!(pending_n);
             s
         })
         .await?;
+        if budget.spent() {
+            break;
+        }
     }
     let committed = shard.gather_committed(ctx).await;
     w.model.params.copy_from_slice(committed);

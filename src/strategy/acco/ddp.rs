@@ -34,7 +34,7 @@ pub async fn run<C: Ctx>(ctx: &mut C, w: &mut Worker, plan: &Plan, j: &mut Journ
         let lr = plan.schedule.lr(step);
         let m = &mut w.model;
         ctx.compute(Work::Optimizer { params: n }, || opt.step(&mut m.params, &m.grads, lr, &plan.decay)).await;
-        j.step(ctx, step + 1, loss, plan.grad_accum as u64);
+        j.step(ctx, step + 1, loss, plan.grad_accum as u64)?;
         j.round_end(ctx, Some(w), step + 1, plan.end, || StrategyState {
             tensors: opt.state_tensors().into_iter().map(|(k, v)| (k, v.to_vec())).collect(),
             model: replica_piece(rank, &w.model.params),

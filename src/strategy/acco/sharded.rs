@@ -82,6 +82,11 @@ pub struct ShardedRound {
     count: f32,
     /// The sum of counts when known in advance (no count all-reduce).
     known_total: Option<f32>,
+    /// Under a token budget, this worker's micro-batches still to compute:
+    /// summed with the counts (budget.rs). `None`: nothing more is sent.
+    left: Option<f32>,
+    /// After the round: the sum of counts it divided by, and of `left`.
+    sums: (f32, Option<f32>),
     /// Global-norm clip (0: off).
     clip: f32,
     update: Update,
@@ -93,14 +98,20 @@ pub struct ShardedRound {
 impl CommTask for ShardedRound {
     type Output = ShardedRound;
     async fn run<C: CommSide>(mut self, c: &mut C) -> ShardedRound {
-        let total = match self.known_total {
-            Some(t) => t,
-            None => {
+        let (total, left) = match (self.known_total, self.left) {
+            (Some(t), None) => (t, None),
+            (None, None) => {
                 let mut n = [self.count];
                 c.all_reduce(&Group::World, &mut n, ReduceOp::Sum, WireDtype::F32).await;
-                n[0]
+                (n[0], None)
+            }
+            (known, Some(left)) => {
+                let mut n = [self.count, left];
+                c.all_reduce(&Group::World, &mut n, ReduceOp::Sum, WireDtype::F32).await;
+                (known.unwrap_or(n[0]), Some(n[1]))
             }
         };
+        self.sums = (total, left);
         c.reduce_scatter(&Group::World, &self.flat, &mut self.shard_g, ReduceOp::Sum, self.wire).await;
         // Division, like the Mean collective, so zero1 == ddp bitwise.
         self.shard_g.iter_mut().for_each(|g| *g /= total);
@@ -156,6 +167,8 @@ impl Sharded {
             shard_out: vec![0.0; m],
             count: 0.0,
             known_total: None,
+            left: None,
+            sums: (0.0, None),
             clip: plan.grad_clip,
             update: Update::Commit,
             lr: 0.0,
@@ -176,7 +189,10 @@ impl Sharded {
 
     /// Start a round on `grads` (length n). `count` is this worker's number
     /// of micro-batches in `grads`; with `known_total = Some(t)` the counts
-    /// are not communicated and the reduced sum is divided by `t`.
+    /// are not communicated and the reduced sum is divided by `t`. `left`:
+    /// a token budget's micro-batches still to compute, summed with the
+    /// counts ([`Sharded::sums`]).
+    #[allow(clippy::too_many_arguments)]
     pub fn start<C: Ctx>(
         &mut self,
         ctx: &mut C,
@@ -185,11 +201,12 @@ impl Sharded {
         known_total: Option<f32>,
         update: Update,
         lr: f32,
+        left: Option<f32>,
     ) -> Round<C::Handle<ShardedRound>> {
         let mut op = self.op.take().expect("one round at a time");
         op.flat[..self.n].copy_from_slice(grads);
         op.flat[self.n..].fill(0.0);
-        (op.count, op.known_total, op.update, op.lr) = (count, known_total, update, lr);
+        (op.count, op.known_total, op.update, op.lr, op.left) = (count, known_total, update, lr, left);
         Round { handle: Some(ctx.start(op)) }
     }
 
@@ -203,6 +220,12 @@ impl Sharded {
         if let Some(h) = r.handle.take() {
             self.op = Some(ctx.wait(h).await);
         }
+    }
+
+    /// The last completed round's sums: of the counts (what it divided
+    /// by) and of the workers' `left` (`None` without a budget).
+    pub fn sums(&self) -> (f32, Option<f32>) {
+        self.op().sums
     }
 
     /// The gathered parameters of the last completed round (length n).
@@ -267,7 +290,8 @@ impl Sharded {
 /// Compute micro-batches on the current parameters (at least one, so
 /// N_i >= 1) and advance `round` between them, until it completes: ACCO's
 /// "accumulate while you communicate". With `fixed = Some(k)`, exactly k
-/// (the caller then waits for the round). Gradients are summed (loss
+/// (the caller then waits for the round). At most `cap` (a token budget's
+/// micro-batches left; none when it is 0). Gradients are summed (loss
 /// weight 1) into the model's accumulator; returns (sum of losses, count).
 pub async fn accumulate_while<C: Ctx>(
     ctx: &mut C,
@@ -275,15 +299,20 @@ pub async fn accumulate_while<C: Ctx>(
     shard: &Sharded,
     round: &Round<C::Handle<ShardedRound>>,
     fixed: Option<usize>,
+    cap: Option<usize>,
 ) -> (f64, usize) {
     let (mut loss, mut count) = (0.0f64, 0usize);
+    if cap == Some(0) {
+        return (loss, count);
+    }
     loop {
         loss += ctx.compute(Work::MicroBatch, || w.micro_batch(1.0)).await as f64;
         count += 1;
-        let done = match fixed {
-            Some(k) => count >= k,
-            None => shard.is_done(ctx, round),
-        };
+        let done = cap.is_some_and(|c| count >= c)
+            || match fixed {
+                Some(k) => count >= k,
+                None => shard.is_done(ctx, round),
+            };
         if done {
             return (loss, count);
         }
@@ -327,7 +356,7 @@ mod tests {
             async move {
                 let mut shard = Sharded::new(&[0.0; 4], ctx.rank(), 2, &plan)?;
                 let count = 257.0 + ctx.rank() as f32;
-                let mut r = shard.start(&mut ctx, &[256.0; 4], count, None, Update::Commit, 1.0);
+                let mut r = shard.start(&mut ctx, &[256.0; 4], count, None, Update::Commit, 1.0, None);
                 shard.finish(&mut ctx, &mut r).await;
                 Ok((shard.committed_piece().values, shard.gathered().to_vec()))
             }

@@ -29,10 +29,11 @@ pub async fn run<C: Ctx>(ctx: &mut C, w: &mut Worker, plan: &Plan, j: &mut Journ
     for step in j.first_round()..plan.end {
         ctx.mark_round(step);
         let loss = accumulate(ctx, w, plan.grad_accum).await;
-        let mut round = shard.start(ctx, &w.model.grads, 1.0, Some(world), Update::Commit, plan.schedule.lr(step));
+        let mut round =
+            shard.start(ctx, &w.model.grads, 1.0, Some(world), Update::Commit, plan.schedule.lr(step), None);
         shard.finish(ctx, &mut round).await;
         w.model.params.copy_from_slice(shard.gathered());
-        j.step(ctx, step + 1, loss, plan.grad_accum as u64);
+        j.step(ctx, step + 1, loss, plan.grad_accum as u64)?;
         j.round_end(ctx, Some(w), step + 1, plan.end, || {
             let mut s = StrategyState { model: replica_piece(rank, &w.model.params), ..StrategyState::default() };
             shard.save(&mut s);

@@ -1,78 +1,86 @@
-//! The DiLoCo-style replicator (DeToNATION paper: "synchronization each
-//! n'th optimization step"; shared/notes/demo.md: "full every n"): nothing
-//! travels for n-1 steps while the momentum accumulates, then the whole
-//! momentum is averaged and leaves every member's delta.
+//! The DiLoCo replicator as the DeToNATION code runs it (the paper: "DiLoCo
+//! denotes synchronization each n'th optimization step"; its App. B calls
+//! it "full sync (DiLoCo)"). The repository has no DiLoCo class: the
+//! benchmarks run `FullReplicator` with `replicate_every = n`
+//! (schneiderkamplab/DeToNATION be29e5c, `benchmarks/t5/train.py:34,171,179`),
+//! and the mixin hands the node-mean gradient straight to the step on the
+//! other steps (`detonation/detonatiomixin.py:99-111`):
 //!
 //! ```text
-//! 2. delta <- beta delta + lr g
-//!    if (t + 1) mod n == 0:  v <- delta;  delta <- delta - v;  Q <- all-reduce mean of v
-//!    else:                   Q <- 0                     (step 9 then moves nothing)
+//! t = 0, 1, ... (the reference's step counter is t + 1):
+//!     if (t + 1) mod n == 0:  Q <- all-reduce mean of g over the replication group   (full.rs)
+//!     else:                   Q <- g                      the node's own mean gradient
+//! then steps 8-9 as for every replicator: p <- p - lr sign(Q)  (or Decoupled AdamW)
 //! ```
 //!
-//! Its bytes budget per step is 4N / n (f32): compression 1/n.
+//! No momentum (nothing is kept between steps), no parameter averaging:
+//! the nodes take a local step every step and share only every n-th
+//! step's gradient, so their parameters drift apart and are never pulled
+//! back together. Bytes: the f32 (or wire) shard every n steps, 1/n. The
+//! momentum variant that moves the parameters once per n steps is
+//! `diloco-delta` (diloco_delta.rs).
 
+use super::full::FullReplicator;
 use super::replicator::{Exchange, Replicator};
 use crate::comm::WireDtype;
 use crate::runtime::Group;
 use crate::strategy::outcome::Budget;
 use anyhow::Result;
 
-/// The DiLoCo-style replicator of one shard.
+/// The DiLoCo replicator of one shard.
 pub struct DilocoReplicator {
-    beta: f32,
     every: u64,
-    group: Group,
-    wire: WireDtype,
-    delta: Vec<f32>,
-    values: Option<Vec<f32>>,
+    /// The exchange of every n-th step.
+    full: FullReplicator,
+    /// The gradient of a step without exchange, until `unfold` hands it out.
+    local: Vec<f32>,
 }
 
 impl DilocoReplicator {
-    /// Averages the momentum every `every` steps over `group`.
-    pub fn new(beta: f32, every: u64, len: usize, group: Group, wire: WireDtype) -> Self {
-        DilocoReplicator { beta, every: every.max(1), group, wire, delta: vec![0.0; len], values: Some(vec![0.0; len]) }
+    /// Averages the gradient over `group` of `members` every `every` steps.
+    pub fn new(every: u64, len: usize, group: Group, wire: WireDtype, members: usize) -> Self {
+        DilocoReplicator {
+            every: every.max(1),
+            full: FullReplicator::new(len, group, wire, members),
+            local: vec![0.0; len],
+        }
+    }
+
+    /// Whether step `t` (from 0) exchanges: the reference's `t + 1` is a multiple of n.
+    pub fn exchanges(&self, t: u64) -> bool {
+        (t + 1).is_multiple_of(self.every)
     }
 }
 
 impl Replicator for DilocoReplicator {
     fn fold(&mut self, t: u64, lr: f32, g: &[f32]) -> Exchange {
-        let beta = self.beta;
-        self.delta.iter_mut().zip(g).for_each(|(d, &g)| *d = beta * *d + lr * g);
-        if !(t + 1).is_multiple_of(self.every) {
-            return Exchange::Nothing;
+        if self.exchanges(t) {
+            return self.full.fold(t, lr, g);
         }
-        let mut values = self.values.take().expect("one exchange at a time");
-        for (v, d) in values.iter_mut().zip(self.delta.iter_mut()) {
-            *v = *d;
-            *d -= self.wire.round(*v);
-        }
-        Exchange::Mean { group: self.group.clone(), values, wire: self.wire }
+        self.local.copy_from_slice(g);
+        Exchange::Nothing
     }
 
     fn unfold(&mut self, done: Exchange, q: &mut [f32]) {
         match done {
-            Exchange::Mean { values, .. } => {
-                q.copy_from_slice(&values);
-                self.values = Some(values);
-            }
-            _ => q.fill(0.0),
+            Exchange::Nothing => q.copy_from_slice(&self.local),
+            done => self.full.unfold(done, q),
         }
     }
 
     fn flops(&self) -> f64 {
-        3.0 * self.delta.len() as f64
+        0.0
     }
 
     fn budget(&self) -> Budget {
-        let n = self.delta.len();
-        Budget { payload_bytes: n * self.wire.bytes_per_elem(), every: self.every, dense_bytes: 4 * n }
+        Budget { every: self.every, ..self.full.budget() }
     }
 
     fn state(&self) -> Vec<(String, Vec<f32>)> {
-        vec![("delta".into(), self.delta.clone())]
+        Vec::new()
     }
 
-    fn restore(&mut self, from: &crate::strategy::journal::StrategyState) -> Result<()> {
-        from.copy_into("delta", &mut self.delta)
+    fn restore(&mut self, _from: &crate::strategy::journal::StrategyState) -> Result<()> {
+        Ok(())
     }
 }

@@ -32,7 +32,7 @@ use super::shard;
 use super::step::{DemoStep, Inner};
 use crate::comm::ReduceOp;
 use crate::runtime::{AllGather, AllReduce, Ctx, Group, ReduceScatter, Work};
-use crate::strategy::detonation::settings::{DemoSettings, InnerKind};
+use crate::strategy::detonation::settings::{DemoSettings, InnerKind, ReplicatorKind};
 use crate::strategy::journal::{Journal, StrategyState};
 use crate::strategy::outcome::{MemoryBytes, Outcome};
 use crate::strategy::worker::{accumulate, ModelPiece, Plan, Worker};
@@ -66,6 +66,9 @@ pub async fn run<C: Ctx>(
     let pieces = shard::pieces(&w.model.layout, s.chunk, &mine);
     let members = topo.members(&repl, me).len();
     let mut rep = super::build(s, &pieces, len, repl, members, plan.wire)?;
+    // diloco averages no parameters: the nodes' replicas drift apart, and a
+    // worker resumes from its own node's replica, not from node 0's model.
+    let drifts = s.replicator == ReplicatorKind::Diloco && members > 1 && s.diloco_every() > 1;
     let inner = match s.inner {
         InnerKind::Sgd => Inner::Sgd,
         InnerKind::DecoupledAdamw => Inner::AdamW(DecoupledAdamW::new(&plan.optimizer, len)),
@@ -85,6 +88,11 @@ pub async fn run<C: Ctx>(
         pending = st.count("pending")? == 1;
         if pending {
             q.copy_from_slice(st.tensor("pending_q")?);
+        }
+        if k <= 1 {
+            w.model.params.copy_from_slice(&theta);
+        } else if drifts {
+            st.copy_into("replica", &mut w.model.params)?;
         }
     }
     let mut flight: Option<Flight<C::Handle<Exchange>>> = None;
@@ -149,7 +157,7 @@ pub async fn run<C: Ctx>(
             applied_steps += 1;
             (ag_in, ag_out) = gather_params(ctx, w, &theta, &shards, k, ag_in, ag_out, plan).await;
         }
-        j.step(ctx, t + 1, loss, applied);
+        j.step(ctx, t + 1, loss, applied)?;
         if s.overlap && (t + 1 == plan.end || j.checkpoint_due(t + 1, plan.end)) {
             // A quiet boundary: bring the exchange in, keep its Q for the next step.
             if let Some(f) = flight.take() {
@@ -169,6 +177,9 @@ pub async fn run<C: Ctx>(
             st.tensors.extend(step.state());
             if pending {
                 st.tensors.push(("pending_q".into(), q.clone()));
+            }
+            if drifts && k > 1 {
+                st.tensors.push(("replica".into(), w.model.params.clone()));
             }
             st.scalars = serde_json::json!({
                 "inner_steps": step.steps_taken(),
@@ -199,7 +210,8 @@ pub async fn run<C: Ctx>(
 }
 
 /// The run's model: DeMo's replica from worker 0; FlexDeMo's shards from
-/// the workers of node 0 (the other nodes hold the same).
+/// the workers of node 0 (the other nodes hold the same, except under
+/// diloco, whose nodes drift apart: the run's model is then node 0's).
 fn model_piece(flex: bool, first_node: bool, me: usize, lo: usize, shard: &[f32]) -> Option<ModelPiece> {
     let give = if flex { first_node } else { me == 0 };
     give.then(|| ModelPiece { offset: lo, values: shard.to_vec() })

@@ -2,7 +2,8 @@
 //! "Replication Schemes"): both send the momentum's values at indices that
 //! every member of the replication group computes alike, so no index
 //! travels and the bytes buy only values. They differ in one thing, the
-//! rule that picks step t's indices: a [`Selection`] (random.rs, striding.rs).
+//! rule that picks step t's indices: a [`Selection`] (random.rs,
+//! striding.rs, striding_element.rs).
 //!
 //! ```text
 //! 2. delta <- beta delta + lr g
@@ -20,8 +21,8 @@ use anyhow::Result;
 
 /// The rule that picks a step's indices (step 4).
 pub trait Selection: Send {
-    /// Fills `out` with step `t`'s `m` distinct indices of `0..n`, the same
-    /// on every member.
+    /// Fills `out` with step `t`'s `m` indices of `0..n`, the same on every
+    /// member (distinct, except striding's repeated rows).
     fn select(&mut self, t: u64, n: usize, m: usize, out: &mut Vec<usize>);
 }
 
@@ -70,6 +71,11 @@ impl<S: Selection> IndexedReplicator<S> {
     pub fn per_step(&self) -> usize {
         self.m
     }
+
+    /// The rule that picks the indices.
+    pub fn selection(&self) -> &S {
+        &self.selection
+    }
 }
 
 impl<S: Selection> Replicator for IndexedReplicator<S> {
@@ -77,12 +83,16 @@ impl<S: Selection> Replicator for IndexedReplicator<S> {
         // 2.
         let beta = self.beta;
         self.delta.iter_mut().zip(g).for_each(|(d, &g)| *d = beta * *d + lr * g);
-        // 4-5.
+        // 4-5. Every value is read before any leaves delta, and what stays
+        // is set, not subtracted: an index picked twice (striding's rows
+        // can repeat) sends the same value twice and leaves once.
         let mut values = self.values.take().expect("one exchange at a time");
         self.indices(t);
         for (v, &i) in values.iter_mut().zip(&self.picked) {
             *v = self.delta[i];
-            self.delta[i] -= self.wire.round(*v);
+        }
+        for (v, &i) in values.iter().zip(&self.picked) {
+            self.delta[i] = v - self.wire.round(*v);
         }
         Exchange::Mean { group: self.group.clone(), values, wire: self.wire }
     }

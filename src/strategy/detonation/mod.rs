@@ -6,8 +6,9 @@
 //!
 //! ```text
 //! 1.   p <- p * (1 - lr * wd)                          step.rs (decoupled weight decay)
-//! 2-5. delta <- beta delta + lr g; pick what to send;  Replicator::fold  (one file per replicator:
-//!      delta <- delta - what is sent                      demo.rs, random.rs, striding.rs, diloco.rs, full.rs)
+//! 2-5. delta <- beta delta + lr g; pick what to send;  Replicator::fold  (one file per replicator: demo.rs,
+//!      delta <- delta - what is sent                      random.rs, striding.rs, diloco.rs, full.rs,
+//!                                                         striding_element.rs, diloco_delta.rs)
 //! 6.   exchange, ONE batched task for all tensors       Exchange (replicator.rs)
 //! 7.   Q <- decode (mean over contributors)             Replicator::unfold
 //! 8.   Q <- sign(Q)                                     step.rs
@@ -22,6 +23,7 @@
 pub mod adamw;
 pub mod demo;
 pub mod diloco;
+pub mod diloco_delta;
 pub mod flexdemo;
 pub mod full;
 pub mod indexed;
@@ -31,6 +33,7 @@ pub mod settings;
 pub mod shard;
 pub mod step;
 pub mod striding;
+pub mod striding_element;
 #[cfg(test)]
 mod tests;
 
@@ -53,7 +56,7 @@ pub fn build(
     members: usize,
     wire: WireDtype,
 ) -> Result<Box<dyn Replicator>> {
-    if members <= 1 && s.replicator != ReplicatorKind::Full {
+    if members <= 1 && !s.replicator.raw_gradient() {
         // A replication group of one has no one to agree with: everything
         // is "sent" (the reference does the same), Q = lr g.
         return Ok(Box::new(Alone { q: vec![0.0; len] }));
@@ -65,9 +68,19 @@ pub fn build(
             Box::new(random::RandomReplicator::new(s.beta, values_for(c, len, wire), s.seed, len, group, wire))
         }
         ReplicatorKind::Striding => {
-            Box::new(striding::StridingReplicator::new(s.beta, values_for(c, len, wire), len, group, wire))
+            Box::new(striding::StridingReplicator::new(s.beta, c, s.chunk, pieces, len, group, wire))
         }
-        ReplicatorKind::Diloco => Box::new(diloco::DilocoReplicator::new(s.beta, s.diloco_every(), len, group, wire)),
+        ReplicatorKind::StridingElement => Box::new(striding_element::StridingElementReplicator::new(
+            s.beta,
+            values_for(c, len, wire),
+            len,
+            group,
+            wire,
+        )),
+        ReplicatorKind::Diloco => Box::new(diloco::DilocoReplicator::new(s.diloco_every(), len, group, wire, members)),
+        ReplicatorKind::DilocoDelta => {
+            Box::new(diloco_delta::DilocoDeltaReplicator::new(s.beta, s.diloco_every(), len, group, wire))
+        }
         ReplicatorKind::Full => Box::new(full::FullReplicator::new(len, group, wire, members)),
     })
 }

@@ -22,7 +22,7 @@ pub enum Exchange {
         /// Every member's payload, in member order.
         output: Vec<u8>,
     },
-    /// Random, striding, diloco, full: the selected values, averaged (the
+    /// Random, striding, diloco, full and the others: the selected values, averaged (the
     /// indices are known to every member: nothing else travels).
     Mean {
         /// The replication group.
@@ -32,7 +32,7 @@ pub enum Exchange {
         /// How the values travel.
         wire: WireDtype,
     },
-    /// Nothing this step (diloco between synchronisations).
+    /// Nothing this step (diloco and diloco-delta between exchanges).
     Nothing,
 }
 

@@ -9,8 +9,10 @@
 //! ```
 //!
 //! Weight decay is applied here, by this code, whatever the inner
-//! optimizer (the reference read an attribute that was never set and
-//! silently skipped it: tests.rs has the test that catches that).
+//! optimizer. The DeToNATION code reads `self.weight_decay`, an attribute
+//! its mixin never sets (`detonatiomixin.py:95-96`: it was renamed
+//! `detonation_weight_decay`), so any non-zero decay raises there;
+//! tests/mod.rs `weight_decay_is_really_applied` pins what step 1 does.
 //!
 //! Without sign the step is `lr * Q` with Q already weighted by lr (step 2
 //! folds `lr * g` into delta), as the note and the reference define it:

@@ -152,7 +152,7 @@ pub async fn worker<C: Ctx>(ctx: &mut C, w: &mut Worker, plan: &Plan, j: &mut Jo
                     break;
                 }
                 // The rate follows the shard's own step count (shards.rs), not this worker's.
-                inner.step_at(ctx, w, plan, inner.steps, order.lr(&plan.schedule, k), j).await;
+                inner.step_at(ctx, w, plan, inner.steps, order.lr(&plan.schedule, k), j).await?;
             }
             if !(lost || life.crashed(ctx.now())) {
                 let per_step = (ctx.now() - start) / steps.max(1) as f64;
@@ -349,7 +349,7 @@ pub async fn server<C: Ctx>(
                 if saving.is_none() && p.t_local < t_max {
                     saving = j.boundary_reached(p.t_local / k as u64);
                 }
-                j.step(ctx, outer.steps_taken(), m.scalars[1] as f32, 0);
+                j.step(ctx, outer.steps_taken(), m.scalars[1] as f32, 0)?;
                 roster.reported(from);
                 completed.push(from);
                 roster.out() == 0

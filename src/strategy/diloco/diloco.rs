@@ -5,7 +5,7 @@
 //! theta = theta^(0), equal on every worker                         line 1
 //! for t in 1..T:                                                    line 5
 //!     theta_i = theta                                               line 7
-//!     H inner steps of InnerOpt on worker i's own data              lines 8-12 (local.rs)
+//!     H inner steps of InnerOpt on worker i's own data              lines 8-12 (inner.rs)
 //!     delta_i = theta - theta_i                                     line 13: old minus new
 //!     Delta   = (1/k) sum_i delta_i                                 line 15: all-reduce mean
 //!     theta   = OuterOpt(theta, Delta)                              line 16 (optim/outer.rs)
@@ -82,7 +82,7 @@ pub async fn run<C: Ctx>(
         let (lo, hi) = rounds.range(t);
         // Lines 8-12: H inner steps from theta (the replica holds theta here).
         for step in lo..hi {
-            inner.step(ctx, w, plan, step, j).await;
+            inner.step(ctx, w, plan, step, j).await?;
         }
         // Line 13, then line 15: the mean pseudo-gradient.
         let mut delta = std::mem::take(&mut w.model.params);

@@ -6,7 +6,7 @@
 //! ```text
 //!  1  m_0 = 0
 //!  2  for t in 0..T:
-//!  3-6    x_{t,tau}^(i) = tau inner steps from x_{t,0} on worker i   (local.rs; x_{t,1} kept for eq. 3)
+//!  3-6    x_{t,tau}^(i) = tau inner steps from x_{t,0} on worker i   (inner.rs; x_{t,1} kept for eq. 3)
 //!  7      launch AAR(x_{t,tau}^(i))
 //!  8-10   x_{t-1,tau} = wait(AAR(x_{t-1,tau}^(i)))                  (returns at once if it is done)
 //! 11      Lambda_t = |x_{t,0} - x_{t-1,0}| / (tau |x_{t-1,1} - x_{t-1,0}|) + 1      eq. 3, element-wise
@@ -38,7 +38,7 @@
 //!   x_{T-1,tau}, the average of the last inner loop's results. A run
 //!   stopped early (`--stop-at`) ends on x_{t-1,tau} and resumes bit for bit.
 //! - `shard_outer`: co2_sharded.rs. With a bf16 wire the difference to the
-//!   last synchronised model travels (local.rs).
+//!   last synchronised model travels (inner.rs).
 //! - Memory: x_{t,0}, x_{t-1,0} and m (3 copies) plus the buffer in flight
 //!   is ACCO's Table 1 row `(2 + 2 + 4x2 + K) Psi`; the element-wise
 //!   penalty adds x_{t-1,1} and x_{t,1} (both live at once: x_{t,1} is
@@ -104,7 +104,7 @@ pub async fn run<C: Ctx>(
         // Lines 3-6: the inner loop from x_{t,0}.
         let (lo, hi) = rounds.range(t);
         for step in lo..hi {
-            inner.step(ctx, w, plan, step, j).await;
+            inner.step(ctx, w, plan, step, j).await?;
             if step == lo {
                 outer.record_first_step(&w.model.params);
             }

@@ -117,7 +117,7 @@ pub async fn run<C: Ctx>(
         // Lines 3-6.
         let (lo_step, hi) = rounds.range(t);
         for step in lo_step..hi {
-            inner.step(ctx, w, plan, step, j).await;
+            inner.step(ctx, w, plan, step, j).await?;
             if step == lo_step {
                 let first = slice(&w.model.params);
                 outer.record_first_step(&first);

@@ -5,7 +5,7 @@
 //!
 //! ```text
 //! for t in 0..T:
-//!     x_{t,tau}^(i) = tau inner steps from x_t on worker i       (local.rs)
+//!     x_{t,tau}^(i) = tau inner steps from x_t on worker i       (inner.rs)
 //!     x_{t+1}       = (1/G) sum_i x_{t,tau}^(i)                  all-reduce, blocking
 //!     inner state:  keep | reset | average                       (setting inner_state)
 //! ```
@@ -66,7 +66,7 @@ pub(crate) async fn run_form<C: Ctx>(
     while rounds.range(t).0 < end {
         let (lo, hi) = rounds.range(t);
         for step in lo..hi {
-            inner.step(ctx, w, plan, step, j).await;
+            inner.step(ctx, w, plan, step, j).await?;
         }
         // x_{t+1} = mean_i x_{t,tau}^(i): the replica goes out and comes back averaged.
         let r = synced.as_deref().unwrap_or(&[]);

@@ -7,7 +7,7 @@
 //! ```text
 //! z_0 = x_0 (the initial model, equal on every worker)
 //! for t in 0..T:
-//!     x^(i) = tau inner steps from x^(i) on worker i         (local.rs)
+//!     x^(i) = tau inner steps from x^(i) on worker i         (inner.rs)
 //!     z_t   = wait(AAR(t-1))                                 the average of round t-1 (z_0 when t = 0)
 //!     x^(i) <- x^(i) - pull * (x^(i) - z_t)                  pull toward the anchor
 //!     AAR(t) <- start all-reduce mean of x^(i)               in flight during round t+1
@@ -23,7 +23,7 @@
 //!   model is the anchor z_t, the last completed average. A resumed run
 //!   starts by launching the all-reduce the stopped run did not.
 //! - With a bf16 wire the difference to the anchor z_t travels (it is
-//!   held by every worker anyway, local.rs).
+//!   held by every worker anyway, inner.rs).
 
 use super::settings::OverlapLocalSgdSettings;
 use crate::runtime::{AllReduce, Ctx, Group, Work};
@@ -70,7 +70,7 @@ pub async fn run<C: Ctx>(
     while rounds.range(t).0 < end {
         let (lo, hi) = rounds.range(t);
         for step in lo..hi {
-            inner.step(ctx, w, plan, step, j).await;
+            inner.step(ctx, w, plan, step, j).await?;
         }
         // z_t = the average of round t-1 (waits only if it is still in flight).
         if let Some(h) = pending.take() {

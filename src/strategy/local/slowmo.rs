@@ -5,7 +5,7 @@
 //! ```text
 //! u = 0, x_0 = initial parameters (the outer iterate, equal on every worker)
 //! for t in 0..T:
-//!     x_{t,tau}^(i) = tau inner steps from x_0 on worker i      (local.rs)
+//!     x_{t,tau}^(i) = tau inner steps from x_0 on worker i      (inner.rs)
 //!     x_avg = (1/G) sum_i x_{t,tau}^(i)                         all-reduce, blocking
 //!     u   <- beta u + (x_0 - x_avg) / gamma                     slow momentum
 //!     x_0 <- x_0 - alpha gamma u                                outer step; every worker restarts from x_0
@@ -69,7 +69,7 @@ pub async fn run<C: Ctx>(
     while rounds.range(t).0 < end {
         let (lo, hi) = rounds.range(t);
         for step in lo..hi {
-            inner.step(ctx, w, plan, step, j).await;
+            inner.step(ctx, w, plan, step, j).await?;
         }
         // x_avg = mean_i x_{t,tau}^(i) (bf16 wire: the difference to x_0 travels).
         let mut x = std::mem::take(&mut w.model.params);

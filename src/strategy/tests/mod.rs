@@ -1,5 +1,8 @@
 //! Equivalence tests that tie the strategies and runtimes together.
 
+mod diverged;
+mod resume;
+
 use super::*;
 use crate::comm::{LinkModel, Tier};
 use crate::data::sampler::shard_range;

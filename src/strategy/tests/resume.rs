@@ -2,8 +2,8 @@
 //! 2N rounds == N rounds + save + resume + N rounds, to the last bit (and,
 //! in the simulator, to the last virtual second).
 
-use super::{bits, plan, tiny, workers};
 use super::*;
+use super::{bits, plan, tiny, workers};
 use crate::comm::{LinkModel, Tier};
 use crate::runtime::real::RealSpec;
 use crate::runtime::sim::SimSpec;
@@ -43,8 +43,22 @@ fn every_method() -> Vec<Method> {
         // Overlapped: the exchange in flight at the checkpoint is brought in and its Q saved.
         Method::Demo(DemoSettings { overlap: true, replicator: ReplicatorKind::Random, ..demo.clone() }),
         // One node of two: sharded state (each worker's shard and its AdamW moments).
-        Method::FlexDemo(DemoSettings { overlap: true, inner: InnerKind::DecoupledAdamw, ..demo }),
+        Method::FlexDemo(DemoSettings { overlap: true, inner: InnerKind::DecoupledAdamw, ..demo.clone() }),
     ];
+    // The other replicators; diloco's and diloco-delta's period 2 puts the
+    // stop at round 3 mid-period (diloco-delta's momentum half gathered,
+    // overlapped diloco's local Q pending).
+    let every = Some(2);
+    v.extend(
+        [
+            (ReplicatorKind::Striding, false),
+            (ReplicatorKind::StridingElement, false),
+            (ReplicatorKind::Diloco, false),
+            (ReplicatorKind::Diloco, true),
+            (ReplicatorKind::DilocoDelta, false),
+        ]
+        .map(|(replicator, overlap)| Method::Demo(DemoSettings { replicator, overlap, every, ..demo.clone() })),
+    );
     // Outer rounds of one step: the stop at step 3 is outer boundary 2, so
     // the resumed run's outer steps use every saved tensor (momentum m_1
     // included; a round-trip through 2 rounds would leave m_0 = 0 untested).
@@ -61,7 +75,9 @@ fn every_method() -> Vec<Method> {
     v
 }
 
-/// Runs `method` to round `end` of `steps`, checkpointing every `every`.
+/// Runs `method` to round `end` of `steps`, checkpointing every `every`
+/// (under a token budget of `budget` micro-batches per worker, if any).
+#[allow(clippy::too_many_arguments)]
 fn run_to(
     method: &Method,
     rt: &Runtime,
@@ -70,6 +86,7 @@ fn run_to(
     every: u64,
     resumed: Vec<Option<SavedPart>>,
     start_params: Option<&[f32]>,
+    budget: Option<u64>,
 ) -> (Vec<WorkerReport>, MemorySink) {
     let sink = std::sync::Arc::new(MemorySink::default());
     let hooks = Hooks {
@@ -77,15 +94,23 @@ fn run_to(
         checkpoints: Checkpointing { every, sink: Some(sink.clone()) },
         resumed: resumed.clone(),
     };
-    let mut ws = workers(2, 2);
+    let mut ws = workers(world(rt), 2);
     for (w, part) in ws.iter_mut().zip(&resumed) {
         w.model.params.copy_from_slice(start_params.expect("a resumed run starts from the checkpoint's model"));
         w.restore(part.as_ref().unwrap().worker.clone().unwrap()).unwrap();
     }
-    let p = Plan { end, ..plan(steps, 1, 1.0) };
+    let p = Plan { end, micro_batch_budget: budget, ..plan(steps, 1, 1.0) };
     let reports = run_cluster(method, rt, ws, &p, &hooks).unwrap();
     drop(hooks);
     (reports, std::sync::Arc::into_inner(sink).unwrap())
+}
+
+/// Workers of `rt`.
+fn world(rt: &Runtime) -> usize {
+    match rt {
+        Runtime::Sim(s) => s.topology.workers,
+        Runtime::Real(s) => s.topology.workers,
+    }
 }
 
 /// The runtime with each participant's clock restored from `parts`.
@@ -97,11 +122,11 @@ fn restarted(rt: &Runtime, parts: &[SavedPart]) -> Runtime {
     }
 }
 
-fn check_resume(method: &Method, rt: &Runtime) {
-    let (whole, whole_sink) = run_to(method, rt, 6, 6, 3, vec![], None);
-    let (_, first) = run_to(method, rt, 6, 3, 0, vec![], None);
+fn check_resume(method: &Method, rt: &Runtime, budget: Option<u64>) {
+    let (whole, whole_sink) = run_to(method, rt, 6, 6, 3, vec![], None, budget);
+    let (_, first) = run_to(method, rt, 6, 3, 0, vec![], None, budget);
     let parts = first.round(3);
-    assert_eq!(parts.len(), 2, "{method}: a part per worker at the stop");
+    assert_eq!(parts.len(), world(rt), "{method}: a part per worker at the stop");
     let n = crate::model::ParamLayout::new(&tiny()).len;
     let model = assemble_model(n, parts.iter().filter_map(|p| p.state.model.clone())).unwrap();
     let mid = whole_sink.round(3);
@@ -112,7 +137,7 @@ fn check_resume(method: &Method, rt: &Runtime) {
         );
     }
     let (resumed, _) =
-        run_to(method, &restarted(rt, &parts), 6, 6, 0, parts.into_iter().map(Some).collect(), Some(&model));
+        run_to(method, &restarted(rt, &parts), 6, 6, 0, parts.into_iter().map(Some).collect(), Some(&model), budget);
     for (a, b) in whole.iter().zip(&resumed) {
         assert_eq!(bits(&a.params), bits(&b.params), "{method}: resumed parameters differ");
         assert_eq!(a.optimizer_steps, b.optimizer_steps, "{method}");
@@ -132,8 +157,25 @@ fn every_method_resumes_bit_identically_in_sim() {
     let link = LinkModel::flat(Tier { latency_s: 0.0, bandwidth_bytes_per_s: 4.0 * n / 2.5 });
     let rt = Runtime::Sim(SimSpec { link: Some(link), speeds: vec![1.0, 0.5], ..SimSpec::flat(2, 1.0, None) });
     for m in every_method() {
-        check_resume(&m, &rt);
+        check_resume(&m, &rt, None);
     }
+    // Equal tokens (acco/budget.rs): what is left and applied, and the
+    // schedule by tokens, continue exactly (a budget not spent by round 6).
+    for m in [Method::Dpu(DpuSettings { warmup_steps: 2 }), Method::AccoWp, Method::Acco] {
+        check_resume(&m, &rt, Some(40));
+    }
+}
+
+#[test]
+fn flexdemo_diloco_resumes_each_nodes_own_replica_on_two_nodes() {
+    // 2 nodes x 2: diloco's nodes drift apart (no parameter averaging), so
+    // the checkpoint's model (node 0's) is not node 1's; each worker
+    // resumes from its node's replica. Period 2: the stop is mid-period.
+    let topology = crate::runtime::Topology { workers: 4, per_node: 2, server: false };
+    let rt = Runtime::Sim(SimSpec { topology, ..SimSpec::flat(4, 1.0, None) });
+    let s = DemoSettings { replicator: ReplicatorKind::Diloco, every: Some(2), ..DemoSettings::default() };
+    check_resume(&Method::FlexDemo(s.clone()), &rt, None);
+    check_resume(&Method::FlexDemo(DemoSettings { overlap: true, ..s }), &rt, None);
 }
 
 #[test]
@@ -143,7 +185,7 @@ fn timing_independent_methods_resume_bit_identically_on_the_real_runtime() {
         .into_iter()
         .chain(crate::strategy::local::tests::local_methods(1))
     {
-        check_resume(&m, &rt);
+        check_resume(&m, &rt, None);
     }
     // ACCO with a fixed number of micro-batches per stage no longer depends on timing.
     let fixed = Plan { fixed_micro_batches: Some(1), end: 6, ..plan(6, 1, 1.0) };
@@ -211,17 +253,25 @@ fn local_methods_stopped_inside_a_round_save_at_its_end_and_resume_bit_identical
     let link = LinkModel::flat(Tier { latency_s: 0.0, bandwidth_bytes_per_s: 4.0 * n / 2.5 });
     let rt = Runtime::Sim(SimSpec { link: Some(link), speeds: vec![1.0, 0.5], ..SimSpec::flat(2, 1.0, None) });
     for method in crate::strategy::local::tests::local_methods(2) {
-        let (whole, whole_sink) = run_to(&method, &rt, 6, 6, 3, vec![], None);
+        let (whole, whole_sink) = run_to(&method, &rt, 6, 6, 3, vec![], None, None);
         assert!(whole_sink.round(3).is_empty() && whole_sink.round(4).len() == 2, "{method}");
-        let (_, first) = run_to(&method, &rt, 6, 3, 0, vec![], None);
+        let (_, first) = run_to(&method, &rt, 6, 3, 0, vec![], None, None);
         let parts = first.round(4);
         assert_eq!(parts.len(), 2, "{method}: saved at the end of the round containing the stop");
         for (a, b) in whole_sink.round(4).iter().zip(&parts) {
             assert_eq!(a.state.tensors, b.state.tensors, "{method}");
         }
         let model = assemble_model(n as usize, parts.iter().filter_map(|p| p.state.model.clone())).unwrap();
-        let (resumed, _) =
-            run_to(&method, &restarted(&rt, &parts), 6, 6, 0, parts.into_iter().map(Some).collect(), Some(&model));
+        let (resumed, _) = run_to(
+            &method,
+            &restarted(&rt, &parts),
+            6,
+            6,
+            0,
+            parts.into_iter().map(Some).collect(),
+            Some(&model),
+            None,
+        );
         for (a, b) in whole.iter().zip(&resumed) {
             assert_eq!(bits(&a.params), bits(&b.params), "{method}: resumed parameters differ");
             assert_eq!(a.times, b.times, "{method}: clocks continue exactly");
@@ -249,8 +299,8 @@ fn async_diloco_resumes_bit_identically_in_sim() {
         shards: Some(3),
         ..AsyncDilocoSettings::default()
     });
-    let (whole, whole_sink) = run_to(&method, &rt, 6, 6, 3, vec![], None);
-    let (_, first) = run_to(&method, &rt, 6, 3, 0, vec![], None);
+    let (whole, whole_sink) = run_to(&method, &rt, 6, 6, 3, vec![], None, None);
+    let (_, first) = run_to(&method, &rt, 6, 3, 0, vec![], None, None);
     let parts = first.round(3);
     assert_eq!(parts.len(), 3, "a part per worker and the server's");
     let mid = whole_sink.round(3);
@@ -262,7 +312,7 @@ fn async_diloco_resumes_bit_identically_in_sim() {
     }
     let model = assemble_model(n as usize, parts.iter().filter_map(|p| p.state.model.clone())).unwrap();
     let (resumed, _) =
-        run_to(&method, &restarted(&rt, &parts), 6, 6, 0, parts.into_iter().map(Some).collect(), Some(&model));
+        run_to(&method, &restarted(&rt, &parts), 6, 6, 0, parts.into_iter().map(Some).collect(), Some(&model), None);
     assert_eq!(whole.len(), 3);
     for (a, b) in whole.iter().zip(&resumed) {
         assert_eq!(bits(&a.params), bits(&b.params), "participant {}: parameters differ", a.rank);

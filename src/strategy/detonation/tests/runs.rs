@@ -80,16 +80,44 @@ fn flexdemo_with_one_node_is_sharded_sgd() {
 
 #[test]
 fn diloco_every_step_with_inner_sgd_is_ddp() {
-    // n = 1: the whole momentum (lr g, the previous one having left) is
-    // averaged every step; without sign at lr 1 that is ddp's SGD step.
-    let s = DemoSettings { every: Some(1), ..no_sign(ReplicatorKind::Diloco) };
-    let p = sgd(3, 1.0);
-    let d = run(&demo(s.clone()), &sim_nodes(3, 3, None), 3, &p);
-    let ddp = run(&Method::Ddp, &sim_nodes(3, 3, None), 3, &p);
-    assert_eq!(bits(&d[0].params), bits(&ddp[0].params));
-    // And as FlexDeMo with one worker per node.
-    let f = run(&flex(s), &sim_nodes(3, 1, None), 3, &p);
-    assert_eq!(bits(&f[1].params), bits(&ddp[1].params));
+    // n = 1, diloco: the raw gradient averaged every step, p - lr mean(g):
+    // ddp's SGD step at any lr. diloco-delta: the whole momentum (lr g, the
+    // previous one having left) averaged every step; without sign at lr 1
+    // (its step is lr Q = lr^2 g) that is ddp's SGD step too.
+    for (kind, lr) in [(ReplicatorKind::Diloco, 0.1), (ReplicatorKind::DilocoDelta, 1.0)] {
+        let s = DemoSettings { every: Some(1), ..no_sign(kind) };
+        let p = sgd(3, lr);
+        let d = run(&demo(s.clone()), &sim_nodes(3, 3, None), 3, &p);
+        let ddp = run(&Method::Ddp, &sim_nodes(3, 3, None), 3, &p);
+        assert_eq!(bits(&d[0].params), bits(&ddp[0].params), "{kind:?}");
+        // And as FlexDeMo with one worker per node.
+        let f = run(&flex(s), &sim_nodes(3, 1, None), 3, &p);
+        assert_eq!(bits(&f[1].params), bits(&ddp[1].params), "{kind:?}");
+    }
+}
+
+#[test]
+fn flexdemo_diloco_moves_the_parameters_on_every_step() {
+    // 2 nodes x 2, n = 3: steps 1 and 2 exchange nothing between nodes, yet
+    // each takes a sign-SGD step on its node's mean gradient: every
+    // parameter with a non-zero gradient moves by exactly lr = 0.01.
+    let s = DemoSettings {
+        every: Some(3),
+        ..DemoSettings { replicator: ReplicatorKind::Diloco, ..DemoSettings::default() }
+    };
+    let start = workers(1, 2)[0].model.params.clone();
+    let after = |steps: u64, s: &DemoSettings| run(&flex(s.clone()), &sim_nodes(4, 2, None), 4, &sgd(steps, 0.01));
+    let (one, two) = (after(1, &s), after(2, &s));
+    for (from, to) in [(&start, &one[0].params), (&one[0].params, &two[0].params)] {
+        let moved: Vec<f32> = from.iter().zip(to).map(|(a, b)| (a - b).abs()).filter(|d| *d > 0.0).collect();
+        assert!(moved.len() > from.len() * 9 / 10, "{} of {} moved", moved.len(), from.len());
+        assert!(moved.iter().all(|d| (d - 0.01).abs() < 1e-6), "sign steps of lr");
+    }
+    assert_eq!(bits(&one[0].params), bits(&one[1].params), "a node shares its shards");
+    assert!(bits(&one[0].params) != bits(&one[2].params), "nodes drift apart between exchanges");
+    // diloco-delta on the same run: Q = 0 until step 3, nothing moves.
+    let d = DemoSettings { replicator: ReplicatorKind::DilocoDelta, ..s };
+    assert_eq!(bits(&after(2, &d)[0].params), bits(&start));
 }
 
 #[test]
@@ -165,7 +193,14 @@ fn exactly_one_exchange_per_step_with_the_formula_bytes() {
 fn flexdemo_on_two_nodes_gives_the_same_bits_on_sim_and_threads() {
     let p = plan(3, 1, 1.0);
     let topology = Topology { workers: 4, per_node: 2, server: false };
-    for r in [ReplicatorKind::Demo, ReplicatorKind::Random, ReplicatorKind::Diloco] {
+    for r in [
+        ReplicatorKind::Demo,
+        ReplicatorKind::Random,
+        ReplicatorKind::Striding,
+        ReplicatorKind::StridingElement,
+        ReplicatorKind::Diloco,
+        ReplicatorKind::DilocoDelta,
+    ] {
         let s = DemoSettings { replicator: r, compression: Some(0.5), ..DemoSettings::default() };
         let a = run(&flex(s.clone()), &sim_nodes(4, 2, None), 4, &p);
         let b = run(&flex(s), &Runtime::Real(RealSpec { topology, ..RealSpec::flat(4) }), 4, &p);

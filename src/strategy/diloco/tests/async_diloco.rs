@@ -135,7 +135,8 @@ fn dylu_changes_each_workers_step_count_by_its_speed() {
     // Each round's steps as the server handed them out: eq. 6 ran (the
     // reference notebook's DyLU branch never does: its callers leave
     // `scale_steps` False, ipynb:402, 543-545, 679-681).
-    let rounds = |r: &[WorkerReport], w| r[2].shard_rounds.iter().filter(|x| x.worker == w).map(|x| x.steps).collect::<Vec<_>>();
+    let rounds =
+        |r: &[WorkerReport], w| r[2].shard_rounds.iter().filter(|x| x.worker == w).map(|x| x.steps).collect::<Vec<_>>();
     assert_eq!((rounds(&r, 0), rounds(&r, 1)), (vec![4, 4], vec![2, 2]));
     // Without DyLU each worker runs H = 4 per round, and the slow one's
     // single round ends after the fast one's second.

@@ -3,6 +3,13 @@
 //! the same work as `shared/bench/torch_reference.py`, whose numbers are
 //! the baseline (`scripts/bench_vs_torch.sh` runs both, one process each,
 //! and prints the ratios).
+//!
+//! The other measurements of `lowcomm bench`: breakdown.rs (`--breakdown`,
+//! per kernel), dct.rs (`--what dct`), server.rs (`--what server`).
+
+pub mod breakdown;
+pub mod dct;
+pub mod server;
 
 use crate::model::{Gpt, GptConfig};
 use crate::optim::{AdamW, AdamWConfig, DecaySegments, Optimizer};

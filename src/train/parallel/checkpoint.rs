@@ -10,13 +10,13 @@
 //! The same atomic protocol as single-worker checkpoints: a temp directory
 //! renamed into place, then `latest`. In-process runs write every part from
 //! the participant that completes the set; under MPI each rank writes its
-//! own part and rank 0 the rest (train/parallel_mpi.rs).
+//! own part and rank 0 the rest (train/parallel/mpi.rs).
 
-use super::config::RunConfig;
 use crate::checkpoint::{self, ParallelCheckpoint, Staging, TrainState};
 use crate::model::GptConfig;
 use crate::runtime::{Topology, WorkerTimes};
 use crate::strategy::{assemble_model, ModelPiece, PartSink, SavedPart, StepPoint, StrategyState, WorkerState};
+use crate::train::config::RunConfig;
 use anyhow::{bail, ensure, Context, Result};
 use serde::{Deserialize, Serialize};
 use std::collections::{BTreeMap, HashMap};
@@ -291,7 +291,7 @@ impl Resumed {
             bail!(
                 "checkpoint {} was trained with another model: {}; resume with the same model settings",
                 dir.display(),
-                super::rundir::model_change(&st.model, model)
+                crate::train::rundir::model_change(&st.model, model)
             );
         }
         Ok(Resumed {

@@ -10,18 +10,26 @@
 //!
 //! - [`Ctx::compute`] runs the math at once and resumes the actor at
 //!   `now + cost / speed`.
-//! - A collective (sim_comm.rs) completes at `max(join times) + link cost`;
+//! - A collective (comm.rs) completes at `max(join times) + link cost`;
 //!   its math runs when the last member joins, with the in-process
 //!   backend's element recipe (ranks summed in order, Mean by division,
 //!   wire rounding), so sim and real runs give the same bits.
 //! - [`Ctx::is_done`] at time t is exact: everything that happens before t
 //!   has happened, and at t the communication lane goes first.
+//!
+//! This file is the executor ([`run`], [`SimCtx`]); spec.rs holds the cost
+//! model ([`SimSpec`]), state.rs the cluster's state that the executor and
+//! the communication side (comm.rs) both work on.
 
-use super::sim_comm::{Mail, SimComm};
-use super::{CommTask, Ctx, StartClocks, Topology, Work, WorkerTimes};
-use crate::comm::LinkModel;
+mod comm;
+mod spec;
+mod state;
+
+use super::{CommTask, Ctx, Topology, Work, WorkerTimes};
 use crate::metrics::{EventLog, Span};
 use anyhow::{bail, Result};
+pub use spec::SimSpec;
+use state::{sleep_until, Lane, Part, Queued, SimComm, State, TaskFn, Time};
 use std::any::Any;
 use std::cell::RefCell;
 use std::cmp::Reverse;
@@ -31,153 +39,6 @@ use std::marker::PhantomData;
 use std::pin::Pin;
 use std::rc::Rc;
 use std::task::{Context, Poll, Waker};
-
-/// The cost model of a simulated cluster.
-#[derive(Clone, Debug)]
-pub struct SimSpec {
-    /// Virtual seconds of one micro-batch on a worker of speed 1.
-    pub micro_batch_s: f64,
-    /// Speed factor per worker (1 nominal, 0.25 = four times slower); the
-    /// server, if any, runs at 1.
-    pub speeds: Vec<f64>,
-    /// Link costs; `None` makes communication free.
-    pub link: Option<LinkModel>,
-    /// Multiplier from elements communicated or updated to elements costed,
-    /// so a small model can be trained under the timing of a big one
-    /// (timing-model parameters / real parameters).
-    pub comm_scale: f64,
-    /// Workers, nodes, server.
-    pub topology: Topology,
-    /// Device memory bandwidth for memory-bound work ([`Work::Optimizer`],
-    /// [`Work::Elementwise`]); `None` makes that work free.
-    pub memory_bytes_per_s: Option<f64>,
-    /// Device FLOP/s for [`Work::Flops`]; `None` makes that work free.
-    pub flops_per_s: Option<f64>,
-    /// Where each participant's clock starts (empty: at zero).
-    pub start: StartClocks,
-}
-
-impl SimSpec {
-    /// A flat cluster of `workers` equal workers, `micro_batch_s` per
-    /// micro-batch, `link` (or free communication).
-    pub fn flat(workers: usize, micro_batch_s: f64, link: Option<LinkModel>) -> SimSpec {
-        SimSpec {
-            micro_batch_s,
-            speeds: vec![1.0; workers],
-            link,
-            comm_scale: 1.0,
-            topology: Topology::flat(workers),
-            memory_bytes_per_s: None,
-            flops_per_s: None,
-            start: Vec::new(),
-        }
-    }
-
-    /// Virtual seconds `work` takes on a participant of speed `speed`.
-    pub fn cost(&self, work: Work, speed: f64) -> f64 {
-        // Bytes an element costs: AdamW reads p, g, m, v and writes p, m, v;
-        // other elementwise work reads two and writes one.
-        let mem = |elems: usize, bytes: f64| {
-            self.memory_bytes_per_s.map_or(0.0, |bw| elems as f64 * self.comm_scale * bytes / bw)
-        };
-        let t = match work {
-            Work::MicroBatch => self.micro_batch_s,
-            Work::Optimizer { params } => mem(params, 28.0),
-            Work::Elementwise { elems, .. } => mem(elems, 12.0),
-            Work::Flops { flops, .. } => self.flops_per_s.map_or(0.0, |f| flops * self.comm_scale / f),
-        };
-        t / speed
-    }
-}
-
-#[derive(Clone, Copy, PartialEq)]
-pub(super) struct Time(pub f64);
-impl Eq for Time {}
-impl Ord for Time {
-    fn cmp(&self, o: &Self) -> std::cmp::Ordering {
-        self.0.total_cmp(&o.0)
-    }
-}
-impl PartialOrd for Time {
-    fn partial_cmp(&self, o: &Self) -> Option<std::cmp::Ordering> {
-        Some(self.cmp(o))
-    }
-}
-
-/// Which actor of a participant a wake-up is for; the communication lane
-/// sorts first, so completions at time t are visible to compute at t.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord)]
-pub(super) enum Lane {
-    Comm = 0,
-    Compute = 1,
-}
-
-type TaskFuture = Pin<Box<dyn Future<Output = Box<dyn Any>>>>;
-type TaskFn = Box<dyn FnOnce(SimComm) -> TaskFuture>;
-
-/// A started task waiting for the communication actor.
-struct Queued {
-    id: u64,
-    round: u64,
-    run: TaskFn,
-}
-
-/// One participant's state.
-pub(super) struct Part {
-    pub speed: f64,
-    pub times: WorkerTimes,
-    pub events: EventLog,
-    pub round: u64,
-    /// Tasks started and not yet run, in order.
-    queue: VecDeque<Queued>,
-    /// The communication actor waits for a task.
-    comm_idle: bool,
-    next_id: u64,
-    /// Completed tasks' outputs, until waited for.
-    finished: HashMap<u64, Box<dyn Any>>,
-    /// The task the compute actor waits on.
-    waiting: Option<u64>,
-    in_flight: usize,
-    /// Messages delivered or on their way here.
-    pub mailbox: Vec<Mail>,
-    /// What the communication actor is blocked on (deadlock reports).
-    pub blocked: Option<String>,
-}
-
-/// The whole simulated cluster.
-pub(super) struct State {
-    pub now: f64,
-    wakes: BinaryHeap<Reverse<(Time, Lane, usize)>>,
-    pub parts: Vec<Part>,
-    pub spec: SimSpec,
-    /// Collectives per group (sim_comm.rs).
-    pub groups: HashMap<Vec<usize>, super::sim_comm::GroupOps>,
-    /// Reused buffers (first-touch page faults cost ~10x a copy).
-    pub pool: Vec<Vec<f32>>,
-    /// Messages sent so far, for a deterministic tie-break.
-    pub mail_seq: u64,
-}
-
-impl State {
-    pub fn wake(&mut self, at: f64, lane: Lane, p: usize) {
-        self.wakes.push(Reverse((Time(at), lane, p)));
-    }
-
-    /// A buffer of `n` zeros, from the pool when it has one.
-    pub fn take_buf(&mut self, n: usize) -> Vec<f32> {
-        let mut v = self.pool.pop().unwrap_or_default();
-        v.clear();
-        v.resize(n, 0.0);
-        v
-    }
-
-    /// Returns a buffer to the pool.
-    pub fn give_buf(&mut self, v: Vec<f32>) {
-        if self.pool.len() < 64 {
-            self.pool.push(v);
-        }
-    }
-}
 
 /// A participant's view of the simulated cluster.
 pub struct SimCtx {
@@ -272,36 +133,6 @@ impl Ctx for SimCtx {
     }
     fn take_events(&mut self) -> EventLog {
         std::mem::take(&mut self.state.borrow_mut().parts[self.rank].events)
-    }
-}
-
-/// Resumes `rank`'s actor on `lane` at `until`.
-pub(super) fn sleep_until(state: &Rc<RefCell<State>>, rank: usize, lane: Lane, until: f64) -> SleepUntil<'_> {
-    SleepUntil { state, rank, lane, until, registered: false }
-}
-
-pub(super) struct SleepUntil<'a> {
-    state: &'a Rc<RefCell<State>>,
-    rank: usize,
-    lane: Lane,
-    until: f64,
-    registered: bool,
-}
-
-impl Future for SleepUntil<'_> {
-    type Output = ();
-    fn poll(mut self: Pin<&mut Self>, _: &mut Context<'_>) -> Poll<()> {
-        let mut st = self.state.borrow_mut();
-        if st.now >= self.until {
-            return Poll::Ready(());
-        }
-        if !self.registered {
-            let (u, l, r) = (self.until, self.lane, self.rank);
-            st.wake(u, l, r);
-            drop(st);
-            self.registered = true;
-        }
-        Poll::Pending
     }
 }
 

@@ -11,95 +11,16 @@
 //! lands in the receiver's mailbox stamped with its arrival time; a receive
 //! takes the earliest arrived message (ties: lower sender, then send order).
 
-use super::sim::{sleep_until, Lane, State};
-use super::tasks::Kind;
-use super::{collective_cost, collective_traffic, CommSide, Group, Topology, Work};
+use super::state::{sleep_until, Data, Lane, Mail, PendingOp, SimComm, State, What};
 use crate::comm::{Message, ReduceOp, WireDtype};
 use crate::metrics::{LinkTier, Span, Traffic};
+use crate::runtime::tasks::Kind;
+use crate::runtime::{collective_cost, collective_traffic, CommSide, Group, Topology, Work};
 use std::cell::RefCell;
-use std::collections::BTreeMap;
 use std::future::Future;
 use std::pin::Pin;
 use std::rc::Rc;
 use std::task::{Context, Poll};
-
-/// A message in a mailbox.
-pub(super) struct Mail {
-    arrival: f64,
-    seq: u64,
-    from: usize,
-    msg: Message,
-}
-
-/// What one collective moves.
-#[derive(Clone, Copy, Debug, PartialEq)]
-enum What {
-    Dense { kind: Kind, op: ReduceOp, wire: WireDtype, root: usize },
-    Bytes,
-}
-
-/// A contribution or a result.
-enum Data {
-    Dense(Vec<f32>),
-    Bytes(Vec<u8>),
-    /// A result every member shares (each copies it out).
-    Shared(Rc<Vec<f32>>),
-    SharedBytes(Rc<Vec<u8>>),
-}
-
-impl Data {
-    fn dense(&self) -> &[f32] {
-        match self {
-            Data::Dense(v) => v,
-            Data::Shared(v) => v,
-            Data::Bytes(_) | Data::SharedBytes(_) => unreachable!("a dense collective holds dense data"),
-        }
-    }
-
-    fn bytes(&self) -> &[u8] {
-        match self {
-            Data::Bytes(b) => b,
-            Data::SharedBytes(b) => b,
-            Data::Dense(_) | Data::Shared(_) => unreachable!("a byte gather holds bytes"),
-        }
-    }
-
-    /// Another handle on a shared result.
-    fn share(&self) -> Data {
-        match self {
-            Data::Shared(v) => Data::Shared(v.clone()),
-            Data::SharedBytes(b) => Data::SharedBytes(b.clone()),
-            Data::Dense(_) | Data::Bytes(_) => unreachable!("only shared results are shared"),
-        }
-    }
-}
-
-/// One collective of a group in progress.
-struct PendingOp {
-    what: What,
-    /// Per member: join time and contribution.
-    joined: Vec<Option<(f64, usize, Data)>>,
-    count: usize,
-    done_at: Option<f64>,
-    results: Vec<Option<Data>>,
-    /// Participants waiting for `done_at` to be known.
-    waiters: Vec<usize>,
-}
-
-/// The collectives of one group.
-#[derive(Default)]
-pub(super) struct GroupOps {
-    /// Per member: its next sequence number.
-    next: Vec<u64>,
-    ops: BTreeMap<u64, PendingOp>,
-}
-
-/// A participant's communication side in the simulator.
-pub(super) struct SimComm {
-    rank: usize,
-    round: u64,
-    state: Rc<RefCell<State>>,
-}
 
 impl SimComm {
     pub fn new(rank: usize, round: u64, state: Rc<RefCell<State>>) -> SimComm {

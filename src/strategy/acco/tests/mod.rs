@@ -1,6 +1,8 @@
 //! Tests of the overlapped methods (dpu, acco-wp, acco) against their
 //! papers' update equations, replayed by hand with plain SGD.
 
+mod budget;
+
 use crate::comm::{LinkModel, Tier};
 use crate::data::sampler::shard_range;
 use crate::model::Gpt;

@@ -18,11 +18,9 @@
 //! job; a rank that dies silently is caught by the launcher or, failing
 //! that, by the collective timeout of [`crate::comm::mpi::Poll`].
 
-use super::config::RunConfig;
-use super::parallel::{setup, ParallelSummary};
-use super::parallel_ckpt::{read_part, write_part, PartsSummary, RunIdentity};
-use super::parallel_report::finish;
-use super::run::RunOptions;
+use super::checkpoint::{read_part, write_part, PartsSummary, RunIdentity};
+use super::report::finish;
+use super::{setup, ParallelSummary};
 use crate::checkpoint::Staging;
 use crate::comm::mpi::{MpiComm, MpiProcess};
 use crate::comm::{Communicator, WireDtype};
@@ -32,6 +30,8 @@ use crate::strategy::{
     assemble_model, run_rank, Checkpointing, Hooks, MemoryBytes, ModelPiece, PartSink, Participant, Runtime, SavedPart,
     StepPoint, WorkerReport,
 };
+use crate::train::config::RunConfig;
+use crate::train::run::RunOptions;
 use anyhow::{bail, ensure, Context, Result};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
@@ -46,7 +46,7 @@ struct ReportWire {
     times: WorkerTimes,
     spans: Vec<Span>,
     memory: MemoryBytes,
-    exchange: Option<crate::strategy::detonation::Budget>,
+    exchange: Option<crate::strategy::Budget>,
     model: Option<(usize, Vec<f32>)>,
     params_sha256: String,
     /// The server's updates applied per worker (empty for workers).
@@ -135,7 +135,7 @@ struct MpiSink {
     /// is idle while a checkpoint is written: no task is in flight).
     comm: Mutex<MpiComm>,
     /// Rank 0: the run's metrics, fed every participant's rounds from the parts.
-    metrics: Option<Arc<super::parallel_log::RoundLog>>,
+    metrics: Option<Arc<super::log::RoundLog>>,
     written: Mutex<Vec<PathBuf>>,
 }
 
@@ -162,7 +162,7 @@ impl PartSink for MpiSink {
         if self.rank != 0 {
             return Ok(());
         }
-        let names: Vec<String> = (0..self.size).map(super::parallel_ckpt::part_file).collect();
+        let names: Vec<String> = (0..self.size).map(super::checkpoint::part_file).collect();
         let parts = names.iter().map(|n| read_part(&staging.path().join(n))).collect::<Result<Vec<_>>>()?;
         if let Some(log) = &self.metrics {
             for p in &parts {
@@ -183,13 +183,20 @@ fn run_rank_inner(mpi: &MpiProcess, mut cfg: RunConfig, opts: &RunOptions) -> Re
         bail!("--backend mpi runs real processes: drop --runtime sim / --cluster (a simulated cluster runs in one process with --backend local)");
     }
     // A method with a parameter server runs it on the last rank.
-    let server = super::parallel::method(&cfg)?.needs_server();
+    let server = super::method(&cfg)?.needs_server();
     let p = &mut cfg.parallel;
     let workers = size - usize::from(server);
     if workers == 0 {
         bail!("--method async-diloco under MPI needs a rank per worker plus one for the server: e.g. mpirun -np 5 lowcomm train --backend mpi --workers 4 ...");
     }
     match p.workers {
+        // Resuming, the workers come from the checkpoint, not from a flag.
+        Some(w) if w != workers && opts.resume.is_some() => bail!(
+            "the checkpoint in {} has {w} workers{}, this MPI job has {size} ranks: resume it with mpirun -np {} (a run continues with the workers it was trained with)",
+            opts.resume.as_ref().map_or_else(String::new, |r| r.display().to_string()),
+            if server { " and a parameter server" } else { "" },
+            w + usize::from(server)
+        ),
         Some(w) if w != workers && server => bail!("--workers {w} but mpirun started {size} ranks: a method with a server needs workers + 1 ranks (the server is the last), e.g. mpirun -np {} with --workers {w}", w + 1),
         Some(w) if w != workers => bail!("--workers {w} but mpirun started {size} ranks: drop --workers (the MPI job's size decides) or run mpirun -np {w}"),
         _ => p.workers = Some(workers),
@@ -221,7 +228,7 @@ fn run_rank_inner(mpi: &MpiProcess, mut cfg: RunConfig, opts: &RunOptions) -> Re
         // Every check passed (every rank runs the same ones on the same
         // config and data): only now may --force replace an old run. The other ranks wait for rank
         // 0 in the broadcast below, before they write anything.
-        super::rundir::claim_fresh(&s.cfg.train.out_dir, opts.force)?;
+        crate::train::rundir::claim_fresh(&s.cfg.train.out_dir, opts.force)?;
     }
     // Identical starting point on every rank, bit for bit.
     let mut theta = s.init.params.clone();

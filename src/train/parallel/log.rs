@@ -14,10 +14,10 @@
 //! `steps x workers` inner steps, so the pooled curve reaches round `steps`
 //! like a synchronous run's; a last group of fewer rounds is not logged.
 
-use super::metrics::MetricsLog;
-use super::parallel_ckpt::Resumed;
+use super::checkpoint::Resumed;
 use crate::optim::LrSchedule;
 use crate::strategy::{Observer, StepPoint};
+use crate::train::metrics::MetricsLog;
 use anyhow::Result;
 use indicatif::{ProgressBar, ProgressStyle};
 use serde::Serialize;

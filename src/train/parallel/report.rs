@@ -3,13 +3,13 @@
 //! spans and summary, plots, an optional Chrome trace, and the
 //! per-participant report it prints (`report_table`).
 
-use super::metrics::MetricsLog;
-use super::parallel::{ParallelSummary, Setup};
-use super::parallel_log::{RoundLog, RoundRecord};
-use super::trainer::evaluate;
+use super::log::{RoundLog, RoundRecord};
+use super::setup::{ParallelSummary, Setup};
 use crate::metrics::{self, EventLog, Summary};
 use crate::model::Gpt;
 use crate::strategy::{assemble_model, table1_bytes, Method, WorkerReport};
+use crate::train::metrics::MetricsLog;
+use crate::train::trainer::evaluate;
 use anyhow::{bail, Context, Result};
 use std::path::{Path, PathBuf};
 
@@ -68,7 +68,7 @@ pub fn finish(s: Setup, reports: Vec<WorkerReport>, log: RoundLog, checkpoint: P
     // worker's steps and the server's updates can pass plan.end), without
     // reading and rewriting the log as a resumed run's trim does.
     let mut mlog = MetricsLog::append_to(&t.out_dir)?;
-    let eval = super::metrics::EvalRecord {
+    let eval = crate::train::metrics::EvalRecord {
         step: plan.end,
         tokens: last.map_or(0, |r| r.tokens),
         val_loss,
