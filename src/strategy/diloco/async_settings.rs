@@ -144,7 +144,7 @@ enum TextOrNumber {
 impl<'de> Deserialize<'de> for Weight {
     fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Weight, D::Error> {
         let given = match TextOrNumber::deserialize(d)? {
-            TextOrNumber::Number(x) if x == 1.0 => return Ok(Weight::One),
+            TextOrNumber::Number(1.0) => return Ok(Weight::One),
             TextOrNumber::Number(x) => x.to_string(),
             TextOrNumber::Text(t) => t,
         };

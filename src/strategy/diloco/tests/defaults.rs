@@ -79,7 +79,10 @@ fn async_diloco_with_defaults_ends_within_5_percent_of_sync_diloco() {
     // Before issue 26: each pseudo-gradient at full size, at DiLoCo's lr 0.7 (eq. 5): the check fails.
     let before = AsyncDilocoSettings { weight: Weight::One, outer_lr: Some(0.7), ..AsyncDilocoSettings::default() };
     let full = served(before);
-    assert!(!(full <= 1.05 * want), "weight 1, lr 0.7: val loss {full}, sync diloco {want}: the check cannot fail");
+    assert!(
+        full.is_nan() || full > 1.05 * want,
+        "weight 1, lr 0.7: val loss {full}, sync diloco {want}: the check cannot fail"
+    );
 }
 
 #[test]
