@@ -102,13 +102,16 @@ if [[ $what == weight ]]; then
   done
 fi
 if [[ $what == seeds ]]; then
-  # 7. DN + DyLU against sync DiLoCo on more seeds (experiment 1 runs seed 1337): "moderate" into seeds/, "very"
-  # into experiment 6's directories (their diloco and async-diloco:outer_lr=0.2, the default, are reused).
+  # 7. DN + DyLU against sync DiLoCo on more seeds (experiment 1 runs seed 1337), with DN alone and DN + DyLU at
+  # grace 0 beside it: "no" (experiment 2's runs) and "moderate" into seeds/, "very" into experiment 6's
+  # directories (their diloco and async-diloco:outer_lr=0.2, the default, are reused).
   for s in $SEEDS; do
     if [[ $s == 1337 ]]; then continue; fi
-    run compare --methods "diloco,async-diloco,async-diloco:outer=dn:dylu=true" --workers 4 \
+    run compare --methods "$(methods no),$GRACE" --workers 4 --speeds "${SPEEDS[no]}" --seed "$s" \
+      --results "$R/seeds/no-seed-$s" $COMMON
+    run compare --methods "diloco,async-diloco,async-diloco:outer=dn,async-diloco:outer=dn:dylu=true,async-diloco:outer=dn:dylu=true:grace=0" --workers 4 \
       --speeds "${SPEEDS[moderate]}" --seed "$s" --results "$R/seeds/moderate-seed-$s" $COMMON
-    run compare --methods "diloco,async-diloco:outer_lr=0.2,async-diloco:outer=dn:dylu=true" --workers 4 \
+    run compare --methods "diloco,async-diloco:outer_lr=0.2,async-diloco:outer=dn,async-diloco:outer=dn:dylu=true,async-diloco:outer=dn:dylu=true:grace=0" --workers 4 \
       --speeds "${SPEEDS[very]}" --seed "$s" --results "$R/weight/seed-$s" $COMMON
   done
 fi
