@@ -162,18 +162,25 @@ fn dylu_compares_a_declared_speed_with_a_measured_one_in_one_unit() {
 
 #[test]
 fn grace_auto_with_dylu_groups_a_round_that_eq_6s_floor_ends_early() {
-    // As above: worker 1 ends each round 0.14 s before worker 0. grace
-    // "auto" is one step of the slowest worker (0.286 s), so both restart
-    // from one model each round (equal updates); with grace 0 worker 1
-    // restarts alone and runs more rounds.
+    // As above: worker 1 ends its rounds of 3 steps (0.286 s each) at
+    // 0.857 s, 0.14 s before worker 0. grace "auto" is one step of the
+    // slowest worker (0.286 s), so both restart from one model each round
+    // (equal updates) and worker 1's second round starts only when worker
+    // 0's first has arrived (1.0 s): its 4th step ends at 1.286 s or later.
+    // With grace 0 worker 1 restarts alone at once: its 4th step ends at
+    // 1.143 s, one step after its 3rd.
     let rt = Runtime::Sim(SimSpec { speeds: vec![1.0, 0.35], ..SimSpec::flat(2, 0.1, None) });
-    let updates = |grace| {
+    let go = |grace| {
         let s = AsyncDilocoSettings { h: 10, dylu: true, grace, ..AsyncDilocoSettings::default() };
-        run(&Method::AsyncDiloco(s), &rt, 2, &sgd_plan(26))[2].updates.clone()
+        run(&Method::AsyncDiloco(s), &rt, 2, &sgd_plan(26))
     };
-    assert_eq!(updates(None), [4, 4], "13 local steps a round, 52 in all");
-    let alone = updates(Some(0.0));
-    assert!(alone[1] > alone[0], "grace 0: {alone:?}");
+    // Worker 1's wait between its first round's last step and its second round's first.
+    let gap = |r: &[WorkerReport]| r[1].points[3].end_s - r[1].points[2].end_s;
+    let grouped = go(None);
+    assert_eq!(grouped[2].updates, [4, 4], "13 local steps a round, 52 in all");
+    assert!(gap(&grouped) > 0.4, "grace auto: worker 1 waited {} s for its second round", gap(&grouped));
+    let alone = go(Some(0.0));
+    assert!(gap(&alone) < 0.3, "grace 0: worker 1 waited {} s for its second round", gap(&alone));
 }
 
 #[test]
