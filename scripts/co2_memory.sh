@@ -10,11 +10,12 @@
 set -euo pipefail
 LOWCOMM=${1:-target/release/lowcomm}
 tmp=$(mktemp -d)
+printf '[methods.co2]\nmode = "reference"\n' > "$tmp/reference.toml"   # co2's mode has no flag
 for m in zero1 "local-sgd --tau 12" "overlap-local-sgd --tau 12" "slowmo --tau 12" "co2 --tau 12" \
-         "co2 --tau 12 --penalty off" "co2 --tau 12 --shard-outer"; do
+         "co2 --tau 12 --penalty off" "co2 --tau 12 --shard-outer" "co2 --tau 12 --config $tmp/reference.toml"; do
   out=$(nice -n 10 $LOWCOMM train --preset nano --method $m --runtime sim \
     --cluster configs/clusters/tcp-8x1-10g.toml --batch-size 8 --steps 24 --eval-every 0 \
     --out "$tmp/run" --force 2>&1)
-  echo "$m: $(grep 'memory per worker' <<<"$out")"
+  echo "${m/--config $tmp\/reference.toml/(mode = reference)}: $(grep 'memory per worker' <<<"$out")"
 done
 rm -rf "$tmp"

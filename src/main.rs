@@ -2,6 +2,11 @@
 
 fn main() {
     if let Err(e) = lowcomm::cli::main() {
+        // Stopped by Ctrl-C with a checkpoint: say how to continue, exit as an interrupted program does.
+        if let Some(i) = e.downcast_ref::<lowcomm::train::interrupt::Interrupted>() {
+            eprintln!("{i}");
+            std::process::exit(130);
+        }
         eprintln!("error: {e:#}");
         std::process::exit(1);
     }

@@ -140,6 +140,10 @@ fn compare_all_writes_a_self_contained_report_and_reuses_finished_methods() {
             "100mbit,1ms",
             "<th>virtual time (s)</th>",
             "co2: ran as co2",
+            // Equal tokens by default, said; the global batch per method; a verdict at the end.
+            "Budget: every method got the same token budget",
+            "<th>global batch (tokens/step)</th>",
+            "<h2>Verdict</h2>\n<p class=\"verdict\">Recommendation: ",
         ],
     );
 
@@ -258,4 +262,48 @@ fn compare_help_hides_the_flags_compare_refuses() {
     for flag in ["--method ", "--out ", "--resume", "--stop-at", "--force", "--trace"] {
         assert!(!help.contains(flag), "compare --help lists {flag}:\n{help}");
     }
+}
+
+/// A method whose run diverges (DiLoCo with an outer learning rate of
+/// 1e30: its first outer step throws the model to infinity) does not end
+/// the sweep: compare exits 0, its row is marked with the step and what,
+/// it is left out of the verdict, and its result (how it ended included)
+/// is reused by the next compare.
+#[test]
+fn a_method_that_diverges_is_marked_and_the_sweep_ends_with_a_verdict() {
+    let tmp = tempdir();
+    let cfg = tiny_toml_file(tmp.path());
+    let results = tmp.path().join("cmp");
+    let run = || {
+        let args = ["compare", "--methods", "ddp,diloco:outer_lr=1e30", "--config", &cfg, "--workers", "2"];
+        let rest = ["--runtime", "sim", "--steps", "4", "--h", "2", "--results", results.to_str().unwrap(), "--quiet"];
+        lowcomm(tmp.path(), &[&args[..], &rest[..]].concat())
+    };
+    let o = run();
+    let err = stderr(&o);
+    assert!(o.status.success(), "{err}");
+    assert!(err.contains("diloco:outer_lr=1e30: training diverged"), "{err}");
+    let md = std::fs::read_to_string(results.join("summary.md")).unwrap();
+    let row = md.lines().find(|l| l.starts_with("| diloco:outer_lr=1e30 |")).unwrap_or_else(|| panic!("{md}"));
+    assert!(row.contains("| **diverged** at step "), "{row}");
+    // Its curve up to the divergence is kept: at least the rounds before the outer step.
+    let rounds: usize = row.split(" | ").nth(2).unwrap().parse().unwrap();
+    assert!(rounds >= 1, "{row}");
+    // The verdict ends the summary: ddp, the only method left; the other says why.
+    let verdict = md.split("\nVerdict:\n").nth(1).unwrap_or_else(|| panic!("no verdict: {md}"));
+    assert!(verdict.trim_start().starts_with("Recommendation: ddp: "), "{verdict}");
+    assert!(verdict.contains("- diloco:outer_lr=1e30: diverged: the run stopped at step"), "{verdict}");
+    let html = std::fs::read_to_string(results.join("report.html")).unwrap();
+    assert!(
+        html.contains("<td><strong>diverged</strong> at step")
+            && html.contains("<p class=\"verdict\">Recommendation: ddp: ")
+    );
+    balanced_tags(&html).unwrap_or_else(|e| panic!("report.html is not well-formed: {e}"));
+    let stored = std::fs::read_to_string(results.join("runs/diloco_outer_lr_1e30/result.json")).unwrap();
+    assert!(stored.contains("\"end\":\"diverged\""), "{stored}");
+    // Again: both reused, the mark with them.
+    let o = run();
+    assert!(o.status.success() && stderr(&o).matches("done earlier, reused").count() == 2, "{}", stderr(&o));
+    let again = std::fs::read_to_string(results.join("summary.md")).unwrap();
+    assert!(again.contains(row), "{again}");
 }

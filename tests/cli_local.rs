@@ -104,7 +104,7 @@ fn a_co2_run_reports_progress_overlap_and_memory_by_category() {
     );
     let err = stderr(&o);
     assert!(o.status.success(), "{err}");
-    assert_mentions(&err, &["co2 (tau 6, alpha 1, beta 0.5, penalty, no clip)", "round 12/12", "overlap"]);
+    assert_mentions(&err, &["co2 (tau 6, alpha 0.5, beta 0, penalty, no clip)", "round 12/12", "overlap"]);
     assert_mentions(&err, &["outer state", "Table 1 formula"]);
     let m = read_metrics(&tmp.path().join("run"));
     assert_eq!(records(&m, "train").len(), 12, "one record per inner step");

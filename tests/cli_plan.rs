@@ -251,3 +251,36 @@ fn plan_says_how_many_sequences_of_the_context_a_micro_batch_is() {
     let out = lowcomm(&["plan", "--model", "7.5e9", "--cluster", A100, "--methods", "ddp"]);
     assert!(String::from_utf8_lossy(&out.stdout).contains("24576 tokens per micro-batch, "));
 }
+
+/// The global batch each method implies, tokens per optimizer step over
+/// all workers: acco computes as many micro-batches as fit in each of its
+/// two stages (on 10 Gb/s between nodes, several), ddp its grad accum, a
+/// local-update method per inner step (not per round of tau steps).
+#[test]
+fn plan_shows_the_global_batch_each_method_implies() {
+    use lowcomm::plan::table::short_count;
+    let json = std::env::temp_dir().join(format!("lowcomm-plan-batch-{}.json", std::process::id()));
+    let cluster = "configs/clusters/a100-8x2-10g.toml";
+    let args = ["plan", "--model", "llama-7b", "--cluster", cluster, "--methods", "ddp,acco,local-sgd"];
+    let out = lowcomm(&[&args[..], &["--json", json.to_str().unwrap()]].concat());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{text}{}", String::from_utf8_lossy(&out.stderr));
+    let v: serde_json::Value = serde_json::from_str(&std::fs::read_to_string(&json).unwrap()).unwrap();
+    std::fs::remove_file(&json).unwrap();
+    let (workers, tokens) = (v["workers"].as_f64().unwrap(), v["tokens_per_micro_batch"].as_f64().unwrap());
+    let row = |m: &str| text.lines().find(|l| l.contains(&format!("| {m}"))).unwrap_or_else(|| panic!("{m}: {text}"));
+    let time = |m: &str| v["methods"].as_array().unwrap().iter().find(|p| p["method"] == m).unwrap()["time"].clone();
+    // ddp: one micro-batch per worker per step (grad accum 1).
+    assert!(row("ddp").contains(&format!("| {} (1) |", short_count(workers * tokens))), "{}", row("ddp"));
+    // acco: both stages' micro-batches make one optimizer step, more than one each.
+    let acco = time("acco");
+    let mbs = acco["micro_batches"].as_f64().unwrap();
+    assert_eq!(acco["steps"].as_u64(), Some(1));
+    assert!(mbs >= 4.0 && mbs % 2.0 == 0.0, "{acco}");
+    let cell = format!("| {} ({}) |", short_count(workers * mbs * tokens), short_count(mbs));
+    assert!(row("acco").contains(&cell), "{cell} not in {}", row("acco"));
+    // local-sgd: a round of tau steps, but the batch is per inner step, ddp's.
+    assert!(time("local-sgd")["steps"].as_u64().unwrap() > 1);
+    assert!(row("local-sgd").contains(&format!("| {} (1) |", short_count(workers * tokens))), "{}", row("local-sgd"));
+    assert!(text.contains("global batch = tokens per optimizer step") && text.contains("per inner step"), "{text}");
+}

@@ -266,6 +266,28 @@ fn failing_job(fault: &str) -> (Output, Duration) {
 }
 
 #[test]
+fn an_mpi_run_that_diverges_says_so_and_leaves_no_temp_checkpoint() {
+    let tmp = tempdir();
+    let out = tmp.path().join("run");
+    let cfg = tmp.path().join("run.toml");
+    std::fs::write(&cfg, tiny_toml(corpus(), &out)).unwrap();
+    let cfg = cfg.display().to_string();
+    let args = ["train", "--config", &cfg, "--backend", "mpi", "--method", "ddp", "--steps", "10"];
+    let o = mpirun(2, &[], &[&args[..], &["--checkpoint-every", "1", "--lr", "1e30", "--quiet"]].concat(), tmp.path());
+    let said = text(&o);
+    assert!(!o.status.success(), "a diverged run must fail:\n{said}");
+    assert!(said.contains("training diverged"), "{said}");
+    assert!(!said.contains("does not parse"), "{said}");
+    let left: Vec<String> = lowcomm::util::fsio::dir_entries(&out.join("checkpoints"))
+        .unwrap()
+        .into_iter()
+        .filter(|n| n.contains(".tmp"))
+        .collect();
+    assert!(left.is_empty(), "temp checkpoint directories left behind: {left:?}");
+    lowcomm::checkpoint::load(&out).expect("the last finite checkpoint loads");
+}
+
+#[test]
 fn a_rank_that_crashes_ends_the_job_with_an_error() {
     let (o, took) = failing_job("abort:1:1.5");
     assert!(!o.status.success());

@@ -14,14 +14,16 @@
 //! atomically. A reader trusts `latest`, and verifies every file against the
 //! sha256 recorded in `state.json`, so a truncated or edited file is caught.
 
+mod staging;
 mod tensors;
 
 use crate::data::sampler::SamplerState;
 use crate::model::GptConfig;
-use crate::util::{atomic_write, fsio::sync_dir, sha256_file};
+use crate::util::sha256_file;
 use anyhow::{bail, Context, Result};
 use rand_pcg::Pcg64;
 use serde::{Deserialize, Serialize};
+pub use staging::Staging;
 use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -31,11 +33,11 @@ pub use tensors::{
 
 /// Bumped when the layout of a checkpoint changes incompatibly.
 pub const FORMAT_VERSION: u32 = 1;
-const MODEL_FILE: &str = "model.safetensors";
-const OPTIM_FILE: &str = "optimizer.safetensors";
-const STATE_FILE: &str = "state.json";
-const TOKENIZER_FILE: &str = "tokenizer.json";
-const LATEST_FILE: &str = "latest";
+pub(crate) const MODEL_FILE: &str = "model.safetensors";
+pub(crate) const OPTIM_FILE: &str = "optimizer.safetensors";
+pub(crate) const STATE_FILE: &str = "state.json";
+pub(crate) const TOKENIZER_FILE: &str = "tokenizer.json";
+pub(crate) const LATEST_FILE: &str = "latest";
 
 /// Everything besides tensors that `--resume` needs to continue bit-identically.
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -119,99 +121,9 @@ pub fn save(
     staging.commit(state, &[], keep)
 }
 
-/// A checkpoint being written: a temp directory beside the final one.
-/// Files go in with [`Staging::path`]; [`Staging::commit`] hashes them,
-/// writes `state.json`, renames the directory into place and moves `latest`.
-pub struct Staging {
-    root: PathBuf,
-    name: String,
-    tmp: PathBuf,
-}
-
-impl Staging {
-    /// Starts the checkpoint of `step` under `run_dir`. A step saved again
-    /// (e.g. a fresh run into an old run directory) gets a new name instead
-    /// of replacing the old directory, so there is no moment at which
-    /// `latest` points at nothing.
-    pub fn begin(run_dir: &Path, step: u64) -> Result<Staging> {
-        let root = checkpoints_dir(run_dir);
-        fs::create_dir_all(&root).with_context(|| format!("cannot create {}", root.display()))?;
-        let name = (0..)
-            .map(|k| if k == 0 { format!("step-{step:06}") } else { format!("step-{step:06}-{k}") })
-            .find(|n| !root.join(n).exists())
-            .expect("some suffix is free");
-        let tmp = root.join(format!("{name}.tmp-{}", std::process::id()));
-        if tmp.exists() {
-            fs::remove_dir_all(&tmp)?;
-        }
-        fs::create_dir(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
-        Ok(Staging { root, name, tmp })
-    }
-
-    /// Starts (or joins) the checkpoint of `step` that several processes
-    /// write together: every one calls this with the same `tag` and gets the
-    /// same temp directory (`step-N.tmp-TAG`); nothing is removed, so one
-    /// process cannot delete another's files. The final name is chosen as
-    /// in [`Staging::begin`]; all processes see the same directory listing,
-    /// since only the committing process ever creates a final directory.
-    pub fn begin_shared(run_dir: &Path, step: u64, tag: &str) -> Result<Staging> {
-        let root = checkpoints_dir(run_dir);
-        fs::create_dir_all(&root).with_context(|| format!("cannot create {}", root.display()))?;
-        let name = (0..)
-            .map(|k| if k == 0 { format!("step-{step:06}") } else { format!("step-{step:06}-{k}") })
-            .find(|n| !root.join(n).exists())
-            .expect("some suffix is free");
-        let tmp = root.join(format!("{name}.tmp-{tag}"));
-        fs::create_dir_all(&tmp).with_context(|| format!("cannot create {}", tmp.display()))?;
-        Ok(Staging { root, name, tmp })
-    }
-
-    /// The temp directory files go into.
-    pub fn path(&self) -> &Path {
-        &self.tmp
-    }
-
-    /// Writes the model, optimizer and tokenizer files.
-    pub fn write_core(
-        &self,
-        model: &GptConfig,
-        params: &[f32],
-        optimizer: &[(String, &[f32])],
-        tokenizer_json: &str,
-    ) -> Result<()> {
-        let layout = crate::model::ParamLayout::new(model);
-        let named: Vec<(&str, Vec<usize>, &[f32])> =
-            layout.tensors.iter().map(|t| (t.name.as_str(), t.shape.clone(), &params[t.range.clone()])).collect();
-        write_f32_tensors(&self.tmp.join(MODEL_FILE), &named)?;
-        let opt: Vec<(&str, Vec<usize>, &[f32])> =
-            optimizer.iter().map(|(n, d)| (n.as_str(), vec![d.len()], *d)).collect();
-        write_f32_tensors(&self.tmp.join(OPTIM_FILE), &opt)?;
-        atomic_write(&self.tmp.join(TOKENIZER_FILE), tokenizer_json.as_bytes())
-    }
-
-    /// Hashes the core files and `extra` files, writes `state.json`, renames
-    /// the directory into place, points `latest` at it and prunes all but
-    /// the newest `keep`. Returns the checkpoint's directory.
-    pub fn commit(self, mut state: TrainState, extra: &[String], keep: usize) -> Result<PathBuf> {
-        state.files.clear();
-        for f in [MODEL_FILE, OPTIM_FILE, TOKENIZER_FILE].into_iter().chain(extra.iter().map(String::as_str)) {
-            state.files.insert(f.to_string(), sha256_file(&self.tmp.join(f))?);
-        }
-        atomic_write(&self.tmp.join(STATE_FILE), serde_json::to_string_pretty(&state)?.as_bytes())?;
-        sync_dir(&self.tmp);
-        let final_dir = self.root.join(&self.name);
-        fs::rename(&self.tmp, &final_dir)
-            .with_context(|| format!("cannot rename {} to {}", self.tmp.display(), final_dir.display()))?;
-        sync_dir(&self.root);
-        atomic_write(&self.root.join(LATEST_FILE), self.name.as_bytes())?;
-        prune(&self.root, keep, &self.name)?;
-        Ok(final_dir)
-    }
-}
-
 /// Remove complete checkpoints beyond the newest `keep` (never `current`)
 /// and temp directories left by crashed writers.
-fn prune(root: &Path, keep: usize, current: &str) -> Result<()> {
+pub(crate) fn prune(root: &Path, keep: usize, current: &str) -> Result<()> {
     let mut complete = Vec::new();
     for e in fs::read_dir(root)? {
         let name = e?.file_name().to_string_lossy().into_owned();

@@ -1,11 +1,10 @@
 //! f32 tensors to and from safetensors files.
 
-use crate::util::fsio::atomic_write_with;
+use crate::util::fsio::atomic_write;
 use anyhow::{bail, Context, Result};
 use safetensors::tensor::{Dtype, TensorView};
 use safetensors::SafeTensors;
 use std::collections::HashMap;
-use std::io::Write;
 use std::path::Path;
 
 /// Write named f32 tensors (name, shape, data) atomically.
@@ -28,7 +27,7 @@ pub fn write_f32_tensors_with_metadata(
         .map(|((name, shape, _), b)| Ok((name.to_string(), TensorView::new(Dtype::F32, shape.clone(), b)?)))
         .collect::<Result<_>>()?;
     let data = safetensors::serialize(views, metadata)?;
-    atomic_write_with(path, |f| f.write_all(&data).map_err(Into::into))
+    atomic_write(path, &data)
 }
 
 /// A tensor read back: (name, shape, data).

@@ -46,12 +46,21 @@ pub fn prepare(a: PrepareArgs) -> Result<()> {
 
 pub fn train(a: TrainArgs) -> Result<()> {
     let (cfg, resume) = run_config(&a)?;
+    // Ctrl-C stops at a round boundary with a checkpoint (train/interrupt.rs); not under MPI.
+    let handler = match cfg.parallel.method.is_none() || cfg.parallel.backend == "local" {
+        true => Some(crate::train::interrupt::Handler::install()?),
+        false => None,
+    };
     let opts = RunOptions {
         resume: resume.as_ref().map(|r| r.checkpoint.clone()),
         stop_at: a.stop_at,
         quiet: a.quiet,
         force: a.force,
+        stop: handler.as_ref().map(|h| h.flag()),
+        yes: a.yes,
     };
+    // Another run training there is the first thing to say (train/lock.rs).
+    crate::train::lock::check_free(&cfg.train.out_dir)?;
     if cfg.parallel.method.is_some() {
         let mut runner = super::mpi::runner(&cfg.parallel.backend)?;
         // A bad setting is the first thing to say, before anything about the run directory.

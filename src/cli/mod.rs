@@ -3,10 +3,6 @@
 
 mod commands;
 mod compare;
-mod compare_html;
-mod compare_methods;
-mod compare_store;
-mod compare_table;
 mod flag_rules;
 mod mpi;
 mod plan;
@@ -85,7 +81,7 @@ pub struct CompareArgs {
     /// Default `results/compare`, beside `runs/` and ignored by git like it.
     #[arg(long = "results", default_value = "results/compare")]
     pub results: PathBuf,
-    /// Training loss each method is timed to (default: the highest final training loss among the methods that ended below their first round's; a diverged method does not set it).
+    /// Training loss each method is timed to (default: the median final training loss of the methods neither diverged nor unstable, so half of them end at or below it).
     #[arg(long, allow_negative_numbers = true, value_parser = values::finite_f64)]
     pub target_loss: Option<f64>,
     /// Rerun every method, even those whose result in --results is complete.
@@ -200,15 +196,18 @@ pub struct TrainArgs {
     #[arg(long, allow_negative_numbers = true, value_parser = values::count_u64)]
     pub seed: Option<u64>,
     /// Prepared corpus directory.
-    #[arg(long)]
+    #[arg(long, value_parser = values::Utf8Path)]
     pub data: Option<PathBuf>,
-    /// Run directory [default: runs/PRESET].
-    #[arg(long)]
+    /// Run directory [default: runs/PRESET]. One run at a time: a run holds
+    /// its directory's lock (RUN/.lock) while it trains.
+    #[arg(long, value_parser = values::Utf8Path)]
     pub out: Option<PathBuf>,
     /// Evaluate every N steps.
     #[arg(long, allow_negative_numbers = true, value_parser = values::count_u64)]
     pub eval_every: Option<u64>,
-    /// Checkpoint every N steps.
+    /// Checkpoint every N steps (rounds) and at the end; 0: only at the end
+    /// [default: 100; async-diloco, demo/flexdemo --overlap and --faults: 0].
+    /// Ctrl-C (SIGINT, SIGTERM) always stops at the next round with a checkpoint.
     #[arg(long, allow_negative_numbers = true, value_parser = values::count_u64)]
     pub checkpoint_every: Option<u64>,
     /// Continue from a checkpoint: a run directory (its latest) or a
@@ -216,7 +215,7 @@ pub struct TrainArgs {
     // `Option<Option<_>>`: clap's flag with an optional value. An empty
     // default_missing_value, as before, failed PathBuf's parser, so
     // `--resume` alone was refused with "a value is required".
-    #[arg(long, num_args = 0..=1)]
+    #[arg(long, num_args = 0..=1, value_parser = values::Utf8Path)]
     pub resume: Option<Option<PathBuf>>,
     /// Stop after this step (with a checkpoint), keeping the schedule of
     /// --steps: from the step after the one the run is at, up to --steps.
@@ -229,6 +228,11 @@ pub struct TrainArgs {
     /// its metrics, checkpoints and config (without it, that is refused).
     #[arg(long)]
     pub force: bool,
+    /// Start even when the run is estimated not to fit in memory, or one
+    /// round to take more than an hour (--link, --speeds): both are refused
+    /// without it (docs/design.md, "Checks before a run starts").
+    #[arg(long)]
+    pub yes: bool,
     /// Data-parallel method: ddp, zero1, dpu, acco-wp, acco, local-sgd,
     /// overlap-local-sgd, slowmo, co2, demo, flexdemo, diloco, async-diloco.
     /// Without it (and without parallel.method in --config), any of
@@ -255,7 +259,7 @@ pub struct TrainArgs {
     pub backend: Option<String>,
     /// Simulated cluster profile (configs/clusters/*.toml), with --runtime sim;
     /// its links are its own (not with --link).
-    #[arg(long)]
+    #[arg(long, value_parser = values::Utf8Path)]
     pub cluster: Option<PathBuf>,
     /// One flat link to emulate (real) or simulate (sim), e.g. 1gbit,50us or
     /// 25GB/s,2us; not with --cluster, whose profile has its own links.
@@ -268,7 +272,7 @@ pub struct TrainArgs {
     #[arg(long)]
     pub wire: Option<String>,
     /// Write a Chrome/Perfetto trace of compute and communication per worker.
-    #[arg(long)]
+    #[arg(long, value_parser = values::Utf8Path)]
     pub trace: Option<PathBuf>,
     /// dpu, acco-wp, acco: exactly K micro-batches per stage, then wait for
     /// the round (results independent of timing) instead of accumulating
@@ -300,11 +304,11 @@ pub struct TrainArgs {
     /// local-sgd, overlap-local-sgd, slowmo, co2: inner steps per outer round [default: 12].
     #[arg(long, allow_negative_numbers = true, value_parser = values::positive_u64)]
     pub tau: Option<u64>,
-    /// slowmo, co2, diloco, async-diloco: outer learning rate, > 0 [default: 1.0; diloco 0.7;
+    /// slowmo, co2, diloco, async-diloco: outer learning rate, > 0 [default: 1.0; co2 0.5; diloco 0.7;
     /// async-diloco 0.2 with nesterov or sgd-momentum, else 0.7].
     #[arg(long, allow_negative_numbers = true, value_parser = values::finite_f64)]
     pub outer_lr: Option<f64>,
-    /// slowmo, co2, diloco, async-diloco: outer momentum beta, in [0, 1) [default: 0.5; diloco 0.9];
+    /// slowmo, co2, diloco, async-diloco: outer momentum beta, in [0, 1) [default: 0.5; co2 0; diloco 0.9];
     /// not with --outer sgd (no momentum).
     #[arg(long, allow_negative_numbers = true, value_parser = values::finite_f64)]
     pub outer_momentum: Option<f64>,

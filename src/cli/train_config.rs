@@ -43,6 +43,10 @@ fn configure(a: &TrainArgs) -> Result<(RunConfig, Option<Resume>)> {
         Some(path) => RunConfig::from_file(path)?,
         None => RunConfig::default(),
     };
+    // A run training in the directory to resume is the first thing to say (train/lock.rs).
+    if let Some(Some(path)) = &a.resume {
+        crate::train::lock::check_free(path)?;
+    }
     let Some(r) = &a.resume else {
         let mut cfg = apply_flags(base, a)?;
         rundir::record_paths(&mut cfg);
@@ -83,7 +87,9 @@ fn apply_flags(mut cfg: RunConfig, a: &TrainArgs) -> Result<RunConfig> {
     set!(a.seed, t.seed);
     set!(a.out, t.out_dir);
     set!(a.eval_every, t.eval_every);
-    set!(a.checkpoint_every, t.checkpoint_every);
+    if a.checkpoint_every.is_some() {
+        t.checkpoint_every = a.checkpoint_every;
+    }
     if a.seq_len.is_some() {
         t.seq_len = a.seq_len;
     }

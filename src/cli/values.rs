@@ -1,16 +1,53 @@
 //! Value parsers for numeric flags: each accepts any number, negative ones
 //! included (the flags also set `allow_negative_numbers`, so `--lr -0.001`
 //! reaches the parser instead of being taken for a flag `-0`), and rejects
-//! what is out of range with the range and what the bounds mean.
+//! what is out of range with the range and what the bounds mean. Whole
+//! numbers stop at 2^63 - 1, the most a run's config.toml (TOML) holds; and
+//! [`Utf8Path`] refuses a path that config.toml could not record.
 
-/// A whole number `>= min`, or the range error.
+use std::ffi::OsStr;
+use std::path::PathBuf;
+
+/// The largest whole number a flag takes: TOML's integers are i64.
+pub const MAX_WHOLE: u64 = i64::MAX as u64;
+
+/// A whole number `>= min` (and at most [`MAX_WHOLE`]), or the range error.
 fn whole<T: TryFrom<u64>>(s: &str, min: u64, meaning: &str) -> Result<T, String> {
     let range = || if min == 0 { format!("must be >= 0{meaning}") } else { format!("must be at least {min}{meaning}") };
     let v: i128 = s.trim().parse().map_err(|_| format!("`{s}` is not a whole number; it {}", range()))?;
     if v < min as i128 {
         return Err(range());
     }
-    u64::try_from(v).ok().and_then(|v| T::try_from(v).ok()).ok_or_else(|| format!("{s} is too large"))
+    if v > MAX_WHOLE as i128 {
+        return Err(format!(
+            "{s} is too large: must be at most {MAX_WHOLE} (2^63 - 1, the largest whole number a run's config.toml can hold)"
+        ));
+    }
+    u64::try_from(v).ok().and_then(|v| T::try_from(v).ok()).ok_or_else(|| format!("{s} is too large for this machine"))
+}
+
+/// A path a run records in its config.toml (`--out`, `--data`, ...): TOML
+/// holds UTF-8 text only, so a path that is not valid UTF-8 is refused here,
+/// naming the flag, instead of panicking when the config is saved.
+#[derive(Clone, Copy, Debug)]
+pub struct Utf8Path;
+
+impl clap::builder::TypedValueParser for Utf8Path {
+    type Value = PathBuf;
+
+    fn parse_ref(&self, _: &clap::Command, arg: Option<&clap::Arg>, value: &OsStr) -> Result<PathBuf, clap::Error> {
+        if value.to_str().is_some() {
+            return Ok(PathBuf::from(value));
+        }
+        let flag = arg.and_then(|a| a.get_long()).map_or("a path flag".to_string(), |l| format!("--{l}"));
+        Err(clap::Error::raw(
+            clap::error::ErrorKind::ValueValidation,
+            format!(
+                "{flag} {}: path contains invalid UTF-8; a run records its paths in config.toml, which holds UTF-8 text only: use a path that is valid UTF-8\n",
+                value.to_string_lossy()
+            ),
+        ))
+    }
 }
 
 /// A whole number >= 0.
@@ -166,6 +203,42 @@ mod tests {
         for must in ["train --lr", "train --steps", "generate --temperature", "generate --top-k", "eval --windows"] {
             assert!(checked.iter().any(|c| c == must), "{must} was not checked: {checked:?}");
         }
+    }
+
+    /// Every whole-number flag stops at 2^63 - 1 (it ends up in config.toml,
+    /// whose integers are i64: `--steps 2^63` panicked there, after the run
+    /// directory was created).
+    #[test]
+    fn whole_numbers_stop_at_what_toml_holds() {
+        assert_eq!(super::count_u64("9223372036854775807"), Ok(i64::MAX as u64));
+        for too_big in ["9223372036854775808", "18446744073709551615", "99999999999999999999999"] {
+            let e = super::count_u64(too_big).unwrap_err();
+            assert!(e.contains("must be at most 9223372036854775807") && e.contains("config.toml"), "{e}");
+            assert!(super::positive_usize(too_big).unwrap_err().contains("at most"));
+        }
+        for flag in ["--steps", "--seed", "--eval-every", "--checkpoint-every", "--tau", "--batch-size", "--workers"] {
+            let e = Cli::command()
+                .try_get_matches_from(["lowcomm", "train", flag, "9223372036854775808"])
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("must be at most 9223372036854775807"), "{flag}: {e}");
+        }
+    }
+
+    /// A path flag that the run records refuses non-UTF-8 bytes, naming itself.
+    #[test]
+    fn recorded_paths_must_be_utf8() {
+        use std::os::unix::ffi::OsStrExt;
+        let bad = std::ffi::OsStr::from_bytes(b"runs/r\xff");
+        for flag in ["--out", "--data", "--resume", "--cluster", "--trace"] {
+            let args: Vec<&std::ffi::OsStr> = vec!["lowcomm".as_ref(), "train".as_ref(), flag.as_ref(), bad];
+            let e = Cli::command().try_get_matches_from(args).unwrap_err();
+            assert_eq!(e.kind(), ErrorKind::ValueValidation, "{flag}");
+            let text = e.to_string();
+            assert!(text.contains(&format!("{flag} runs/r")) && text.contains("path contains invalid UTF-8"), "{text}");
+        }
+        let ok = Cli::command().try_get_matches_from(["lowcomm", "train", "--out", "runs/ü"]);
+        assert!(ok.is_ok());
     }
 
     #[test]

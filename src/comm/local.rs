@@ -106,7 +106,9 @@ impl Shared {
             if let Some((who, panicking)) = st.left {
                 drop(st);
                 let why = if panicking { "panicked" } else { "dropped its communicator" };
-                panic!("local comm: rank {rank} waits at a barrier but rank {who} {why}; the group cannot complete");
+                crate::comm::stranded::stranded(format!(
+                    "local comm: rank {rank} waits at a barrier but rank {who} {why}; the group cannot complete"
+                ));
             }
             st = self.cv.wait(st).unwrap_or_else(|e| e.into_inner());
             // Check the generation first: a rank may leave right after a

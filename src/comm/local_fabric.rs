@@ -82,7 +82,10 @@ impl LocalFabric {
     fn check_alive(&self, st: &MailState, who: usize) {
         if let Some(panicking) = st.gone[who] {
             let why = if panicking { "panicked" } else { "ended" };
-            panic!("local fabric: participant {} waits for a message from participant {who}, which {why}", self.rank);
+            crate::comm::stranded::stranded(format!(
+                "local fabric: participant {} waits for a message from participant {who}, which {why}",
+                self.rank
+            ));
         }
     }
 
@@ -91,7 +94,10 @@ impl LocalFabric {
     /// for the server's next model), so waiting on could last for ever.
     fn check_no_failure(&self, st: &MailState) {
         if let Some(who) = st.failed {
-            panic!("local fabric: participant {} stops waiting for messages: participant {who} failed", self.rank);
+            crate::comm::stranded::stranded(format!(
+                "local fabric: participant {} stops waiting for messages: participant {who} failed",
+                self.rank
+            ));
         }
     }
 }

@@ -46,6 +46,7 @@ pub mod local;
 #[cfg(feature = "mpi")]
 pub mod mpi;
 pub mod payload;
+pub mod stranded;
 
 pub use link::{LinkModel, Tier};
 pub use local::{LocalComm, LocalFabric, LocalGroup};

@@ -18,6 +18,7 @@ pub mod events;
 pub mod intervals;
 pub mod jsonl;
 pub mod plot;
+pub mod plot_style;
 pub mod summary;
 pub mod trace;
 

@@ -112,6 +112,24 @@ impl Activations {
         };
     }
 
+    /// Bytes [`Activations::ensure`] allocates for `b` sequences of `t`
+    /// tokens, computed without allocating (in f64: no overflow for any
+    /// size asked), for the memory check before a run (train/memory.rs).
+    pub fn bytes_for(cfg: &GptConfig, b: usize, t: usize) -> f64 {
+        let (b, t) = (b as f64, t as f64);
+        let (c, v, l, h) = (cfg.n_embd as f64, cfg.vocab_size as f64, cfg.n_layer as f64, cfg.n_head as f64);
+        let (rows, probs) = (b * t, b * h * t * t);
+        let rc = rows * c;
+        let masks = if cfg.dropout > 0.0 { rc } else { 0.0 };
+        // Per block: ln1, qkv (3), atty, res1, ln2, fch (4), fch_gelu (4), res2; 2 x 2 norm
+        // statistics; probs; two dropout masks.
+        let block = 16.0 * rc + 4.0 * rows + probs + 2.0 * masks;
+        // x0, lnf, branch, dres, dbranch, dln, dqkv (3), datty, dfch_gelu (4), dfch (4); lnf
+        // statistics and losses; logits; dprobs; the embedding's mask.
+        let top = 18.0 * rc + 3.0 * rows + rows * v + probs + masks;
+        4.0 * (l * block + top) + 4.0 * rows
+    }
+
     /// Bytes held, for memory reports.
     pub fn bytes(&self) -> usize {
         let b = &self.blocks;
@@ -162,5 +180,22 @@ impl Activations {
         .map(|v| v.len())
         .sum::<usize>();
         4 * (per_block + top) + 4 * self.tokens.len()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The formula is what `ensure` allocates, to the byte.
+    #[test]
+    fn bytes_for_is_what_ensure_allocates() {
+        let nano = GptConfig::nano();
+        let dropout = GptConfig { dropout: 0.1, n_layer: 3, ..GptConfig::nano() };
+        for (cfg, b, t) in [(&nano, 2, 16), (&nano, 3, nano.ctx), (&dropout, 1, 7)] {
+            let mut a = Activations::default();
+            a.ensure(cfg, b, t);
+            assert_eq!(Activations::bytes_for(cfg, b, t), a.bytes() as f64, "{cfg:?} {b}x{t}");
+        }
     }
 }

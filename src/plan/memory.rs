@@ -65,6 +65,8 @@ pub fn memory(method: &Method, c: &Costing) -> Result<MemoryBytes> {
         Method::OverlapLocalSgd(_) => Copies { comm: nf, outer: nf, ..Copies::new(nf) },
         // u and x_0.
         Method::SlowMo(_) => Copies { outer: 2.0 * nf, ..Copies::new(nf) },
+        // The released code (mode = "reference"): x_old and m, as SlowMo.
+        Method::Co2(s) if s.is_reference() => Copies { outer: 2.0 * nf, ..Copies::new(nf) },
         // x_{t,0}, x_{t-1,0}, m (+ x_{t-1,1}, x_{t,1} with the penalty); the buffer in flight (+ its bf16 reference).
         Method::Co2(s) if !s.shard_outer => {
             let outer = if s.penalty { 5.0 } else { 3.0 } * nf;

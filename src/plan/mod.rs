@@ -168,6 +168,8 @@ pub struct Report {
     pub tokens_per_micro_batch: usize,
     /// Seconds of one micro-batch.
     pub micro_batch_s: f64,
+    /// Micro-batches per step of the synchronous methods and per inner step.
+    pub grad_accum: usize,
     /// Wire dtype of gradients and parameters.
     pub wire: WireDtype,
     /// Precision of the memory rows.
@@ -176,6 +178,12 @@ pub struct Report {
     pub device_memory: Option<f64>,
     /// Methods, best first.
     pub methods: Vec<MethodPlan>,
+}
+
+/// Whether `memory_total` bytes per worker fit in `device_memory` (`None`:
+/// unknown, the profile does not say). `compare`'s verdict uses the same rule.
+pub fn fits(memory_total: f64, device_memory: Option<f64>) -> Option<bool> {
+    device_memory.map(|m| memory_total <= m)
 }
 
 /// Tokens/s of one worker training alone (no communication): the reference of scalability.
@@ -197,7 +205,7 @@ pub fn plan_method(method: &Method, c: &Costing) -> Result<MethodPlan> {
     let time = time::timing(method, c)?;
     let tokens_per_s = c.workers() as f64 * time.micro_batches * c.tokens_per_micro_batch as f64 / time.round_s;
     let scalability = tokens_per_s / (c.workers() as f64 * single_worker_tokens_per_s(c));
-    let fits = c.device_memory.map(|m| total <= m);
+    let fits = fits(total, c.device_memory);
     let mut p = MethodPlan {
         method: method.name().to_string(),
         label: method.to_string(),
@@ -226,6 +234,7 @@ pub fn plan_all(model: ModelSpec, cluster: &str, methods: &[Method], c: &Costing
         workers_per_node: c.spec.topology.per_node,
         tokens_per_micro_batch: c.tokens_per_micro_batch,
         micro_batch_s: c.spec.micro_batch_s,
+        grad_accum: c.grad_accum.max(1),
         wire: c.wire,
         precision: c.precision,
         device_memory: c.device_memory,

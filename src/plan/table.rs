@@ -2,8 +2,40 @@
 //! best method first.
 
 use super::rank::gb;
-use super::{Precision, Report};
+use super::{MethodPlan, Precision, Report};
+use crate::strategy::Method;
 use std::fmt::Write;
+
+/// Micro-batches per worker in one optimizer step of `p` (of one inner
+/// step for the local-update methods, async DiLoCo's included).
+pub fn micro_batches_per_step(p: &MethodPlan, r: &Report) -> f64 {
+    match Method::from_config(&p.method, None) {
+        Ok(m) if m.local_tau().is_some() || m.needs_server() => r.grad_accum as f64,
+        _ => p.time.micro_batches / p.time.steps.max(1) as f64,
+    }
+}
+
+/// The global batch of `p`: tokens per optimizer step over all workers.
+pub fn global_batch(p: &MethodPlan, r: &Report) -> f64 {
+    r.workers as f64 * micro_batches_per_step(p, r) * r.tokens_per_micro_batch as f64
+}
+
+/// `n` with three significant digits and k, M or G: `393k`, `3.93M`.
+pub fn short_count(n: f64) -> String {
+    let (v, unit) = match n.abs() {
+        a if a >= 1e9 => (n / 1e9, "G"),
+        a if a >= 1e6 => (n / 1e6, "M"),
+        a if a >= 1e3 => (n / 1e3, "k"),
+        _ => (n, ""),
+    };
+    let d = match v.abs() {
+        a if a >= 99.95 => 0,
+        a if a >= 9.995 => 1,
+        _ => 2,
+    };
+    let d = if unit.is_empty() && v.fract() == 0.0 { 0 } else { d };
+    format!("{v:.d$}{unit}")
+}
 
 /// The report as text.
 pub fn render(r: &Report) -> String {
@@ -26,12 +58,17 @@ pub fn render(r: &Report) -> String {
     );
     let mem = r.device_memory.map_or("unknown (no [device] memory in the profile)".to_string(), gb);
     let _ = writeln!(s, "memory   {precision}; device memory {mem}");
+    let _ = writeln!(
+        s,
+        "batch    global batch = tokens per optimizer step over all {} workers: workers x micro-batches per worker x {} tokens; ddp, zero1, demo, flexdemo: grad accum ({}) micro-batches; dpu, acco-wp: those computed while one round runs; acco: 2 stages x those computed while each stage's round runs; local-update methods (local-sgd, overlap-local-sgd, slowmo, co2, diloco, async-diloco): per inner step",
+        r.workers, r.tokens_per_micro_batch, r.grad_accum
+    );
     let _ = writeln!(s);
     let _ = writeln!(
         s,
-        "| # | method | memory/worker (params+grads+comm+opt+outer) | fits | s/round (steps) | exposed comm s | tokens/s | scal. | MB/round intra | MB/round inter |"
+        "| # | method | memory/worker (params+grads+comm+opt+outer) | fits | s/round (optimizer steps) | global batch, tokens (micro-batches/worker) | exposed comm s | tokens/s | scal. | MB/round intra | MB/round inter |"
     );
-    let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|");
+    let _ = writeln!(s, "|---|---|---|---|---|---|---|---|---|---|---|");
     for (i, p) in r.methods.iter().enumerate() {
         let m = &p.memory;
         let fits = match p.fits {
@@ -42,7 +79,7 @@ pub fn render(r: &Report) -> String {
         let est = if p.time.exact { "" } else { "~" };
         let _ = writeln!(
             s,
-            "| {} | {} | {} ({}+{}+{}+{}+{}) | {fits} | {est}{:.4} ({}) | {:.4} | {est}{:.0} | {:.2} | {:.1} | {:.1} |",
+            "| {} | {} | {} ({}+{}+{}+{}+{}) | {fits} | {est}{:.4} ({}) | {} ({}) | {:.4} | {est}{:.0} | {:.2} | {:.1} | {:.1} |",
             i + 1,
             p.label,
             gb(p.memory_total),
@@ -53,6 +90,8 @@ pub fn render(r: &Report) -> String {
             gb(m.outer as f64),
             p.time.round_s,
             p.time.steps,
+            short_count(global_batch(p, r)),
+            short_count(micro_batches_per_step(p, r)),
             p.time.exposed_s,
             p.tokens_per_s,
             p.scalability,
@@ -77,4 +116,18 @@ fn sequences(r: &Report) -> String {
     };
     let n = r.tokens_per_micro_batch as f64 / ctx as f64;
     format!(" ({n} sequences of {}'s {ctx}-token context)", r.model.name)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn counts_keep_three_significant_digits() {
+        use super::short_count;
+        assert_eq!(short_count(393216.0), "393k");
+        assert_eq!(short_count(3932160.0), "3.93M");
+        assert_eq!(short_count(1024.0), "1.02k");
+        assert_eq!(short_count(10.0), "10");
+        assert_eq!(short_count(2.5), "2.50");
+        assert_eq!(short_count(7.5e9), "7.50G");
+    }
 }

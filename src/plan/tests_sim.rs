@@ -88,6 +88,7 @@ fn methods() -> Vec<Method> {
         Method::SlowMo(SlowMoSettings { tau: TAU, ..SlowMoSettings::default() }),
         Method::Co2(Co2Settings { tau: TAU, ..Co2Settings::default() }),
         Method::Co2(Co2Settings { tau: TAU, shard_outer: true, ..Co2Settings::default() }),
+        Method::Co2(Co2Settings { tau: TAU, ..Co2Settings::reference() }),
         Method::Diloco(DilocoSettings { h: TAU, ..DilocoSettings::default() }),
         Method::Diloco(DilocoSettings { h: TAU, outer: crate::optim::OuterKind::Dn, ..DilocoSettings::default() }),
         // DeMo over the world; FlexDeMo hybrid-sharded (chunk 4: the tiny

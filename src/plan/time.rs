@@ -142,6 +142,12 @@ pub fn timing(method: &Method, c: &Costing) -> Result<Timing> {
             let rule = "up to all: the average runs behind the next tau steps; exposed only if it is longer than them";
             t(inner(s.tau).max(ar_n.s) + pull, s.tau, s.tau as f64 * k, compute, ar_n, rule)
         }
+        // The released code (mode = "reference"): like SlowMo, the exact average blocks.
+        Method::Co2(s) if s.is_reference() => {
+            let compute = inner(s.tau) + net.work(Work::Elementwise { name: "co2 reference outer step", elems: 2 * n });
+            let rule = "none: the released code's average (reduce + broadcast) blocks, once every tau steps";
+            t(compute + ar_n.s, s.tau, s.tau as f64 * k, compute, ar_n, rule)
+        }
         Method::Co2(s) if !s.shard_outer => {
             let outer = net.work(Work::Elementwise { name: "co2 outer step", elems: 5 * n });
             let compute = outer + inner(s.tau);

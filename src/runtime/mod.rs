@@ -32,6 +32,37 @@ use std::sync::Arc;
 
 pub use tasks::{AllGather, AllGatherBytes, AllReduce, Broadcast, Recv, RecvAny, ReduceScatter, Send};
 
+/// A participant that ended early on purpose, at a round boundary every
+/// participant agreed on, after saving its part of a checkpoint there (an
+/// interrupted run: strategy/stop.rs). Not a failure: the simulator runs
+/// the others on to the same boundary instead of ending the run, the real
+/// runtime does not tell the others that this one failed; the run then
+/// ends with this error.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Stopped {
+    /// Who stopped.
+    pub participant: usize,
+    /// The boundary it stopped at (rounds or steps done).
+    pub round: u64,
+}
+
+impl std::fmt::Display for Stopped {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "participant {} stopped on request at round {}, its checkpoint part saved",
+            self.participant, self.round
+        )
+    }
+}
+
+impl std::error::Error for Stopped {}
+
+/// Whether `e` is a [`Stopped`] participant's end.
+pub fn is_stopped(e: &anyhow::Error) -> bool {
+    e.downcast_ref::<Stopped>().is_some()
+}
+
 /// Work a strategy asks the runtime to time.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub enum Work {

@@ -16,6 +16,7 @@
 
 use super::real_comm::RealComm;
 use super::{CommTask, Ctx, StartClocks, Topology, Work, WorkerTimes};
+use crate::comm::stranded::{panic_text, stranded};
 use crate::comm::{Fabric, LinkModel, LocalFabric};
 use crate::metrics::{EventLog, Span};
 use anyhow::{anyhow, bail, Result};
@@ -186,7 +187,7 @@ impl Ctx for RealCtx {
         };
         self.times.idle_s += t.elapsed().as_secs_f64();
         self.in_flight -= 1;
-        let out = out.unwrap_or_else(|e| panic!("participant {}: communication failed: {e}", self.rank));
+        let out = out.unwrap_or_else(|e| stranded(format!("participant {}: communication failed: {e}", self.rank)));
         *out.downcast::<T>().expect("a task's output has the task's type")
     }
     fn in_flight(&self) -> usize {
@@ -282,20 +283,24 @@ where
                         measured: (0, 0.0),
                     };
                     let result = block_on(make(ctx));
-                    failed.ok = result.is_ok();
+                    // A participant stopped at the agreed boundary did not fail: the others run on to it.
+                    failed.ok = result.as_ref().map_or_else(super::is_stopped, |_| true);
                     result
                 })
             })
             .collect();
         handles
             .into_iter()
-            .map(|h| h.join().unwrap_or_else(|p| Err(anyhow!("a participant thread panicked: {}", panic_text(&p)))))
+            .map(|h| h.join().unwrap_or_else(|p| Err(anyhow!("a participant thread panicked: {}", panic_text(&*p)))))
             .collect()
     });
-    // The first real error explains the others (peers that panicked because it left).
+    // The first real error explains the others (peers that panicked because it left);
+    // a participant stopped on request is the run's end only when nothing failed.
+    let real = |e: &anyhow::Error| !e.to_string().starts_with("a participant thread panicked") && !super::is_stopped(e);
     if let Some(i) = results
         .iter()
-        .position(|r| r.as_ref().is_err_and(|e| !e.to_string().starts_with("a participant thread panicked")))
+        .position(|r| r.as_ref().is_err_and(real))
+        .or_else(|| results.iter().position(|r| r.as_ref().is_err_and(super::is_stopped)))
     {
         return Err(results.into_iter().nth(i).expect("exists").err().expect("an error"));
     }
@@ -318,11 +323,6 @@ impl Drop for FailureGuard {
             (self.notice)();
         }
     }
-}
-
-/// The text of a panic payload.
-pub(super) fn panic_text(p: &Box<dyn Any + Send>) -> String {
-    p.downcast_ref::<String>().cloned().or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string())).unwrap_or_default()
 }
 
 /// The communication thread's loop: one task at a time, in order.

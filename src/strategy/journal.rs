@@ -8,12 +8,16 @@
 //! rounds and at the run's last round). A checkpoint is written only with
 //! no communication in flight, so resuming from it continues exactly where
 //! the saved run was: in the simulator bit for bit, clocks included. A
-//! loss or a saved value that is not finite ends the run (diverged.rs).
+//! loss or a saved value that is not finite ends the run (diverged.rs). A
+//! stop request (Ctrl-C) makes a checkpoint due at the boundary the
+//! participants agree on, after which each ends with `runtime::Stopped`
+//! (stop.rs).
 
 use super::diverged::{check_loss, check_state};
 use super::faults::FaultRecord;
+use super::stop::StopRequest;
 use super::worker::{ModelPiece, Worker, WorkerState};
-use crate::runtime::{Ctx, WorkerTimes};
+use crate::runtime::{Ctx, Stopped, WorkerTimes};
 use anyhow::{ensure, Result};
 use serde::{Deserialize, Serialize};
 use std::sync::Arc;
@@ -121,6 +125,9 @@ pub struct Checkpointing {
     pub every: u64,
     /// Where parts go; `None`: no checkpoints (tests, benchmarks).
     pub sink: Option<Arc<dyn PartSink>>,
+    /// Stop with a checkpoint when this is requested (stop.rs); `None`:
+    /// run to the end (MPI: the ranks share no memory to agree in).
+    pub stop: Option<Arc<StopRequest>>,
 }
 
 /// One participant's record of its run.
@@ -254,10 +261,19 @@ impl Journal {
         (self.faults.clone(), self.sent)
     }
 
+    /// Whether the run stops at boundary `done` on request (before `end`).
+    fn stopping(&self, done: u64, end: u64) -> bool {
+        done < end
+            && self.checkpoints.sink.is_some()
+            && self.checkpoints.stop.as_ref().is_some_and(|s| s.stops_at(done))
+    }
+
     /// A quiet boundary after `done` rounds (or steps) of a run that stops
     /// at `end`: saves this participant's part when a checkpoint is due
     /// (`done == end`, or a multiple of `checkpoint_every` was reached since
-    /// the previous boundary). `state` builds the strategy's state only then.
+    /// the previous boundary, or the run stops here on request: then this
+    /// returns [`Stopped`] once the part is saved). `state` builds the
+    /// strategy's state only then.
     pub async fn round_end<C: Ctx>(
         &mut self,
         ctx: &C,
@@ -267,7 +283,8 @@ impl Journal {
         state: impl FnOnce() -> StrategyState,
     ) -> Result<()> {
         let every = self.checkpoints.every;
-        let due = done == end || (every > 0 && done / every > self.last_boundary / every);
+        let stop = self.stopping(done, end);
+        let due = stop || done == end || (every > 0 && done / every > self.last_boundary / every);
         self.last_boundary = done;
         let Some(sink) = self.checkpoints.sink.clone().filter(|_| due) else { return Ok(()) };
         ensure!(
@@ -289,7 +306,11 @@ impl Journal {
             points,
             last_step: self.last_step,
             state,
-        })
+        })?;
+        match stop {
+            true => Err(Stopped { participant: self.participant, round: done }.into()),
+            false => Ok(()),
+        }
     }
 
     /// Whether [`Journal::round_end`] after `done` rounds of a run that
@@ -297,15 +318,20 @@ impl Journal {
     /// can bring it in first).
     pub fn checkpoint_due(&self, done: u64, end: u64) -> bool {
         let every = self.checkpoints.every;
-        self.checkpoints.sink.is_some() && (done == end || (every > 0 && done / every > self.last_boundary / every))
+        self.checkpoints.sink.is_some()
+            && (self.stopping(done, end) || done == end || (every > 0 && done / every > self.last_boundary / every))
     }
 
     /// The checkpoint boundary (the multiple of `checkpoint_every` at or
     /// below `done`) reached since the previous boundary, if checkpoints
     /// are taken: for a participant whose progress can jump past a
     /// multiple (async DiLoCo's server counts inner steps of all workers),
-    /// which saves under the multiple's number.
+    /// which saves under the multiple's number. A stop request makes `done`
+    /// itself such a boundary, once it is past the previous one (stop.rs).
     pub fn boundary_reached(&self, done: u64) -> Option<u64> {
+        if done > self.last_boundary && self.stopping(done, u64::MAX) {
+            return Some(done);
+        }
         let every = self.checkpoints.every;
         if self.checkpoints.sink.is_none() || every == 0 || done / every <= self.last_boundary / every {
             return None;

@@ -62,7 +62,7 @@ const SETTINGS: [(&str, &[&str]); 13] = [
     ("local-sgd", &["tau", "inner_state"]),
     ("overlap-local-sgd", &["tau", "pull"]),
     ("slowmo", &["tau", "outer_lr", "outer_momentum"]),
-    ("co2", &["tau", "outer_lr", "outer_momentum", "penalty", "clip", "shard_outer"]),
+    ("co2", &["mode", "tau", "outer_lr", "outer_momentum", "penalty", "clip", "gap_penalty", "shard_outer"]),
     ("demo", demo_settings::KEYS),
     ("flexdemo", demo_settings::KEYS),
     ("diloco", &["h", "outer", "outer_lr", "outer_momentum", "dn_buffer", "dn_c"]),
@@ -289,8 +289,10 @@ pub fn table1_bytes(method: &Method, psi: f64, n: f64, k: f64) -> f64 {
         Dpu(_) | AccoWp | Acco => 2.0 + 2.0 + 2.0 + k / n,
         // Not in Table 1: Local-AdamW holds what DDP holds (co2.txt, App. B.2).
         LocalSgd(_) => 2.0 + 2.0 + k,
-        // Table 1's rows: 2 extra model copies (u, x_0), 4 for CO2.
+        // Table 1's rows: 2 extra model copies (u, x_0), 4 for CO2; its
+        // released code holds SlowMo's two (x_old, m).
         SlowMo(_) => 2.0 + 2.0 + 2.0 * 2.0 + k,
+        Co2(s) if s.is_reference() => 2.0 + 2.0 + 2.0 * 2.0 + k,
         Co2(_) => 2.0 + 2.0 + 4.0 * 2.0 + k,
         // Not in Table 1: the anchor and the average in flight, like SlowMo's two copies.
         OverlapLocalSgd(_) => 2.0 + 2.0 + 2.0 * 2.0 + k,

@@ -13,6 +13,7 @@ pub mod local;
 pub mod method;
 pub mod method_spec;
 pub mod outcome;
+pub mod stop;
 mod worker;
 
 pub use acco::settings::DpuSettings;
@@ -25,6 +26,7 @@ pub use journal::{Checkpointing, Journal, Observer, PartSink, SavedPart, StepPoi
 pub use local::settings::{Clip, Co2Settings, InnerState, LocalSgdSettings, OverlapLocalSgdSettings, SlowMoSettings};
 pub use method::{table1_bytes, Method};
 pub use outcome::{Budget, MemoryBytes, Outcome};
+pub use stop::StopRequest;
 pub use worker::{accumulate, assemble_model, replica_piece, ModelPiece, Plan, Worker, WorkerState};
 
 use crate::runtime::{real, sim, Ctx, WorkerTimes};

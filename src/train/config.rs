@@ -96,8 +96,14 @@ pub struct TrainSection {
     /// Validation windows per evaluation (each `seq_len` tokens, taken in
     /// order; at least 1).
     pub eval_windows: usize,
-    /// Save a checkpoint every this many steps (0: only at the end).
-    pub checkpoint_every: u64,
+    /// Save a checkpoint every this many steps (rounds; 0: only at the end).
+    /// Unset: every [`DEFAULT_CHECKPOINT_EVERY`] steps, so that a run killed
+    /// hard loses at most that much (our choice; Ctrl-C always saves, see
+    /// `train::interrupt`), except where a checkpoint would change the run:
+    /// async-diloco (a checkpoint stops the world), demo/flexdemo with
+    /// `overlap` (it brings the exchange in flight in early) and a fault plan
+    /// (which refuses checkpoints) checkpoint only at the end unless this is set.
+    pub checkpoint_every: Option<u64>,
     /// Checkpoints kept on disk (older ones are deleted; at least 1, the
     /// latest).
     pub keep_checkpoints: usize,
@@ -119,12 +125,17 @@ impl Default for TrainSection {
             log_every: 10,
             eval_every: 100,
             eval_windows: 64,
-            checkpoint_every: 0,
+            checkpoint_every: None,
             keep_checkpoints: 2,
             out_dir: PathBuf::from("runs/default"),
         }
     }
 }
+
+/// `train.checkpoint_every` when unset: every 100 steps, the cadence of
+/// `eval_every`'s default (our choice; docs/design.md, "Stopping and
+/// resuming").
+pub const DEFAULT_CHECKPOINT_EVERY: u64 = 100;
 
 /// Learning-rate schedule (its `total_steps` is `train.steps`).
 #[derive(Clone, Debug, Serialize, Deserialize)]
@@ -271,8 +282,52 @@ impl RunConfig {
     }
 
     /// The config as TOML (saved beside the run and inside checkpoints).
+    /// Only for a config that passed [`RunConfig::validate`], which refuses
+    /// what TOML cannot hold.
     pub fn to_toml(&self) -> String {
-        toml::to_string(self).expect("a RunConfig always serialises")
+        self.try_to_toml().expect("a validated RunConfig serialises")
+    }
+
+    /// The config as TOML, or why it cannot be written as TOML.
+    pub fn try_to_toml(&self) -> Result<String> {
+        toml::to_string(self).context("the run's configuration cannot be written as TOML (config.toml)")
+    }
+
+    /// What a run saves (config.toml, every checkpoint) must be TOML: whole
+    /// numbers up to 2^63 - 1 and UTF-8 text. A flag's value is checked
+    /// when it is parsed; this catches the rest (a path made absolute under
+    /// a working directory that is not UTF-8), before any file is written.
+    fn check_saveable(&self) -> Result<()> {
+        let t = &self.train;
+        let paths = [
+            ("train.out_dir (--out)", Some(&t.out_dir)),
+            ("data.dir (--data)", self.data.dir.as_ref()),
+            ("parallel.cluster (--cluster)", self.parallel.cluster.as_ref()),
+            ("parallel.trace (--trace)", self.parallel.trace.as_ref()),
+        ];
+        for (key, path) in paths {
+            if let Some(p) = path.filter(|p| p.to_str().is_none()) {
+                anyhow::bail!(
+                    "{key} {}: path contains invalid UTF-8; a run records its paths in config.toml, which holds UTF-8 text only: use a path that is valid UTF-8",
+                    p.display()
+                );
+            }
+        }
+        let max = i64::MAX as u64;
+        let counts = [
+            ("train.steps (--steps)", t.steps),
+            ("train.seed (--seed)", t.seed),
+            ("train.log_every", t.log_every),
+            ("train.eval_every (--eval-every)", t.eval_every),
+            ("train.checkpoint_every (--checkpoint-every)", t.checkpoint_every.unwrap_or(0)),
+            ("schedule.warmup_steps", self.schedule.warmup_steps),
+            ("train.batch_size (--batch-size)", t.batch_size as u64),
+            ("train.grad_accum (--grad-accum)", t.grad_accum as u64),
+        ];
+        if let Some((key, v)) = counts.iter().find(|(_, v)| *v > max) {
+            anyhow::bail!("{key} = {v} is too large: must be at most {max} (2^63 - 1, the largest whole number config.toml can hold)");
+        }
+        self.try_to_toml().map(drop)
     }
 
     /// Tokens per sequence.
@@ -325,6 +380,7 @@ impl RunConfig {
         self.optimizer.validate()?;
         crate::strategy::Method::check_sections(&self.methods)?;
         self.parallel.validate()?;
+        self.check_saveable()?;
         Ok(model)
     }
 }

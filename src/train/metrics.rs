@@ -113,6 +113,11 @@ impl MetricsLog {
 pub struct Progress {
     bar: Option<ProgressBar>,
     quiet: bool,
+    /// For the elapsed time and ETA of plain lines: when this process
+    /// started stepping, from which step, towards which.
+    started: std::time::Instant,
+    first: u64,
+    total: u64,
 }
 
 impl Progress {
@@ -126,7 +131,16 @@ impl Progress {
             b.set_position(done);
             b
         });
-        Self { bar, quiet }
+        Self { bar, quiet, started: std::time::Instant::now(), first: done, total }
+    }
+
+    /// `elapsed 12.3 s  ETA 40 s` at `step`: this process's wall time so far,
+    /// and the steps left at the pace of the steps this process ran.
+    pub fn timing(&self, step: u64) -> String {
+        let elapsed = self.started.elapsed().as_secs_f64();
+        let per_step = elapsed / step.saturating_sub(self.first).max(1) as f64;
+        let eta = per_step * self.total.saturating_sub(step) as f64;
+        format!("{elapsed:.1} s  ETA {eta:.0} s")
     }
 
     /// Update after a step (the bar's message; no line).

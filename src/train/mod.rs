@@ -1,6 +1,10 @@
 //! Training: configuration, the single-worker loop, data-parallel runs, metrics.
 
 pub mod config;
+pub mod duration;
+pub mod interrupt;
+pub mod lock;
+pub mod memory;
 pub mod metrics;
 pub mod parallel;
 pub mod run;

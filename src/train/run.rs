@@ -2,10 +2,13 @@
 //! checkpoints on schedule.
 
 use super::config::RunConfig;
+use super::interrupt::{requested, Interrupted};
 use super::metrics::{EvalRecord, MetricsLog, Progress};
 use super::trainer::Trainer;
 use anyhow::{bail, Result};
 use std::path::PathBuf;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
 
 /// How to run (beyond the config).
 #[derive(Clone, Debug, Default)]
@@ -22,6 +25,13 @@ pub struct RunOptions {
     /// metrics, checkpoints and config; see [`super::rundir::claim_fresh`]).
     /// Without it, such a run is refused.
     pub force: bool,
+    /// Stop (with a checkpoint, at the next step or round boundary) once
+    /// this is set: `train`'s Ctrl-C handler (`train::interrupt`). The run
+    /// then ends with [`Interrupted`].
+    pub stop: Option<Arc<AtomicBool>>,
+    /// Start even when the run is estimated not to fit in memory or to take
+    /// more than an hour per round (`train::memory`, `train::duration`).
+    pub yes: bool,
 }
 
 /// What a run ends with.
@@ -70,11 +80,13 @@ pub fn end_step(start: u64, steps: u64, stop_at: Option<u64>) -> Result<u64> {
 /// continuing in `train.out_dir` (the CLI sets it to the resumed run's own
 /// directory; see [`super::rundir::resolve_resume`]).
 pub fn run(cfg: RunConfig, opts: &RunOptions) -> Result<RunSummary> {
+    // Before anything big is allocated: will it fit?
+    super::memory::check(&super::memory::single(&cfg, &cfg.validate()?)?, opts.yes)?;
     let mut tr = Trainer::new(cfg, opts.resume.as_deref())?;
     let t = tr.cfg.train.clone();
     let out = t.out_dir.clone();
     let end = end_step(tr.step, t.steps, opts.stop_at)?;
-    let progress = Progress::new(t.steps, tr.step, opts.quiet);
+    let progress = Progress::new(end, tr.step, opts.quiet);
     let resumed_from = match &opts.resume {
         Some(r) => Some((tr.step, crate::checkpoint::resolve(r)?)),
         None => None,
@@ -101,13 +113,18 @@ pub fn run(cfg: RunConfig, opts: &RunOptions) -> Result<RunSummary> {
             resumed_from,
         });
     }
+    if requested(&opts.stop) {
+        return Err(Interrupted { run_dir: out, checkpoint: None, step: tr.step, steps: t.steps }.into());
+    }
+    // Only now, with the config validated and the data open, so that a run
+    // that cannot start creates and replaces nothing; held to the end.
+    let _lock = super::lock::RunLock::acquire(&out)?;
     if opts.resume.is_none() {
-        // Only now, with the config validated and the data open, so that a
-        // run that cannot start replaces nothing.
         super::rundir::claim_fresh(&out, opts.force)?;
     }
     let mut log = MetricsLog::open(&out, opts.resume.as_ref().map(|_| tr.step))?;
     crate::util::atomic_write(&out.join("config.toml"), tr.cfg.to_toml().as_bytes())?;
+    let checkpoint_every = t.checkpoint_every.unwrap_or(super::config::DEFAULT_CHECKPOINT_EVERY);
     progress.line(&format!(
         "training {} params ({} layers, d {}, vocab {}) for steps {}..{} of {}, {} tokens/step -> {}",
         tr.model.num_params(),
@@ -129,8 +146,13 @@ pub fn run(cfg: RunConfig, opts: &RunOptions) -> Result<RunSummary> {
         if r.step % t.log_every == 0 || r.step == end {
             log.write("train", &r)?;
             progress.line(&format!(
-                "step {:>6}  loss {:.4}  lr {:.2e}  grad-norm {:.3}  {:.0} tok/s",
-                r.step, r.loss, r.lr, r.grad_norm, r.tokens_per_s
+                "step {:>6}  loss {:.4}  lr {:.2e}  grad-norm {:.3}  {:.0} tok/s  {}",
+                r.step,
+                r.loss,
+                r.lr,
+                r.grad_norm,
+                r.tokens_per_s,
+                progress.timing(r.step)
             ));
         }
         if t.eval_every > 0 && r.step % t.eval_every == 0 && r.step != end {
@@ -139,7 +161,12 @@ pub fn run(cfg: RunConfig, opts: &RunOptions) -> Result<RunSummary> {
             progress.line(&format!("step {:>6}  val loss {:.4}  val ppl {:.2}", e.step, e.val_loss, e.val_ppl));
             last_eval = Some(e);
         }
-        if t.checkpoint_every > 0 && r.step % t.checkpoint_every == 0 && r.step != end {
+        if requested(&opts.stop) && r.step != end {
+            let dir = tr.save_checkpoint()?;
+            progress.finish();
+            return Err(Interrupted { run_dir: out, checkpoint: Some(dir), step: tr.step, steps: t.steps }.into());
+        }
+        if checkpoint_every > 0 && r.step % checkpoint_every == 0 && r.step != end {
             let dir = tr.save_checkpoint()?;
             progress.line(&format!("checkpoint {}", dir.display()));
         }

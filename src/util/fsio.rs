@@ -14,11 +14,17 @@ use std::path::Path;
 
 /// Write `bytes` to `path` atomically (temp file + fsync + rename + fsync dir).
 pub fn atomic_write(path: &Path, bytes: &[u8]) -> Result<()> {
-    atomic_write_with(path, |f| f.write_all(bytes).map_err(Into::into))
+    write_atomic(path, Some(bytes.len() as u64), |f| f.write_all(bytes).map_err(Into::into))
 }
 
 /// Like [`atomic_write`], but lets the caller stream into the file.
 pub fn atomic_write_with(path: &Path, fill: impl FnOnce(&mut File) -> Result<()>) -> Result<()> {
+    write_atomic(path, None, fill)
+}
+
+/// The atomic write itself; `size` (when known) goes into the error of a
+/// write that finds its disk full.
+fn write_atomic(path: &Path, size: Option<u64>, fill: impl FnOnce(&mut File) -> Result<()>) -> Result<()> {
     let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
     fs::create_dir_all(dir).with_context(|| format!("cannot create directory {}", dir.display()))?;
     let name = path.file_name().with_context(|| format!("{} is not a file path", path.display()))?;
@@ -34,7 +40,57 @@ pub fn atomic_write_with(path: &Path, fill: impl FnOnce(&mut File) -> Result<()>
     if result.is_err() {
         let _ = fs::remove_file(&tmp);
     }
-    result
+    result.map_err(|e| disk_full(e, path, size))
+}
+
+/// Turns a write error caused by a full disk into one that names the file,
+/// the space it needed and the space left (the bare "No space left on device
+/// (os error 28)" names neither); other errors pass through unchanged.
+pub fn disk_full(e: anyhow::Error, path: &Path, size: Option<u64>) -> anyhow::Error {
+    let full = e.chain().any(|c| c.downcast_ref::<std::io::Error>().is_some_and(|io| io.raw_os_error() == Some(28)));
+    if !full {
+        return e;
+    }
+    let dir = path.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let need = size.map_or(String::new(), |n| format!(" (the file is {})", human_bytes(n)));
+    let free = free_bytes(dir).map_or(String::new(), |n| format!("; {} is free there now", human_bytes(n)));
+    anyhow::anyhow!(
+        "the disk is full: cannot write {}{need}{free}. Free some space on that disk (older runs, \
+         checkpoints) or write the run elsewhere (--out DIR)",
+        path.display()
+    )
+}
+
+/// Bytes available to this user on the filesystem holding `dir`.
+pub fn free_bytes(dir: &Path) -> Option<u64> {
+    use std::os::unix::ffi::OsStrExt;
+    let c = std::ffi::CString::new(dir.as_os_str().as_bytes()).ok()?;
+    let mut st = std::mem::MaybeUninit::<libc::statvfs>::uninit();
+    // SAFETY: `c` is a NUL-terminated path and `st` is written by statvfs
+    // before it is read (only when it returns 0).
+    let st = unsafe {
+        if libc::statvfs(c.as_ptr(), st.as_mut_ptr()) != 0 {
+            return None;
+        }
+        st.assume_init()
+    };
+    Some(st.f_bavail as u64 * st.f_frsize as u64)
+}
+
+/// `1.5 MB`-style sizes for messages.
+pub fn human_bytes(n: u64) -> String {
+    let units = ["B", "kB", "MB", "GB", "TB"];
+    let mut v = n as f64;
+    let mut u = 0;
+    while v >= 1000.0 && u + 1 < units.len() {
+        v /= 1000.0;
+        u += 1;
+    }
+    if u == 0 {
+        format!("{n} B")
+    } else {
+        format!("{v:.1} {}", units[u])
+    }
 }
 
 /// Names of the entries of `dir`, sorted; empty if it does not exist. An
@@ -171,5 +227,28 @@ mod tests {
     #[test]
     fn sha256_of_abc() {
         assert_eq!(sha256_hex(b"abc"), "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad");
+    }
+
+    #[test]
+    fn a_full_disk_is_reported_with_the_file_its_size_and_the_space_left() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("part-000.safetensors");
+        let full = anyhow::Error::from(std::io::Error::from_raw_os_error(28)).context("while saving");
+        let msg = format!("{:#}", disk_full(full, &path, Some(8_000_000)));
+        assert!(msg.contains("the disk is full") && msg.contains(&path.display().to_string()), "{msg}");
+        assert!(
+            msg.contains("the file is 8.0 MB") && msg.contains("is free there now") && msg.contains("--out"),
+            "{msg}"
+        );
+        let other = anyhow::anyhow!("permission denied");
+        assert_eq!(format!("{}", disk_full(other, &path, None)), "permission denied");
+    }
+
+    #[test]
+    fn sizes_read_in_the_unit_that_fits() {
+        assert_eq!(human_bytes(999), "999 B");
+        assert_eq!(human_bytes(1_500), "1.5 kB");
+        assert_eq!(human_bytes(8_000_000), "8.0 MB");
+        assert_eq!(human_bytes(2_500_000_000), "2.5 GB");
     }
 }

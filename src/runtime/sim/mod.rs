@@ -245,6 +245,7 @@ where
     let mut comm: Vec<Pin<Box<dyn Future<Output = ()>>>> =
         (0..n).map(|rank| Box::pin(comm_actor(state.clone(), rank)) as Pin<Box<dyn Future<Output = ()>>>).collect();
     let mut out: Vec<Option<T>> = (0..n).map(|_| None).collect();
+    let mut stopped: Vec<Option<anyhow::Error>> = (0..n).map(|_| None).collect();
     {
         let mut st = state.borrow_mut();
         for p in 0..n {
@@ -269,14 +270,19 @@ where
             Lane::Compute => {
                 let Some(fut) = compute[p].as_mut() else { continue };
                 if let Poll::Ready(res) = fut.as_mut().poll(&mut cx) {
-                    out[p] = Some(res?);
                     compute[p] = None;
+                    match res {
+                        Ok(v) => out[p] = Some(v),
+                        // Stopped at the agreed boundary: the others run on to it.
+                        Err(e) if super::is_stopped(&e) => stopped[p] = Some(e),
+                        Err(e) => return Err(e),
+                    }
                 }
             }
         }
     }
     let stuck: Vec<String> = (0..n)
-        .filter(|&p| out[p].is_none())
+        .filter(|&p| out[p].is_none() && stopped[p].is_none())
         .map(|p| {
             let st = state.borrow();
             let on = st.parts[p].blocked.clone().unwrap_or_else(|| "a task that never completes".into());
@@ -288,6 +294,9 @@ where
             "simulation deadlock: {} (every member of a group must start the same collectives in the same order)",
             stuck.join("; ")
         );
+    }
+    if let Some(e) = stopped.into_iter().flatten().next() {
+        return Err(e);
     }
     Ok(out.into_iter().map(|o| o.expect("checked")).collect())
 }

@@ -14,6 +14,12 @@
 //! 13      x_{t+1,0} = x_{t,0} - alpha Clip(m_t, phi),  Clip = max(-phi, min(m, phi))  Sec. 3.3
 //! ```
 //!
+//! This is `mode = "paper"`, the default; `mode = "reference"` runs what
+//! the released code does instead (co2_reference.rs). Defaults
+//! (co2_settings.rs): alpha 0.5 and beta 0, tuned on nano because co2.txt
+//! gives neither and the released alpha 1 oscillates behind the one-round
+//! staleness (docs/results/co2.md, experiment 0; docs/decisions.md).
+//!
 //! Decisions (the lead's, written down here):
 //! - First outer iteration (t = 0): lines 8-13 are skipped and the outer
 //!   iterate does not move, x_{1,0} = x_{0,0}. This is the reading under
@@ -61,10 +67,13 @@ pub async fn run<C: Ctx>(
     s: &Co2Settings,
     j: &mut Journal,
 ) -> Result<Outcome> {
+    if s.is_reference() {
+        return super::co2_reference::run(ctx, w, plan, s, j).await;
+    }
     if s.shard_outer {
         return super::co2_sharded::run(ctx, w, plan, s, j).await;
     }
-    let (n, rank, wire) = (w.model.num_params(), ctx.rank(), plan.wire);
+    let (n, rank, wire, world) = (w.model.num_params(), ctx.rank(), plan.wire, ctx.world());
     let rounds = Rounds::new(s.tau, plan.steps);
     let end = rounds.round_up(plan.end);
     let mut inner = Inner::new(plan, n)?;
@@ -94,7 +103,8 @@ pub async fn run<C: Ctx>(
                 outer.skip();
             } else {
                 let o = &mut outer;
-                ctx.compute(Work::Elementwise { name: "co2 outer step", elems: 5 * n }, || o.step(&synced, s)).await;
+                ctx.compute(Work::Elementwise { name: "co2 outer step", elems: 5 * n }, || o.step(&synced, s, world))
+                    .await;
             }
             let mut x = if delta { spare.take().unwrap_or_else(|| vec![0.0; n]) } else { std::mem::take(&mut synced) };
             x.copy_from_slice(&outer.x0);

@@ -66,10 +66,10 @@ impl Outer {
 
     /// Lines 11-13 for outer iteration t >= 1 from `avg` = x_{t-1,tau}:
     /// m becomes m_t and x0 becomes x_{t+1,0}; x0_prev and x1_prev move on
-    /// to x_{t,0} and x_{t,1}.
+    /// to x_{t,0} and x_{t,1}. `world`: the workers (for beta = "auto").
     #[allow(clippy::needless_range_loop)] // one coordinate at a time, as the paper writes it
-    pub fn step(&mut self, avg: &[f32], s: &Co2Settings) {
-        let (alpha, beta, tau) = (s.outer_lr, s.outer_momentum, s.tau as f32);
+    pub fn step(&mut self, avg: &[f32], s: &Co2Settings, world: usize) {
+        let (alpha, beta, tau) = (s.outer_lr, s.outer_momentum.at(world), s.tau as f32);
         let penalty = !self.x1_prev.is_empty();
         for i in 0..self.x0.len() {
             let (x0, x0_prev) = (self.x0[i], self.x0_prev[i]);

@@ -57,7 +57,7 @@ pub async fn run<C: Ctx>(
     s: &Co2Settings,
     j: &mut Journal,
 ) -> Result<Outcome> {
-    let (n, wire) = (w.model.num_params(), plan.wire);
+    let (n, wire, world) = (w.model.num_params(), plan.wire, ctx.world());
     let padded = padded_len(n, ctx.world());
     let m = padded / ctx.world();
     let lo = ctx.rank() * m;
@@ -96,7 +96,8 @@ pub async fn run<C: Ctx>(
                 outer.skip();
             } else {
                 let o = &mut outer;
-                ctx.compute(Work::Elementwise { name: "co2 outer step", elems: 5 * m }, || o.step(&synced, s)).await;
+                ctx.compute(Work::Elementwise { name: "co2 outer step", elems: 5 * m }, || o.step(&synced, s, world))
+                    .await;
             }
             // x_{t+1,0} = all-gather of the slices (exposed: the next loop needs it).
             let gather = AllGather { group: Group::World, input: std::mem::take(&mut outer.x0), output: free, wire };

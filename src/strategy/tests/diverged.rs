@@ -37,7 +37,10 @@ fn a_run_at_lr_1e30_stops_with_diverged_and_saves_nothing_non_finite() {
             ..plan(12, 1, 0.0)
         };
         let parts = Arc::new(Parts::default());
-        let hooks = Hooks { checkpoints: Checkpointing { every: 1, sink: Some(parts.clone()) }, ..Hooks::default() };
+        let hooks = Hooks {
+            checkpoints: Checkpointing { every: 1, sink: Some(parts.clone()), stop: None },
+            ..Hooks::default()
+        };
         for rt in [sim(2), Runtime::Real(RealSpec::flat(2))] {
             let e = run_cluster(&method, &rt, workers(2, 2), &p, &hooks).unwrap_err();
             let d = e.downcast_ref::<Diverged>().unwrap_or_else(|| panic!("{method}: not a divergence: {e:#}"));

@@ -2,6 +2,7 @@
 
 mod diverged;
 mod resume;
+mod stop;
 
 use super::*;
 use crate::comm::{LinkModel, Tier};

@@ -11,8 +11,8 @@ use std::sync::Mutex;
 
 /// Keeps every part in memory.
 #[derive(Default)]
-struct MemorySink {
-    parts: Mutex<Vec<SavedPart>>,
+pub(super) struct MemorySink {
+    pub(super) parts: Mutex<Vec<SavedPart>>,
 }
 
 impl PartSink for MemorySink {
@@ -24,14 +24,14 @@ impl PartSink for MemorySink {
 
 impl MemorySink {
     /// The parts of `round`, in participant order.
-    fn round(&self, round: u64) -> Vec<SavedPart> {
+    pub(super) fn round(&self, round: u64) -> Vec<SavedPart> {
         let mut v: Vec<SavedPart> = self.parts.lock().unwrap().iter().filter(|p| p.round == round).cloned().collect();
         v.sort_by_key(|p| p.participant);
         v
     }
 }
 
-fn every_method() -> Vec<Method> {
+pub(super) fn every_method() -> Vec<Method> {
     let demo = DemoSettings::default();
     let mut v = vec![
         Method::Ddp,
@@ -91,7 +91,7 @@ fn run_to(
     let sink = std::sync::Arc::new(MemorySink::default());
     let hooks = Hooks {
         observer: None,
-        checkpoints: Checkpointing { every, sink: Some(sink.clone()) },
+        checkpoints: Checkpointing { every, sink: Some(sink.clone()), stop: None },
         resumed: resumed.clone(),
     };
     let mut ws = workers(world(rt), 2);
@@ -191,7 +191,8 @@ fn timing_independent_methods_resume_bit_identically_on_the_real_runtime() {
     let fixed = Plan { fixed_micro_batches: Some(1), end: 6, ..plan(6, 1, 1.0) };
     let whole = run_cluster(&Method::Acco, &rt, workers(2, 2), &fixed, &Hooks::default()).unwrap();
     let sink = std::sync::Arc::new(MemorySink::default());
-    let hooks = Hooks { checkpoints: Checkpointing { every: 0, sink: Some(sink.clone()) }, ..Hooks::default() };
+    let hooks =
+        Hooks { checkpoints: Checkpointing { every: 0, sink: Some(sink.clone()), stop: None }, ..Hooks::default() };
     run_cluster(&Method::Acco, &rt, workers(2, 2), &Plan { end: 3, ..fixed.clone() }, &hooks).unwrap();
     let parts = sink.round(3);
     let model = assemble_model(whole[0].params.len(), parts.iter().filter_map(|p| p.state.model.clone())).unwrap();
@@ -213,7 +214,7 @@ fn checkpoint_refuses_to_save_with_communication_in_flight() {
     let err = crate::runtime::sim::run(spec, |mut ctx| {
         let sink = sink.clone();
         async move {
-            let mut j = Journal::new(0, None, Checkpointing { every: 1, sink: Some(sink) }, None);
+            let mut j = Journal::new(0, None, Checkpointing { every: 1, sink: Some(sink), stop: None }, None);
             let h = ctx.start(crate::runtime::AllReduce::sum(
                 crate::runtime::Group::World,
                 vec![1.0],

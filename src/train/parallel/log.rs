@@ -69,6 +69,8 @@ struct Inner {
     first: u64,
     every: u64,
     started: Instant,
+    /// When the last plain line was printed (none yet: the first round prints one).
+    last_line: Option<Instant>,
     virtual_time: bool,
     label: String,
 }
@@ -182,6 +184,9 @@ pub fn logged_rounds(r: &Position, workers: usize, pooled: bool) -> u64 {
     }
 }
 
+/// Longest silence between plain progress lines, in wall seconds.
+const LINE_EVERY_S: f64 = 10.0;
+
 impl RoundLog {
     /// Appends to `log` (if any) from round `spec.first + 1` on.
     pub fn new(log: Option<MetricsLog>, spec: RoundLogSpec) -> RoundLog {
@@ -213,6 +218,7 @@ impl RoundLog {
                 total: spec.total,
                 first: spec.first,
                 started: Instant::now(),
+                last_line: None,
                 virtual_time: spec.virtual_time,
                 label: spec.label,
             }),
@@ -260,7 +266,7 @@ impl Inner {
         self.next += 1;
     }
 
-    fn show(&self, r: &RoundRecord) {
+    fn show(&mut self, r: &RoundRecord) {
         let elapsed = self.started.elapsed().as_secs_f64();
         let clock = if self.virtual_time {
             format!("virtual {:.1} s, wall {elapsed:.0} s", r.wall_s)
@@ -280,7 +286,15 @@ impl Inner {
                     None => msg,
                 });
             }
-            None if !self.quiet && (r.step.is_multiple_of(self.every) || r.step >= self.total) => {
+            // Every `every` rounds, the last, the first this process ran, and
+            // at least every LINE_EVERY_S: a slow simulated round still shows
+            // progress within seconds.
+            None if !self.quiet
+                && (r.step.is_multiple_of(self.every)
+                    || r.step >= self.total
+                    || self.last_line.is_none_or(|t| t.elapsed().as_secs_f64() >= LINE_EVERY_S)) =>
+            {
+                self.last_line = Some(Instant::now());
                 let per_round = elapsed / (r.step - self.first).max(1) as f64;
                 let eta = per_round * self.total.saturating_sub(r.step) as f64;
                 match past {

@@ -1,9 +1,13 @@
 //! `lowcomm train --method M --workers N`: data-parallel training with a
 //! strategy, on the real or the simulated runtime. Writes as it goes
 //! (metrics.jsonl, checkpoints with every participant's part every
-//! `--checkpoint-every` rounds and at the end) and at the end
-//! (events.jsonl with spans and summary, plots, an optional Chrome trace:
-//! report.rs).
+//! `--checkpoint-every` rounds, by default 100 ([`checkpoint_every`]), and
+//! at the end) and at the end (events.jsonl with spans and summary, plots,
+//! an optional Chrome trace: report.rs). Before it starts, it refuses what
+//! would not fit in memory or would take hours per round (train/memory.rs,
+//! train/duration.rs); while it runs it holds the run directory's lock
+//! (train/lock.rs); a stop request (Ctrl-C) ends it at a round boundary
+//! with a checkpoint (strategy/stop.rs, train/interrupt.rs).
 //! `--resume RUN` continues from the last checkpoint (checkpoint.rs).
 
 pub mod checkpoint;
@@ -19,7 +23,7 @@ use super::trainer::{decay_segments, open_data};
 use crate::comm::{LinkModel, Tier, WireDtype};
 use crate::model::{Gpt, GptConfig};
 use crate::runtime::{real::RealSpec, sim::SimSpec, Topology};
-use crate::strategy::{run_cluster, Checkpointing, Hooks, Method, Plan, Runtime};
+use crate::strategy::{run_cluster, Checkpointing, Hooks, Method, Plan, Runtime, StopRequest};
 use anyhow::{bail, Context, Result};
 use checkpoint::{CheckpointWriter, Resumed};
 pub use log::RoundRecord;
@@ -45,13 +49,40 @@ pub fn fault_plan(cfg: &RunConfig, method: &Method, resuming: bool) -> Result<cr
     let plan = method.fault_plan(&cfg.faults.plan, workers, &p.backend)?;
     // A checkpoint stops the world with every worker between rounds (async_diloco.rs); a worker
     // that is down cannot take part, and a resumed run's clock would shift the plan's times.
-    if !plan.is_empty() && (cfg.train.checkpoint_every > 0 || resuming) {
+    if !plan.is_empty() && (cfg.train.checkpoint_every.is_some_and(|n| n > 0) || resuming) {
         bail!(
             "--faults / [faults] plan: not with {}: a checkpoint needs every worker up and between rounds; run the fault plan without --checkpoint-every (the run's final checkpoint is still written) and from the start",
             if resuming { "--resume" } else { "--checkpoint-every" }
         );
     }
     Ok(plan)
+}
+
+/// Rounds between checkpoints: `train.checkpoint_every` if set, else
+/// [`super::config::DEFAULT_CHECKPOINT_EVERY`], except where a checkpoint
+/// would change the run (its doc comment): async-diloco's stop-the-world,
+/// demo/flexdemo's overlapped exchange brought in early, a fault plan.
+pub fn checkpoint_every(cfg: &RunConfig, method: &Method) -> u64 {
+    let changes_the_run = match method {
+        Method::AsyncDiloco(_) => true,
+        Method::Demo(s) | Method::FlexDemo(s) => s.overlap,
+        _ => false,
+    };
+    match cfg.train.checkpoint_every {
+        Some(n) => n,
+        None if changes_the_run || !cfg.faults.is_empty() => 0,
+        None => super::config::DEFAULT_CHECKPOINT_EVERY,
+    }
+}
+
+/// The workers a run asks for (`--workers`, else the cluster profile's,
+/// else 1), read before anything is allocated for them.
+fn asked_workers(p: &ParallelSection) -> Result<usize> {
+    Ok(match (p.workers, &p.cluster) {
+        (Some(w), _) => w,
+        (None, Some(c)) => crate::runtime::cluster::ClusterProfile::from_file(c)?.workers(),
+        (None, None) => 1,
+    })
 }
 
 /// `link` and `cluster` are not set together: a profile's links (intra and
@@ -158,11 +189,21 @@ pub fn setup(cfg: RunConfig, opts: &RunOptions) -> Result<Setup> {
     if let Some(path) = &cfg.parallel.trace {
         report::check_trace(path)?;
     }
+    // Before anything is allocated for the workers: will they fit?
+    let p = &cfg.parallel;
+    let estimate =
+        super::memory::parallel(&cfg, &model_cfg, &method, asked_workers(p)?, p.backend == "mpi", p.runtime == "real")?;
+    super::memory::check(&estimate, opts.yes)?;
+    let seq = cfg.seq_len(&model_cfg);
+    let n_params = crate::model::ParamLayout::new(&model_cfg).len;
+    let (world, runtime) = runtime(&cfg.parallel, &model_cfg, n_params, t.batch_size * seq)?;
+    // A method with a parameter server gets one more participant, the last.
+    let mut runtime = runtime.with_server(method.needs_server());
+    // ... and will its rounds end?
+    super::duration::check(&cfg, &model_cfg, &method, &runtime, opts.yes)?;
     let (mut data, _) = open_data(&cfg, &model_cfg)?;
     let tokens = Arc::new(std::mem::take(&mut data.train));
-    let seq = cfg.seq_len(&model_cfg);
     let mut init = Gpt::new(model_cfg.clone(), t.seed)?;
-    let (world, runtime) = runtime(&cfg.parallel, &model_cfg, init.num_params(), t.batch_size * seq)?;
     if let Method::AsyncDiloco(a) = &method {
         crate::strategy::diloco::shards::check(tokens.len(), a.shard_count(world), world, a.fixed_shards, seq + 1)?;
         a.diloco().check_workers("async-diloco", world)?;
@@ -170,8 +211,6 @@ pub fn setup(cfg: RunConfig, opts: &RunOptions) -> Result<Setup> {
     if let Method::Diloco(d) = &method {
         d.check_workers("diloco", world)?; // dn_c <= 1/N, N = the workers when dn_buffer is unset
     }
-    // A method with a parameter server gets one more participant, the last.
-    let mut runtime = runtime.with_server(method.needs_server());
     let wire = match (&cfg.parallel.wire, &cfg.parallel.cluster) {
         (Some(w), _) => *w,
         (None, Some(c)) => crate::runtime::cluster::ClusterProfile::from_file(c)?.wire.unwrap_or(WireDtype::F32),
@@ -204,7 +243,7 @@ pub fn setup(cfg: RunConfig, opts: &RunOptions) -> Result<Setup> {
         grad_clip: t.grad_clip,
         fixed_micro_batches: cfg.parallel.fixed_micro_batches,
         micro_batch_budget: (cfg.parallel.budget == super::config::BudgetUnit::Tokens)
-            .then_some(cfg.train.steps * cfg.train.grad_accum as u64),
+            .then_some(cfg.train.steps.saturating_mul(cfg.train.grad_accum as u64)),
         wire,
         seed: t.seed,
         faults,
@@ -234,10 +273,21 @@ pub fn run_parallel(cfg: RunConfig, opts: &RunOptions) -> Result<ParallelSummary
     }
     let s = setup(cfg, opts)?;
     let workers = (0..s.world).map(|r| s.worker(r)).collect::<Result<Vec<_>>>()?;
+    let out = s.cfg.train.out_dir.clone();
+    let interrupted = |checkpoint| super::interrupt::Interrupted {
+        run_dir: out.clone(),
+        checkpoint,
+        step: s.resumed.as_ref().map_or(0, |r| r.round),
+        steps: s.plan.steps,
+    };
+    if super::interrupt::requested(&opts.stop) {
+        return Err(interrupted(None).into());
+    }
+    // Only now, with every setting, the data and the cluster checked, so
+    // that a run that cannot start creates and replaces nothing (--force).
+    let _lock = super::lock::RunLock::acquire(&out)?;
     if opts.resume.is_none() {
-        // Only now, with every setting, the data and the cluster checked,
-        // so that a run that cannot start replaces nothing (--force).
-        super::rundir::claim_fresh(&s.cfg.train.out_dir, opts.force)?;
+        super::rundir::claim_fresh(&out, opts.force)?;
     }
     if !s.quiet {
         eprintln!("{}", s.banner("local"));
@@ -246,12 +296,26 @@ pub fn run_parallel(cfg: RunConfig, opts: &RunOptions) -> Result<ParallelSummary
     let writer = Arc::new(CheckpointWriter::new(s.identity()?, s.init.num_params()));
     let hooks = Hooks {
         observer: Some(log.clone()),
-        checkpoints: Checkpointing { every: s.cfg.train.checkpoint_every, sink: Some(writer.clone()) },
+        checkpoints: Checkpointing {
+            every: checkpoint_every(&s.cfg, &s.method),
+            sink: Some(writer.clone()),
+            stop: opts.stop.clone().map(StopRequest::new),
+        },
         resumed: s.resumed_parts()?,
     };
-    let reports = run_cluster(&s.method, &s.runtime, workers, &s.plan, &hooks)?;
+    let ran = run_cluster(&s.method, &s.runtime, workers, &s.plan, &hooks);
     drop(hooks);
     let log = Arc::into_inner(log).expect("the run is over: one owner left");
+    let reports = match ran {
+        Err(e) if crate::runtime::is_stopped(&e) => {
+            log.finish()?;
+            let written = writer.written().last().cloned();
+            let mut i = interrupted(written.as_ref().map(|(_, d)| d.clone()));
+            i.step = written.map_or(i.step, |(round, _)| round);
+            return Err(i.into());
+        }
+        r => r?,
+    };
     let checkpoint = writer
         .written()
         .last()

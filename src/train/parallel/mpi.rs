@@ -152,9 +152,14 @@ impl MpiSink {
 impl PartSink for MpiSink {
     fn submit(&self, part: SavedPart) -> Result<()> {
         let round = part.round;
-        let staging = Staging::begin_shared(&self.id.run_dir, round, &format!("mpi-{}", self.job))?;
+        let mut staging = Staging::begin_shared(&self.id.run_dir, round, &format!("mpi-{}", self.job))?;
         let mine = write_part(staging.path(), &part);
         let all = self.all_ok(mine.is_ok());
+        if self.rank == 0 {
+            // Every rank is done writing (the all-gather was a barrier): rank 0
+            // commits the directory or, failing, removes it.
+            staging.own();
+        }
         mine?;
         if let Some(bad) = all.iter().position(|&b| b == 0) {
             bail!("rank {bad} could not write its part of the checkpoint at round {round}");
@@ -224,10 +229,12 @@ fn run_rank_inner(mpi: &MpiProcess, mut cfg: RunConfig, opts: &RunOptions) -> Re
             r.shape.per_node
         );
     }
+    // Every check passed (every rank runs the same ones on the same config
+    // and data): only now does rank 0 take the run directory's lock (held to
+    // the end) and may --force replace an old run. The other ranks wait for
+    // rank 0 in the broadcast below, before they write anything.
+    let _lock = if rank == 0 { Some(crate::train::lock::RunLock::acquire(&s.cfg.train.out_dir)?) } else { None };
     if rank == 0 && opts.resume.is_none() {
-        // Every check passed (every rank runs the same ones on the same
-        // config and data): only now may --force replace an old run. The other ranks wait for rank
-        // 0 in the broadcast below, before they write anything.
         crate::train::rundir::claim_fresh(&s.cfg.train.out_dir, opts.force)?;
     }
     // Identical starting point on every rank, bit for bit.
@@ -277,7 +284,12 @@ fn run_rank_inner(mpi: &MpiProcess, mut cfg: RunConfig, opts: &RunOptions) -> Re
     let mut resumed = s.resumed_parts()?;
     let hooks = Hooks {
         observer: show.clone().map(|l| l as Arc<dyn crate::strategy::Observer>),
-        checkpoints: Checkpointing { every: s.cfg.train.checkpoint_every, sink: Some(sink.clone()) },
+        // No stop request: the ranks share no memory to agree on a boundary in (train/interrupt.rs).
+        checkpoints: Checkpointing {
+            every: super::checkpoint_every(&s.cfg, &s.method),
+            sink: Some(sink.clone()),
+            stop: None,
+        },
         resumed: std::mem::take(&mut resumed),
     };
     // Align the ranks' clocks (each span is timed from its process's start).

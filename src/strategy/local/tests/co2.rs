@@ -8,6 +8,7 @@ use crate::comm::{LinkModel, Tier};
 use crate::optim::DecaySegments;
 use crate::runtime::sim::SimSpec;
 use crate::strategy::local::co2_outer::{clip, staleness_gap, Outer};
+use crate::strategy::local::settings::Beta;
 use crate::strategy::tests::{bits, sim, tiny, workers};
 
 const LR: f32 = 0.05;
@@ -35,7 +36,7 @@ fn clip_is_coordinate_wise_and_can_be_off() {
 
 /// Settings with alpha 0.5, beta 0.5, tau 2 and the given penalty and clip.
 fn hand(penalty: bool, c: crate::strategy::local::settings::Clip) -> Co2Settings {
-    Co2Settings { tau: 2, outer_lr: 0.5, outer_momentum: 0.5, penalty, clip: c, shard_outer: false }
+    Co2Settings { tau: 2, outer_lr: 0.5, outer_momentum: Beta::Value(0.5), penalty, clip: c, ..Co2Settings::paper() }
 }
 
 #[test]
@@ -51,7 +52,7 @@ fn lines_11_to_13_by_hand_with_one_step_stale_momentum() {
         x1: vec![7.0, 7.0],
         m: vec![2.0, -4.0],
     };
-    o.step(&[0.0, 2.0], &hand(true, Clip::Off));
+    o.step(&[0.0, 2.0], &hand(true, Clip::Off), 2);
     // Lambda = (3, 1) (eq. 3 above). Line 12, with x_{t-1,0} - x_{t-1,tau} = (1, -1):
     // m_t = 0.5 (2, -4) + (1 / 3, -1 / 1) = (1 + 1/3, -3).
     assert_eq!(o.m, vec![0.5 * 2.0 + 1.0 / 3.0, -3.0]);
@@ -61,7 +62,7 @@ fn lines_11_to_13_by_hand_with_one_step_stale_momentum() {
     assert_eq!((o.x0_prev.clone(), o.x1_prev.clone()), (vec![3.0, 1.0], vec![7.0, 7.0]));
     // Without the penalty, line 12 is SlowMo's (Lambda = 1): m = (1 + 1, -2 - 1).
     let mut p = Outer { x0: vec![3.0, 1.0], x0_prev: vec![1.0, 1.0], x1_prev: vec![], x1: vec![], m: vec![2.0, -4.0] };
-    p.step(&[0.0, 2.0], &hand(false, Clip::Off));
+    p.step(&[0.0, 2.0], &hand(false, Clip::Off), 2);
     assert_eq!((p.m.clone(), p.x0.clone()), (vec![2.0, -3.0], vec![2.0, 2.5]));
 }
 
@@ -72,7 +73,7 @@ fn the_clip_changes_the_applied_update_and_not_the_momentum() {
     // m. Here m_t = (2, -3) (as above, no penalty) and phi = 0.5: the update
     // applied is alpha * (0.5, -0.5), and the stored momentum stays (2, -3).
     let mut o = Outer { x0: vec![3.0, 1.0], x0_prev: vec![1.0, 1.0], x1_prev: vec![], x1: vec![], m: vec![2.0, -4.0] };
-    o.step(&[0.0, 2.0], &hand(false, Clip::Phi(0.5)));
+    o.step(&[0.0, 2.0], &hand(false, Clip::Phi(0.5)), 2);
     assert_eq!(o.x0, vec![3.0 - 0.25, 1.0 + 0.25], "x_{{t+1,0}} = x_{{t,0}} - alpha Clip(m_t, phi)");
     assert_ne!(o.x0, vec![2.0, 2.5], "the unclipped update must not be applied");
     assert_eq!(o.m, vec![2.0, -3.0]);
@@ -101,7 +102,7 @@ fn co2_replay(s: &Co2Settings, rounds: usize, ignore_clip: bool) -> (Vec<f32>, u
         (vec![x00.clone(); 2], vec![x00.clone(); 2], vec![x00.clone(); 2], vec![x00; 2]);
     let mut m = vec![vec![0.0f32; n]; 2];
     let mut prev_avg: Option<Vec<f32>> = None;
-    let (alpha, beta, tau) = (s.outer_lr, s.outer_momentum, s.tau as f32);
+    let (alpha, beta, tau) = (s.outer_lr, s.outer_momentum.at(2), s.tau as f32);
     let mut clipped = 0;
     for t in 0..rounds {
         for i in 0..2 {
@@ -159,10 +160,10 @@ fn co2_follows_algorithm_1_step_by_step() {
     let s = Co2Settings {
         tau: 2,
         outer_lr: 0.8,
-        outer_momentum: 0.6,
+        outer_momentum: Beta::Value(0.6),
         penalty: true,
         clip: Clip::Phi(2e-4),
-        shard_outer: false,
+        ..Co2Settings::paper()
     };
     let got = run_cluster(&Method::Co2(s.clone()), &sim(2), workers(2, 2), &sgd_plan(8), &Hooks::default()).unwrap();
     let (want, clipped) = co2_replay(&s, 4, false);
@@ -191,8 +192,8 @@ fn co2_without_penalty_and_clip_and_with_instant_averages_is_eq_10() {
     // communication, so every AAR completes at once. The algebraic form
     // rounds differently, by a few ulp of |x| < 2 (1.2e-7) per round: 5
     // rounds allowed 2e-6 (measured: 3.6e-7).
-    let s =
-        Co2Settings { tau: 3, outer_lr: 0.7, outer_momentum: 0.5, penalty: false, clip: Clip::Off, shard_outer: false };
+    let (beta, clip) = (Beta::Value(0.5), Clip::Off);
+    let s = Co2Settings { tau: 3, outer_lr: 0.7, outer_momentum: beta, penalty: false, clip, ..Co2Settings::paper() };
     let rounds = 5;
     let got = run_cluster(&Method::Co2(s.clone()), &sim(2), workers(2, 2), &sgd_plan(15), &Hooks::default()).unwrap();
     let mut ws = workers(2, 2);
@@ -218,7 +219,7 @@ fn co2_without_penalty_and_clip_and_with_instant_averages_is_eq_10() {
         last = x.iter().zip(&sum).map(|(x, g)| x - LR * g).collect();
         let next: Vec<f32> = match &sum_prev {
             None => x.clone(),
-            Some(g) => (0..n).map(|e| x[e] - s.outer_lr * LR * g[e] + s.outer_momentum * (x[e] - x_prev[e])).collect(),
+            Some(g) => (0..n).map(|e| x[e] - s.outer_lr * LR * g[e] + 0.5 * (x[e] - x_prev[e])).collect(),
         };
         x_prev = std::mem::replace(&mut x, next);
         sum_prev = Some(sum);

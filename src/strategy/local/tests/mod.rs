@@ -4,12 +4,15 @@
 //! reproducible, memory by category, the bf16 wire form).
 
 mod co2;
+mod co2_reference;
+mod co2_settings;
 
 use super::*;
 use crate::comm::{LinkModel, Tier, WireDtype};
 use crate::optim::{DecaySegments, LrSchedule, OptimizerConfig, SgdConfig};
 use crate::runtime::{real::RealSpec, sim::SimSpec};
 use crate::strategy::inner::Form;
+use crate::strategy::local::settings::Beta;
 use crate::strategy::tests::{bits, plan, sim, tiny, workers};
 use crate::strategy::*;
 
@@ -46,8 +49,14 @@ pub(crate) fn local_methods(tau: u64) -> Vec<Method> {
         Method::LocalSgd(LocalSgdSettings { tau, inner_state: InnerState::Average }),
         overlap(tau, 0.5),
         slowmo(tau, 1.0, 0.5),
-        Method::Co2(co2(tau)),
-        Method::Co2(Co2Settings { shard_outer: true, ..co2(tau) }),
+        Method::Co2(Co2Settings { outer_momentum: Beta::Value(0.5), ..co2(tau) }),
+        Method::Co2(Co2Settings { outer_momentum: Beta::Value(0.5), shard_outer: true, ..co2(tau) }),
+        Method::Co2(Co2Settings {
+            tau,
+            outer_momentum: Beta::Value(0.5),
+            gap_penalty: 2.0,
+            ..Co2Settings::reference()
+        }),
     ]
 }
 

@@ -2,7 +2,7 @@
 //! (CSS and the SVG plots inline, no script, no link, no URL of any kind),
 //! so it opens in a browser with no network and can be mailed as is.
 
-use super::compare_table::{Table, Tables};
+use super::table::{Table, Tables};
 use std::fmt::Write as _;
 
 /// What the report shows besides the tables.
@@ -17,6 +17,8 @@ pub struct Page<'a> {
     pub legend: &'a [String],
     /// Per-method notes: the settings each ran with, skipped (and why), reused.
     pub notes: &'a [String],
+    /// The recommendation, then why each other method lost.
+    pub verdict: &'a [String],
 }
 
 /// `s` with `&`, `<`, `>` and `"` escaped (text and attribute values).
@@ -49,9 +51,23 @@ fn inline_svg(svg: &str) -> String {
     out + rest
 }
 
+/// `s` escaped, with markdown's `**bold**` as `<strong>` (the tables'
+/// cells are shared with summary.md).
+fn rich(s: &str) -> String {
+    let mut out = String::new();
+    for (i, part) in escape(s).split("**").enumerate() {
+        if i % 2 == 1 {
+            out += &format!("<strong>{part}</strong>");
+        } else {
+            out += part;
+        }
+    }
+    out
+}
+
 fn table_html(t: &Table) -> String {
     let cells = |tag: &str, row: &[String]| -> String {
-        row.iter().map(|c| format!("<{tag}>{}</{tag}>", escape(c))).collect::<String>()
+        row.iter().map(|c| format!("<{tag}>{}</{tag}>", rich(c))).collect::<String>()
     };
     let mut s = format!("<table>\n<thead><tr>{}</tr></thead>\n<tbody>\n", cells("th", &t.head));
     for r in &t.rows {
@@ -62,7 +78,7 @@ fn table_html(t: &Table) -> String {
 
 /// Each line of `items` as a list item.
 fn list_html(items: &[String]) -> String {
-    let li: String = items.iter().map(|l| format!("<li>{}</li>\n", escape(l))).collect();
+    let li: String = items.iter().map(|l| format!("<li>{}</li>\n", rich(l))).collect();
     format!("<ul>\n{li}</ul>\n")
 }
 
@@ -71,7 +87,8 @@ table{border-collapse:collapse;margin:1em 0;font-size:0.9em}\
 th,td{border:1px solid #bbb;padding:0.3em 0.6em;text-align:right}\
 th{background:#eee}td:first-child,th:first-child{text-align:left}\
 pre{background:#f4f4f4;padding:0.8em;white-space:pre-wrap;word-break:break-all}\
-figure{margin:1em 0}figcaption{font-size:0.9em;color:#555}";
+figure{margin:1em 0}figcaption{font-size:0.9em;color:#555}\
+td strong{color:#b00}p.verdict{font-weight:bold;font-size:1.1em}";
 
 /// The whole report.
 pub fn render(page: &Page, tables: &Tables) -> String {
@@ -98,6 +115,11 @@ pub fn render(page: &Page, tables: &Tables) -> String {
     h += &table_html(&tables.bytes);
     h += "<h2>Notes</h2>\n";
     h += &list_html(page.notes);
+    h += "<h2>Verdict</h2>\n";
+    if let Some((first, rest)) = page.verdict.split_first() {
+        let _ = writeln!(h, "<p class=\"verdict\">{}</p>", rich(first));
+        h += &list_html(rest);
+    }
     h + "</body>\n</html>\n"
 }
 
@@ -121,9 +143,16 @@ mod tests {
             plots: &plots,
             legend: &[],
             notes: &notes,
+            verdict: &["Recommendation: acco".to_string(), "co2: **unstable**".to_string()],
         };
         let html = render(&page, &tables);
         assert!(!html.contains("http") && !html.contains("<?xml"), "{html}");
         assert!(html.contains("<td>&lt;co2&gt;</td>") && html.contains("skipped: &lt;why&gt;"), "{html}");
+        // The verdict ends the page; markdown's bold is HTML's.
+        assert!(
+            html.trim_end().ends_with("<li>co2: <strong>unstable</strong></li>\n</ul>\n</body>\n</html>"),
+            "{html}"
+        );
+        assert!(html.contains("<p class=\"verdict\">Recommendation: acco</p>"), "{html}");
     }
 }

@@ -1,12 +1,15 @@
 //! One method's result in a `lowcomm compare` sweep, kept as
 //! `runs/DIR/result.json` (written atomically once the run has finished),
 //! so a sweep run again reuses what is complete and reruns what is not.
+//! A run that ended with [`Diverged`] is complete too: its result keeps how
+//! it ended and its curve up to there (from `RUN/metrics.jsonl`). A
+//! result.json written before `ended` existed loads as a finished run.
 
 use crate::metrics::{Lane, Summary};
-use crate::strategy::MemoryBytes;
+use crate::strategy::{Diverged, MemoryBytes};
 use crate::train::parallel::ParallelSummary;
 use anyhow::{Context, Result};
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize};
 use std::path::Path;
 
 /// The file a finished method leaves in its run directory.
@@ -22,9 +25,40 @@ pub struct Round {
     /// When the round's last worker ended it (virtual under `sim`).
     pub wall_s: f64,
     /// Mean training loss over the workers.
+    #[serde(deserialize_with = "f32_or_nan")]
     pub loss: f32,
-    /// Bytes sent per worker by the time the round ended.
+    /// Bytes sent per worker by the time the round ended (NaN: not known,
+    /// a run that diverged wrote no events).
+    #[serde(deserialize_with = "f64_or_nan")]
     pub bytes: f64,
+}
+
+/// How a method's run ended.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "end", rename_all = "lowercase")]
+pub enum Ended {
+    /// It ran its budget and evaluated its model.
+    #[default]
+    Finished,
+    /// It stopped with [`Diverged`]: no events, no evaluation.
+    Diverged {
+        /// The participant that saw it.
+        participant: usize,
+        /// Its round (or inner step, or update) then.
+        step: u64,
+        /// What was not finite.
+        what: String,
+    },
+}
+
+/// JSON has no NaN: serde_json writes a non-finite number as `null`; read
+/// it back as NaN.
+fn f32_or_nan<'de, D: Deserializer<'de>>(d: D) -> Result<f32, D::Error> {
+    Ok(Option::<f32>::deserialize(d)?.unwrap_or(f32::NAN))
+}
+
+fn f64_or_nan<'de, D: Deserializer<'de>>(d: D) -> Result<f64, D::Error> {
+    Ok(Option::<f64>::deserialize(d)?.unwrap_or(f64::NAN))
 }
 
 /// What the comparison needs of one finished method.
@@ -41,7 +75,10 @@ pub struct MethodResult {
     pub world: usize,
     /// The curve.
     pub rounds: Vec<Round>,
-    /// Validation loss of the final model.
+    /// Validation loss of the run's own model (the one its checkpoint
+    /// holds: the replica, the gathered shards, the last average, or
+    /// async DiLoCo's server's); NaN for a run that diverged.
+    #[serde(deserialize_with = "f32_or_nan")]
     pub val_loss: f32,
     /// Times, overlap, idle share and bytes (metrics::summary).
     pub summary: Summary,
@@ -55,6 +92,9 @@ pub struct MethodResult {
     /// applied per worker (the summary's notes show it).
     #[serde(default)]
     pub membership: Option<String>,
+    /// How the run ended (absent in results written before: finished).
+    #[serde(default)]
+    pub ended: Ended,
 }
 
 impl MethodResult {
@@ -87,7 +127,42 @@ impl MethodResult {
             memory: s.reports.first().map(|r| r.memory).unwrap_or_default(),
             exchange: s.reports.first().and_then(|r| r.exchange).map(|b| (b.payload_bytes, b.compression())),
             run_s,
+            ended: Ended::Finished,
         }
+    }
+
+    /// From a run of `spec` (labelled `label`, `world` workers) in `dir`
+    /// that stopped with `d` after `run_s` seconds: its curve up to there is
+    /// the run's rounds in `dir/metrics.jsonl`; there are no events (bytes,
+    /// times, memory) and no evaluation.
+    pub fn from_diverged(
+        spec: &str,
+        label: String,
+        config: String,
+        world: usize,
+        dir: &Path,
+        d: &Diverged,
+        run_s: f64,
+    ) -> Result<MethodResult> {
+        Ok(MethodResult {
+            spec: spec.to_string(),
+            label,
+            config,
+            world,
+            rounds: logged_rounds(dir),
+            val_loss: f32::NAN,
+            summary: crate::metrics::summarize(&[], world, 0)?,
+            memory: MemoryBytes::default(),
+            exchange: None,
+            run_s,
+            membership: None,
+            ended: Ended::Diverged { participant: d.participant, step: d.step, what: d.what.clone() },
+        })
+    }
+
+    /// Whether the run ran to its end (else it diverged).
+    pub fn finished(&self) -> bool {
+        self.ended == Ended::Finished
     }
 
     /// The result in `dir` if it is complete and was made under `config`.
@@ -103,6 +178,25 @@ impl MethodResult {
         let path = dir.join(RESULT_FILE);
         crate::util::atomic_write(&path, text.as_bytes()).with_context(|| format!("cannot write {}", path.display()))
     }
+}
+
+/// The run's rounds (`kind: "train"` lines) in `dir/metrics.jsonl`, bytes
+/// unknown; none if it cannot be read.
+fn logged_rounds(dir: &Path) -> Vec<Round> {
+    let text = std::fs::read_to_string(dir.join("metrics.jsonl")).unwrap_or_default();
+    text.lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .filter(|v| v["kind"] == "train")
+        .filter_map(|v| {
+            Some(Round {
+                step: v["step"].as_u64()?,
+                tokens: v["tokens"].as_u64()?,
+                wall_s: v["wall_s"].as_f64()?,
+                loss: v["loss"].as_f64().map_or(f32::NAN, |l| l as f32),
+                bytes: f64::NAN,
+            })
+        })
+        .collect()
 }
 
 /// Bytes per worker sent by each time in `ends` (ascending): the sum of the
@@ -164,11 +258,41 @@ mod tests {
             exchange: None,
             run_s: 1.0,
             membership: None,
+            ended: Ended::Finished,
         };
         r.save(dir.path()).unwrap();
         assert_eq!(json(MethodResult::load(dir.path(), &r.config)), json(Some(r.clone())));
         assert_eq!(json(MethodResult::load(dir.path(), "[train]\nsteps = 8\n")), None, "other settings: rerun");
         std::fs::write(dir.path().join(RESULT_FILE), "{\"spec\": \"co2\"").unwrap();
         assert_eq!(json(MethodResult::load(dir.path(), &r.config)), None, "a torn file: rerun");
+    }
+
+    #[test]
+    fn an_older_result_loads_as_finished_and_a_diverged_one_keeps_its_curve_and_nan() {
+        let dir = tempfile::tempdir().unwrap();
+        // The run's rounds up to the divergence, as a run logs them (a worker line is not a round).
+        let log = [
+            r#"{"kind":"worker","worker":0,"step":1,"loss":7.6,"micro_batches":1,"end_s":0.5}"#,
+            r#"{"kind":"train","step":1,"tokens":64,"loss":7.5,"lr":0.001,"wall_s":0.5}"#,
+            r#"{"kind":"train","step":2,"tokens":128,"loss":9.25,"lr":0.001,"wall_s":1.0}"#,
+        ];
+        std::fs::write(dir.path().join("metrics.jsonl"), log.join("\n")).unwrap();
+        let d = Diverged { participant: 1, step: 3, what: "training loss NaN".into() };
+        let r = MethodResult::from_diverged("ddp", "ddp".into(), "c".into(), 2, dir.path(), &d, 0.1).unwrap();
+        assert_eq!(
+            r.rounds.iter().map(|x| (x.step, x.tokens, x.loss)).collect::<Vec<_>>(),
+            [(1, 64, 7.5), (2, 128, 9.25)]
+        );
+        assert!(!r.finished() && r.val_loss.is_nan() && r.rounds[0].bytes.is_nan());
+        // NaN is written as null and read back as NaN; the way it ended is kept.
+        r.save(dir.path()).unwrap();
+        let back = MethodResult::load(dir.path(), "c").expect("a diverged result reloads");
+        assert!(back.val_loss.is_nan() && back.rounds[1].bytes.is_nan());
+        assert_eq!(back.ended, Ended::Diverged { participant: 1, step: 3, what: "training loss NaN".into() });
+        // A result.json from before `ended` existed: no such key, a finished run.
+        let mut old: serde_json::Value = serde_json::to_value(&back).unwrap();
+        old.as_object_mut().unwrap().remove("ended");
+        std::fs::write(dir.path().join(RESULT_FILE), old.to_string()).unwrap();
+        assert!(MethodResult::load(dir.path(), "c").unwrap().finished());
     }
 }

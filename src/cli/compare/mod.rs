@@ -3,16 +3,33 @@
 //! (curves.csv), three plots (SVG) and one self-contained report.html to a
 //! directory. Each finished method leaves `runs/DIR/result.json`, so the
 //! same command run again reuses it (`--fresh`: rerun everything).
+//!
+//! Every method trains the same tokens unless `--budget rounds` is given,
+//! and the report says whether they did (table.rs). A method whose
+//! run stops with `strategy::Diverged` does not end the sweep: its row is
+//! marked, with its curve up to there. Rows are marked diverged or unstable
+//! by marks.rs and left out of the target loss and the verdict
+//! (verdict.rs) that ends summary.md and report.html.
 
-use super::compare_methods::misfit;
-use super::compare_store::MethodResult;
-use super::compare_table::{curves_csv, plots, tables, target_loss, SMOOTH};
+mod html;
+mod marks;
+mod methods;
+mod store;
+mod table;
+mod verdict;
+
 use super::{CompareArgs, TrainArgs};
 use crate::strategy::method_spec::{expand, Entry};
+use crate::strategy::Diverged;
 use crate::train::RunConfig;
 use anyhow::{bail, Context, Result};
+use marks::{FAR_NATS, GIVE_BACK, RISE_FLOOR, SMOOTH};
+use methods::misfit;
 use std::path::Path;
 use std::time::Instant;
+use store::MethodResult;
+use table::{budget_line, curves_csv, final_loss, memory_total, plots, rows, tables, target_loss, time_to};
+use verdict::{verdict, Entrant, TIE};
 
 /// One method of the sweep, configured.
 struct Planned {
@@ -20,6 +37,8 @@ struct Planned {
     cfg: RunConfig,
     /// The configuration as TOML: a stored result counts only under the same one.
     config: String,
+    /// The method with its settings (`co2 (tau 12, ...)`).
+    label: String,
     /// A complete result from an earlier invocation.
     done: Option<MethodResult>,
 }
@@ -56,7 +75,7 @@ fn configure(a: &CompareArgs, out: &Path, notes: &mut Vec<String>) -> Result<Vec
         crate::train::parallel::fault_plan(&cfg, &method, false)?;
         let config = cfg.to_toml();
         let done = if a.fresh { None } else { MethodResult::load(&dir, &config) };
-        planned.push(Planned { entry, cfg, config, done });
+        planned.push(Planned { entry, cfg, config, label: method.to_string(), done });
     }
     Ok(planned)
 }
@@ -122,10 +141,7 @@ pub fn compare(a: &CompareArgs) -> Result<()> {
         let dir = p.cfg.train.out_dir.clone();
         if let Some(r) = &p.done {
             say(format!("compare [{}/{n}] {spec}: done earlier, reused ({})", i + 1, dir.display()));
-            notes.push(format!(
-                "{spec}: done earlier, reused ({})",
-                dir.join(super::compare_store::RESULT_FILE).display()
-            ));
+            notes.push(format!("{spec}: done earlier, reused ({})", dir.join(store::RESULT_FILE).display()));
             results.push(r.clone());
             continue;
         }
@@ -139,26 +155,60 @@ pub fn compare(a: &CompareArgs) -> Result<()> {
         }
         let opts = crate::train::RunOptions { quiet: a.train.quiet, ..Default::default() };
         let started = Instant::now();
-        let Some(s) = (runner.run)(p.cfg.clone(), &opts)? else {
-            continue; // an MPI rank other than 0: rank 0 writes the results
-        };
+        let outcome = (runner.run)(p.cfg.clone(), &opts);
         let took = started.elapsed().as_secs_f64();
         finished.push((took, p.cfg.train.steps));
-        let r = MethodResult::from_run(spec, p.config.clone(), &s, took);
+        let r = match outcome {
+            Ok(None) => continue, // an MPI rank other than 0: rank 0 writes the results
+            Ok(Some(s)) => {
+                say(format!(
+                    "compare [{}/{n}] {spec}: final loss {:.4}, val loss {:.4}, {:.2} s run time ({took:.1} s here)",
+                    i + 1,
+                    s.final_loss,
+                    s.val_loss,
+                    s.summary.wall_s
+                ));
+                MethodResult::from_run(spec, p.config.clone(), &s, took)
+            }
+            // A divergence ends this method's run, not the sweep.
+            Err(e) => match diverged(&e) {
+                Some(d) if root => {
+                    say(format!("compare [{}/{n}] {spec}: {d}", i + 1));
+                    let world = workers(&p.cfg)?;
+                    MethodResult::from_diverged(spec, p.label.clone(), p.config.clone(), world, &dir, d, took)?
+                }
+                Some(_) => continue,
+                None => return Err(e.context(format!("compare: {spec}"))),
+            },
+        };
         r.save(&dir)?;
-        say(format!(
-            "compare [{}/{n}] {spec}: final loss {:.4}, val loss {:.4}, {:.2} s run time ({took:.1} s here)",
-            i + 1,
-            s.final_loss,
-            s.val_loss,
-            s.summary.wall_s
-        ));
         results.push(r);
     }
     if !root {
         return Ok(());
     }
     write_report(a, &results, &notes)
+}
+
+/// The divergence that ended a run, if that is what `e` is.
+fn diverged(e: &anyhow::Error) -> Option<&Diverged> {
+    e.chain().find_map(|c| c.downcast_ref::<Diverged>())
+}
+
+/// Data-parallel workers of a run: `--workers`, else the cluster profile's, else 1.
+fn workers(cfg: &RunConfig) -> Result<usize> {
+    let p = &cfg.parallel;
+    Ok(match (p.workers, &p.cluster) {
+        (Some(w), _) => w,
+        (None, Some(c)) => crate::runtime::cluster::ClusterProfile::from_file(c)?.workers(),
+        (None, None) => 1,
+    })
+}
+
+/// The device memory the run's cluster profile gives, if any.
+fn device_memory(cfg: &RunConfig) -> Option<f64> {
+    let profile = crate::runtime::cluster::ClusterProfile::from_file(cfg.parallel.cluster.as_ref()?).ok()?;
+    profile.device.as_ref().and_then(|d| d.memory)
 }
 
 /// The machine and the (simulated) cluster, as the report shows them.
@@ -213,30 +263,60 @@ fn write_report(a: &CompareArgs, results: &[MethodResult], notes: &[String]) -> 
     let out = &a.results;
     let first: RunConfig = toml::from_str(&results[0].config).context("a stored result's config does not parse")?;
     let clock = if first.parallel.runtime == "sim" { "virtual" } else { "wall" };
-    let target = target_loss(results, a.target_loss);
-    let t = tables(results, target, clock);
+    let rows = rows(results);
+    let target = target_loss(&rows, a.target_loss);
+    let t = tables(&rows, target, clock);
     let command = format!("lowcomm {}", std::env::args().skip(1).collect::<Vec<_>>().join(" "));
     let target_says = match a.target_loss {
         Some(v) => format!("--target-loss {v}"),
-        None => format!("the highest final training loss among the methods that ended below their first round's, {target:.4} (a method that diverged does not set it; set it with --target-loss)"),
+        None => format!("the median final training loss of the methods neither diverged nor unstable, {target:.4}: half of them end at or below it (set it with --target-loss)"),
     };
+    let unit = match first.parallel.budget {
+        crate::train::config::BudgetUnit::Tokens => "tokens",
+        crate::train::config::BudgetUnit::Rounds => "rounds",
+    };
+    let device = device_memory(&first);
     let legend = vec![
-        format!("Training loss is a {SMOOTH}-round moving average of the mean over workers."),
+        budget_line(results, unit),
+        "Global batch: tokens per optimizer step over all workers, mean over the run (tokens / rounds; for the local-update methods, per inner step).".into(),
+        format!("Training loss is a moving average of the mean over workers, over the same tokens for every method: those of the last {SMOOTH} synchronous steps (a round of acco holds several)."),
+        "Val loss: the validation loss of the model each run produces, as its checkpoint holds it: the replica (ddp, demo), the gathered shards (zero1, dpu, acco-wp, acco, flexdemo), the last average (local-sgd, overlap-local-sgd, slowmo, co2), the outer model (diloco), the parameter server's (async-diloco).".into(),
+        format!("Status: **diverged**: the run stopped on a non-finite loss or value (its curve is kept up to there), or its model's validation loss is not finite or more than {FAR_NATS} nat above its first round's training loss (the untrained model's); **unstable**: its smoothed training loss rose above its lowest so far by more than {:.0}% of its drop down to there (and by more than {RISE_FLOOR} nat). Marked methods set no target loss and are left out of the verdict.", 100.0 * GIVE_BACK),
         format!("Time is {clock}-clock seconds{}.", if clock == "virtual" { " of the simulated cluster" } else { " on this machine" }),
         format!("Time to loss: when the training loss first got to the target: {target_says}."),
         "Sent per worker: bytes each worker sent over the run, all and by tier (ring model; a collective over several nodes with several members each is split as the hierarchical collective the link model times: a ring inside each node, and between nodes a ring over the nodes on each member's share).".into(),
-        "Memory: one worker's model states (parameters, gradients, communication buffers, optimizer and outer state), f32.".into(),
+        format!(
+            "Memory: one worker's model states (parameters, gradients, communication buffers, optimizer and outer state), f32, as the run measured them; device memory {}.",
+            device.map_or("unknown (the cluster profile gives no [device] memory)".to_string(), crate::plan::rank::gb)
+        ),
+        format!("Verdict: the method that reaches the target loss first and ends at or below it, among those neither diverged nor unstable that fit in device memory; times within {:.0}% of the fastest are a tie (one seed).", 100.0 * TIE),
     ];
-    // Per-method notes: what each ran as, then what was skipped or reused.
+    // Per-method notes: what each ran as, why a row is marked, then what was skipped or reused.
     let notes: Vec<String> = results
         .iter()
         .map(|r| match &r.membership {
             Some(m) => format!("{}: ran as {}; {m}", r.spec, r.label),
             None => format!("{}: ran as {}", r.spec, r.label),
         })
+        .chain(
+            rows.iter()
+                .filter(|w| w.mark.excluded())
+                .map(|w| format!("{}: left out of the target loss and the verdict: {}", w.r.spec, w.mark.why)),
+        )
         .chain(notes.iter().cloned())
         .collect();
     let notes = &notes[..];
+    let entrants: Vec<Entrant> = rows
+        .iter()
+        .map(|w| Entrant {
+            spec: &w.r.spec,
+            mark: &w.mark,
+            time_to: time_to(w, target),
+            final_loss: final_loss(w),
+            memory: memory_total(w.r),
+        })
+        .collect();
+    let verdict = verdict(&entrants, target, clock, device);
     let mut md = format!("command: `{command}`\n\n");
     md += &t.main.markdown();
     md += &legend.iter().map(|l| format!("\n{l}")).collect::<String>();
@@ -245,15 +325,18 @@ fn write_report(a: &CompareArgs, results: &[MethodResult], notes: &[String]) -> 
     md += "\nBytes per worker per round (ring model; tiers as in the table above):\n\n";
     md += &t.bytes.markdown();
     md += &format!("\nNotes:\n\n{}", notes.iter().map(|n| format!("- {n}\n")).collect::<String>());
+    md += &format!("\nVerdict:\n\n{}\n", verdict[0]);
+    md += &verdict[1..].iter().map(|l| format!("- {l}\n")).collect::<String>();
     crate::util::atomic_write(&out.join("summary.md"), md.as_bytes())?;
     crate::util::atomic_write(&out.join("curves.csv"), curves_csv(results)?.as_bytes())?;
-    let svgs = plots(results, clock)?;
+    let svgs = plots(&rows, clock)?;
     for (name, svg) in &svgs {
         crate::util::atomic_write(&out.join(name), svg.as_bytes())?;
     }
     let machine = machine(&first, results[0].world);
-    let page = super::compare_html::Page { command: &command, machine: &machine, plots: &svgs, legend: &legend, notes };
-    crate::util::atomic_write(&out.join("report.html"), super::compare_html::render(&page, &t).as_bytes())?;
+    let page =
+        html::Page { command: &command, machine: &machine, plots: &svgs, legend: &legend, notes, verdict: &verdict };
+    crate::util::atomic_write(&out.join("report.html"), html::render(&page, &t).as_bytes())?;
     print!("{md}");
     eprintln!(
         "wrote {}/report.html, summary.md, curves.csv, loss_vs_tokens.svg, loss_vs_time.svg, loss_vs_bytes.svg",
