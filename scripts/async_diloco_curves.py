@@ -4,6 +4,7 @@ scripts/async_diloco_run.sh (docs/results/async-diloco.md).
 
     python3 scripts/async_diloco_curves.py docs/results/async-diloco/hetero/very [--csv OUT.csv] [--target-loss 6.9]
     python3 scripts/async_diloco_curves.py --final docs/results/async-diloco/hetero/{no,slight,moderate,very}
+    python3 scripts/async_diloco_curves.py --final --mean docs/results/async-diloco/weight/seed-{1337,1,2}
 
 Reads each run of the `lowcomm compare` directory (runs/*/metrics.jsonl and config.toml). The paper's x axes
 (async-local-sgd.txt, Fig. 2 and Sec. 1: "perplexity versus the total number of local updates", and wall clock)
@@ -101,22 +102,28 @@ def load(root):
     return runs
 
 
-def final(roots):
-    """The paper's Tables 1 and 2: final val perplexity (val loss), one column per result directory."""
+def final(roots, mean=False):
+    """The paper's Tables 1 and 2: final val perplexity (val loss), one column per result directory; with
+    --mean (directories of one setup, seeds apart) a last column: mean val loss and its spread (min-max)."""
     # DN's buffer is N = workers: one row for it across directories of different worker counts.
     cols = [{re.sub(r"dn_buffer_\d+", "dn_buffer_N", n): r for n, r in load(root).items()} for root in roots]
     names = sorted({n for c in cols for n in c})
-    print("| run | " + " | ".join(os.path.basename(r.rstrip("/")) for r in roots) + " |")
-    print("|---|" + "---|" * len(roots))
+    heads = [os.path.basename(r.rstrip("/")) for r in roots] + (["mean val loss (min-max)"] if mean else [])
+    print("| run | " + " | ".join(heads) + " |")
+    print("|---|" + "---|" * len(heads))
     for n in names:
         cells = [f"{ppl(c[n]['val'])} ({c[n]['val']:.4f})" if n in c else "-" for c in cols]
+        vals = [c[n]["val"] for c in cols if n in c]
+        if mean:
+            cells.append(f"{sum(vals) / len(vals):.4f} ({min(vals):.4f}-{max(vals):.4f}, {len(vals)} runs)")
         print(f"| {n} | " + " | ".join(cells) + " |")
 
 
 def main():
     args = sys.argv[1:]
     if args[:1] == ["--final"]:
-        return final(args[1:])
+        rest = [a for a in args[1:] if a != "--mean"]
+        return final(rest, mean="--mean" in args)
     out_csv = None
     target = None
     if "--csv" in args:

@@ -46,7 +46,7 @@ fn async_diloco_runs_with_a_server_and_reports_it() {
     assert_mentions(
         &err,
         &[
-            "async-diloco (h 2, outer dn lr 0.7, beta 0.9, N 2, c 0, grace 0.25 s, dylu, 3 shards)",
+            "async-diloco (h 2, outer dn lr 0.7, beta 0.9, N 2, c 0, weight auto, grace 0.25 s, dylu, 3 shards)",
             "inner steps handed out per data shard: 0: ",
             "on 2 workers + a parameter server",
             "server (participant 2):",

@@ -56,6 +56,7 @@ pub(super) fn method_flags(a: &TrainArgs) -> Vec<(&'static str, toml::Value)> {
     put("dn_buffer", a.dn_buffer.map(|x| Integer(x as i64)));
     put("dn_c", a.dn_c.map(Float));
     put("grace", a.grace.map(Float));
+    put("weight", a.weight.clone().map(Text));
     put("dylu", a.dylu.then_some(Boolean(true)));
     put("shards", a.shards.map(|x| Integer(x as i64)));
     put("fixed_shards", a.fixed_shards.then_some(Boolean(true)));

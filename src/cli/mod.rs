@@ -304,7 +304,8 @@ pub struct TrainArgs {
     /// local-sgd, overlap-local-sgd, slowmo, co2: inner steps per outer round [default: 12].
     #[arg(long, allow_negative_numbers = true, value_parser = values::positive_u64)]
     pub tau: Option<u64>,
-    /// slowmo, co2, diloco, async-diloco: outer learning rate, > 0 [default: 1.0; co2 0.5; diloco 0.7].
+    /// slowmo, co2, diloco, async-diloco: outer learning rate, > 0 [default: 1.0; co2 0.5; diloco 0.7;
+    /// async-diloco 0.2 with nesterov or sgd-momentum, else 0.7].
     #[arg(long, allow_negative_numbers = true, value_parser = values::finite_f64)]
     pub outer_lr: Option<f64>,
     /// slowmo, co2, diloco, async-diloco: outer momentum beta, in [0, 1) [default: 0.5; co2 0; diloco 0.9];
@@ -332,16 +333,21 @@ pub struct TrainArgs {
     /// diloco, async-diloco: outer optimizer: nesterov, sgd, sgd-momentum or dn (Delayed Nesterov) [default: nesterov].
     #[arg(long)]
     pub outer: Option<String>,
-    /// diloco, async-diloco with --outer dn: Delayed Nesterov's buffer size N >= 1 [default: 4].
+    /// diloco, async-diloco with --outer dn: Delayed Nesterov's buffer size N >= 1 [default: the number of workers].
     #[arg(long, allow_negative_numbers = true, value_parser = values::positive_u64)]
     pub dn_buffer: Option<u64>,
     /// diloco, async-diloco with --outer dn: momentum activation c in [0, 1/N] [default: 0].
     #[arg(long, allow_negative_numbers = true, value_parser = values::finite_f64)]
     pub dn_c: Option<f64>,
     /// async-diloco: grace period in seconds (virtual under sim), >= 0: how long the server
-    /// waits for more updates before handing out the new model [default: 0].
+    /// waits for more updates before handing out the new model [default: auto: 0, with --dylu
+    /// one inner step of the slowest worker].
     #[arg(long, value_name = "SECONDS", allow_negative_numbers = true, value_parser = values::finite_f64)]
     pub grace: Option<f64>,
+    /// async-diloco: weight of each arriving pseudo-gradient in the outer step: 1/k, sqrt(k)/k, 1
+    /// or auto, k the workers [default: auto: 1/k, 1 with --outer dn].
+    #[arg(long, value_name = "1/k|sqrt(k)/k|1|auto")]
+    pub weight: Option<String>,
     /// async-diloco: Dynamic Local Updates: each worker's steps per round in proportion to its speed.
     #[arg(long)]
     pub dylu: bool,

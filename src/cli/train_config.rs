@@ -203,6 +203,7 @@ pub(super) fn flags_for(a: &TrainArgs, method: &str, methods: &[String]) -> Resu
                 "dn_buffer" => out.dn_buffer = None,
                 "dn_c" => out.dn_c = None,
                 "grace" => out.grace = None,
+                "weight" => out.weight = None,
                 "dylu" => out.dylu = false,
                 "shards" => out.shards = None,
                 "fixed_shards" => out.fixed_shards = false,

@@ -87,6 +87,8 @@ pub struct Cycles {
     pub steps: Vec<u64>,
     /// Speed factors (>= 1 over the slowest, plan::hetero), or all 1.
     pub speeds: Vec<f64>,
+    /// The grace period in seconds (`grace`, or what "auto" gives).
+    pub grace: f64,
 }
 
 /// The cycle bounds of every worker under `c` (speed factors from the spec, or all 1).
@@ -103,15 +105,17 @@ pub fn cycles(s: &AsyncDilocoSettings, c: &Costing) -> Cycles {
     // DyLU's steps from the speeds the simulator runs at (in sim the measured speeds are these).
     let steps = if s.dylu { dylu_steps(&speeds, s.h) } else { vec![s.h; world] };
     let local: Vec<f64> = steps.iter().map(|&h| h as f64 * step + pg).collect();
+    // `grace = "auto"` with DyLU: one inner step of the slowest worker.
+    let grace = s.grace_s(Some(step / speeds.iter().cloned().fold(f64::INFINITY, f64::min)));
     let bounds = speeds
         .iter()
         .zip(&local)
         .map(|(sp, local)| {
             let t_w = msg + local / sp + msg + out;
-            (t_w, t_w + s.grace + (world as f64 - 1.0) * serve)
+            (t_w, t_w + grace + (world as f64 - 1.0) * serve)
         })
         .collect();
-    Cycles { bounds, serve, msg, local, steps, speeds }
+    Cycles { bounds, serve, msg, local, steps, speeds, grace }
 }
 
 /// The async DiLoCo row under `c` (module docs): its time, tokens/s and
@@ -119,7 +123,7 @@ pub fn cycles(s: &AsyncDilocoSettings, c: &Costing) -> Cycles {
 pub fn plan(s: &AsyncDilocoSettings, c: &Costing) -> Result<MethodPlan> {
     let n = c.params;
     let k = c.grad_accum.max(1) as f64;
-    let Cycles { bounds, serve, msg, local, steps, speeds } = cycles(s, c);
+    let Cycles { bounds, serve, msg, local, steps, speeds, grace } = cycles(s, c);
     let tokens: Vec<f64> = steps.iter().map(|&h| h as f64 * k * c.tokens_per_micro_batch as f64).collect();
     let most = tokens.iter().cloned().fold(0.0, f64::max);
     let best = bounds.iter().zip(&tokens).map(|((lo, _), t)| t / lo).sum::<f64>().min(most / serve);
@@ -135,7 +139,7 @@ pub fn plan(s: &AsyncDilocoSettings, c: &Costing) -> Result<MethodPlan> {
     let rule = format!(
         "bound (asynchronous arrivals are not analytical): a worker's cycle is at least fetch + {} steps + send + outer step, the server answers one update per outer step + model send, so the mean cycle is at least {round_s:.4} s; worker 0's is at most {upper_s:.4} s when {}every other update is served first; tokens/s between {worst:.0} and {best:.0}",
         if s.dylu { "its DyLU" } else { "H" },
-        if s.grace > 0.0 { "its group waits out the grace period and " } else { "" }
+        if grace > 0.0 { "its group waits out the grace period and " } else { "" }
     );
     let time = super::net::Timing {
         round_s,
@@ -158,7 +162,7 @@ pub fn plan(s: &AsyncDilocoSettings, c: &Costing) -> Result<MethodPlan> {
             s.h,
             s.outer,
             if s.dylu { ", dylu" } else { "" },
-            if s.grace > 0.0 { format!(", grace {} s", s.grace) } else { String::new() }
+            if grace > 0.0 { format!(", grace {grace:.4} s") } else { String::new() }
         ),
         memory: worker,
         memory_total: total,
@@ -242,12 +246,14 @@ mod tests {
         let dylu = AsyncDilocoSettings { dylu: true, ..plain.clone() };
         assert_eq!(cycles(&dylu, &c).steps, [10, 5]);
         near(&lower(&dylu), &[2.0 * msg + 5.0; 2]);
+        // grace "auto": 0 without DyLU; with it one step of the slowest worker, 0.5 s / 0.5 = 1 s.
+        assert_eq!((cycles(&plain, &c).grace, cycles(&dylu, &c).grace), (0.0, 1.0));
         // Tokens per cycle follow each worker's steps: (10 + 5) x 1000 over one cycle.
         let p = plan(&dylu, &c).unwrap();
         assert!((p.tokens_per_s - 15_000.0 / (2.0 * msg + 5.0)).abs() < 1e-6, "{}", p.tokens_per_s);
         assert!(p.label.contains("dylu"), "{}", p.label);
         // A grace period of 2 s: the upper end waits it out (then 1 other update), the lower end is unchanged.
-        let graced = AsyncDilocoSettings { grace: 2.0, ..dylu };
+        let graced = AsyncDilocoSettings { grace: Some(2.0), ..dylu };
         let (lo, hi) = cycles(&graced, &c).bounds[1];
         near(&[lo, hi], &[2.0 * msg + 5.0, 2.0 * msg + 5.0 + 2.0 + msg]);
         assert!(plan(&graced, &c).unwrap().time.rule.contains("grace period"));

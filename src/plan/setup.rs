@@ -153,8 +153,8 @@ mod tests {
         let ms = methods(&specs(&["async-diloco", "async-diloco:dylu=true:grace=0.5:h=7"]), Some(5), None).unwrap();
         match &ms[..] {
             [Method::AsyncDiloco(a), Method::AsyncDiloco(b)] => {
-                assert_eq!((a.h, a.dylu, a.grace), (5, false, 0.0));
-                assert_eq!((b.h, b.dylu, b.grace), (7, true, 0.5));
+                assert_eq!((a.h, a.dylu, a.grace), (5, false, None));
+                assert_eq!((b.h, b.dylu, b.grace), (7, true, Some(0.5)));
             }
             other => panic!("{other:?}"),
         }

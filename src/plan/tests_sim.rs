@@ -232,7 +232,7 @@ fn async_diloco_cycles_lie_within_the_plans_bounds_and_its_memory_is_exact() {
             let costing = sim_costing(spec.clone(), &plan, batch, &layout);
             // A grace period of half the fastest worker's shortest cycle: groups form and wait.
             let grace = 0.5 * super::async_diloco::cycles(&plain, &costing).bounds[0].0;
-            let graced = crate::strategy::AsyncDilocoSettings { grace, ..plain.clone() };
+            let graced = crate::strategy::AsyncDilocoSettings { grace: Some(grace), ..plain.clone() };
             for s in [&plain, &dylu, &graced] {
                 let method = Method::AsyncDiloco(s.clone());
                 let at = format!("{method} on {} at speeds {:?}", prof.name, &speeds[..3.min(world)]);

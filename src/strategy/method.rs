@@ -68,7 +68,19 @@ const SETTINGS: [(&str, &[&str]); 13] = [
     ("diloco", &["h", "outer", "outer_lr", "outer_momentum", "dn_buffer", "dn_c"]),
     (
         "async-diloco",
-        &["h", "outer", "outer_lr", "outer_momentum", "dn_buffer", "dn_c", "grace", "dylu", "shards", "fixed_shards"],
+        &[
+            "h",
+            "outer",
+            "outer_lr",
+            "outer_momentum",
+            "dn_buffer",
+            "dn_c",
+            "weight",
+            "grace",
+            "dylu",
+            "shards",
+            "fixed_shards",
+        ],
     ),
 ];
 

@@ -9,7 +9,7 @@
 //! while t_local < t_max:                            loop: receive (theta, round) or stop
 //!     recv_any(deadline = tau_sync + tau_grace)           theta_old = theta; data = round's shard
 //!     an update from w arrived:                           `steps` inner steps at the shard's lr (App. 10.1)
-//!         theta = OuterOpt(theta, delta)   line 17        send delta = theta_old - theta_w
+//!         theta = OuterOpt(theta, a delta) line 17        send delta = theta_old - theta_w
 //!         W_completed.add(w); t_local += steps
 //!     deadline passed (or nobody is out):
 //!         send (theta, round_w) to W_completed   line 23
@@ -17,7 +17,10 @@
 //!
 //! `round_w` (Algorithm 4 lines 4-6, `shards.rs`): the shard drawn by eq. 2,
 //! the steps (DyLU or H), and where the round starts in the shard's own
-//! learning-rate schedule.
+//! learning-rate schedule. `a` (`weight`, `param_server::arrival_weight`):
+//! 1/k for sgd, sgd-momentum and nesterov, so that k arrivals move theta as
+//! sync DiLoCo's one step on their mean (Algorithm 1 line 15) instead of k
+//! times as far (eq. 5), and 1 for dn, which divides by N itself (Algorithm 3).
 //!
 //! - `t_max` is `plan.end` local steps per worker, `plan.end x workers` in
 //!   all, as `--steps` counts a worker's inner steps in sync DiLoCo; no
@@ -41,9 +44,13 @@
 //! - DyLU (eq. 6) needs each worker's speed v(w). The first round uses the
 //!   speed factor each worker declares in its hello (`ctx.speed()`: the
 //!   profile's / `--speeds`); every later round uses the worker's measured
-//!   seconds per inner step, sent with each update (v = 1 / that). In sim
-//!   the measurement is the profile's speed again (virtual time); in real
-//!   runs it follows what the machine really does.
+//!   seconds per inner step, sent with each update (v = 1 / that), and a
+//!   worker not yet measured has its factor converted to the same unit
+//!   (`param_server::Speeds`). In sim the measurement is the profile's
+//!   speed again (virtual time); in real runs it follows the machine.
+//! - The grace period (`grace`, default "auto") is fixed when a group
+//!   opens: with DyLU, one inner step of the slowest live worker as then
+//!   measured, so the arrivals eq. 6 means to be together form one group.
 //! - The server's curve has one point per applied update: step = updates
 //!   applied so far, loss = the sender's mean inner loss over its round.
 //! - Checkpoints stop the world: workers are mid-round asynchronously, and
@@ -74,7 +81,7 @@
 use super::async_settings::AsyncDilocoSettings;
 use super::diloco::pseudo_gradient;
 use super::membership::{Lifeline, Roster, LEFT};
-use super::param_server::{dylu_steps, Grace};
+use super::param_server::{arrival_weight, dylu_steps, Grace, Speeds};
 use super::server_state::Progress;
 use super::shards::{RoundOrder, ShardRound, Shards};
 use crate::comm::{Message, WireDtype};
@@ -247,8 +254,10 @@ pub async fn server<C: Ctx>(
     let k = ctx.topology().workers;
     let n = theta0.len();
     let mut theta = theta0;
-    let mut outer = OuterOpt::new(s.diloco().outer_config(), n);
-    let mut grace = Grace::new(s.grace);
+    let mut outer = OuterOpt::new(s.outer_config(k), n);
+    // Line 17's weight of each arriving pseudo-gradient.
+    let a = arrival_weight(s.weight, s.outer, k);
+    let mut grace = Grace::new(s.grace_s(None));
     let t_max = plan.end * k as u64;
     // The whole run's inner steps (`t_max` of a run not stopped early): rounds are cut to it.
     let budget = plan.steps * k as u64;
@@ -258,7 +267,7 @@ pub async fn server<C: Ctx>(
         Some(st) => Progress::restore(&st, &mut theta, &mut outer)?,
         None => {
             // Each worker's speed v(w): declared in its hello, then measured (module docs).
-            let (mut speed, mut tokens) = (vec![1.0f64; k], 0);
+            let (mut speeds, mut tokens) = (Speeds::new(k), 0);
             let mut greeted = vec![false; k];
             while greeted.iter().any(|g| !g) {
                 let m = ctx.run(RecvAny { deadline_s: None }).await;
@@ -272,14 +281,14 @@ pub async fn server<C: Ctx>(
                             roster.joined(from); // ... and back already.
                         }
                         greeted[from] = true;
-                        speed[from] = m.scalars[0];
+                        speeds.declare(from, m.scalars[0]);
                         tokens = m.scalars[1] as usize;
                     }
                     tag => bail!("server: expected a hello, got message {tag} from {from}"),
                 }
             }
             let shards = Shards::new(tokens, s.shard_count(k), k, &plan.schedule, plan.seed, s.fixed_shards)?;
-            Progress { t_local: 0, updates: vec![0; k], speed, shards }
+            Progress { t_local: 0, updates: vec![0; k], speeds, shards }
         }
     };
     // Algorithm 4 line 5: the local steps each worker of a group handed
@@ -287,7 +296,7 @@ pub async fn server<C: Ctx>(
     // to the budget that is left (module docs).
     let steps_for = |p: &Progress, roster: &Roster, group: &[usize]| {
         let wanted: Vec<u64> = if s.dylu {
-            let dylu = dylu_steps(&roster.live_speeds(&p.speed), s.h);
+            let dylu = dylu_steps(&roster.live_speeds(&p.speeds.v()), s.h);
             group.iter().map(|&w| dylu[w]).collect()
         } else {
             vec![s.h; group.len()]
@@ -315,23 +324,27 @@ pub async fn server<C: Ctx>(
             // A worker back: it gets the current model at once.
             Some((from, m)) if m.tag == HELLO => {
                 roster.joined(from);
-                p.speed[from] = m.scalars[0];
+                p.speeds.declare(from, m.scalars[0]);
                 let steps = steps_for(&p, &roster, &[from]);
                 completed.extend(send_rounds(ctx, &[from], steps, &mut p, &mut roster, &theta, plan.wire).await);
                 false
             }
             Some((from, m)) => {
                 ensure!(m.tag == UPDATE && m.values.len() == n, "server: unexpected message {} from {from}", m.tag);
+                p.speeds.measure(from, m.scalars[2]);
+                // Algorithm 5 line 8, Algorithm 2 line 16 (a group opening takes the grace period now due).
+                grace.set_next(s.grace_s(p.speeds.slowest_step_s(|w| roster.up(w))));
                 grace.admit(ctx.now());
-                // Line 17: the pseudo-gradient applied on arrival.
+                // Line 17: sync(theta, w.update) = OuterOpt(theta, a delta), on arrival.
+                let mut delta = m.values;
                 ctx.compute(Work::Elementwise { name: "async-diloco outer step", elems: 3 * n }, || {
-                    outer.step(&mut theta, &m.values)
+                    if a != 1.0 {
+                        delta.iter_mut().for_each(|x| *x *= a);
+                    }
+                    outer.step(&mut theta, &delta)
                 })
                 .await;
                 p.t_local += m.scalars[0] as u64;
-                if m.scalars[2] > 0.0 {
-                    p.speed[from] = 1.0 / m.scalars[2];
-                }
                 p.updates[from] += 1;
                 if saving.is_none() && p.t_local < t_max {
                     saving = j.boundary_reached(p.t_local / k as u64);

@@ -1,10 +1,27 @@
 //! Settings of asynchronous DiLoCo (`[methods.async-diloco]`).
 //!
 //! The outer optimizer's keys mean what they mean for `diloco` (the same
-//! `OuterConfig`, the same checks); async DiLoCo adds the grace period of
-//! Algorithm 2 and Dynamic Local Updates (Sec. 5, eq. 6). Defaults: the
-//! paper's H = 50 and DiLoCo's outer optimizer (see `settings.rs`),
-//! no grace period (the paper's plain asynchronous setting) and no DyLU.
+//! `OuterConfig`, the same checks); async DiLoCo adds the weight of each
+//! arriving pseudo-gradient, the grace period of Algorithm 2 and Dynamic
+//! Local Updates (Sec. 5, eq. 6). Defaults (docs/methods.md has the table
+//! with every source, docs/decisions.md the reasons):
+//!
+//! - `h`, `outer`, `outer_momentum`, `dn_c`: DiLoCo's, as `diloco`.
+//! - `weight = "auto"`: each pseudo-gradient scaled by 1/k on arrival for
+//!   sgd, sgd-momentum and nesterov (k arrivals then move the model as sync
+//!   DiLoCo's one step on their mean), by 1 for dn (Algorithm 3 divides by
+//!   N). Unscaled at lr 0.7, vanilla async DiLoCo diverged (issue 26).
+//! - `outer_lr` unset: 0.2 for nesterov and sgd-momentum (what tuning found,
+//!   [`MOMENTUM_OUTER_LR`]: at 1/k, 0.7 still moved the model too far),
+//!   DiLoCo's 0.7 for sgd and dn.
+//! - `dn_buffer` unset: N = the number of workers (the paper's Table 5
+//!   "delay period 4, 8, 16" with 4, 8, 16 workers; footnote 5: with equal
+//!   speeds DN and DiLoCo then "reduce to the same").
+//! - `grace = "auto"`: 0 without DyLU (the paper's plain asynchronous
+//!   setting); with DyLU one inner step of the slowest live worker, the
+//!   spread eq. 6's floor leaves between arrivals DyLU means to be together.
+//! - `dylu = false`: "Async. DiLoCo" is the paper's baseline;
+//!   `outer = "dn", dylu = true` is its proposed method.
 //!
 //! `--workers 1` is allowed: one worker and the server. The server then
 //! applies each of the worker's pseudo-gradients in turn, which is
@@ -13,32 +30,54 @@
 use super::settings::DilocoSettings;
 use crate::optim::{OuterConfig, OuterKind};
 use anyhow::{bail, Result};
-use serde::{Deserialize, Serialize};
+use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
 /// Async DiLoCo's settings (`[methods.async-diloco]`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct AsyncDilocoSettings {
-    /// Inner steps per round H, >= 1 (the fastest worker's, with DyLU). Flag `--h`. Default 50 (the paper's).
+    /// Inner steps per round H, >= 1 (the fastest worker's, with DyLU). Flag
+    /// `--h`. Default 50 (the paper's Sec. 4, "inner steps = 50 ... by default").
     pub h: u64,
     /// Outer optimizer on the server: `nesterov`, `sgd`, `sgd-momentum` or
-    /// `dn` (Delayed Nesterov, Algorithm 3). Flag `--outer`. Default `nesterov`.
+    /// `dn` (Delayed Nesterov, Algorithm 3). Flag `--outer`. Default
+    /// `nesterov` (DiLoCo's; the paper's "Async. DiLoCo" baseline).
     pub outer: OuterKind,
-    /// Outer learning rate eps, > 0. Flag `--outer-lr`. Default 0.7 (DiLoCo's).
-    pub outer_lr: f32,
+    /// Outer learning rate eps, > 0: with the default `weight` the step of
+    /// k arrivals together, as sync DiLoCo's of a round. Flag `--outer-lr`.
+    /// Default unset: [`MOMENTUM_OUTER_LR`] for nesterov and sgd-momentum
+    /// (what tuning found: 0.7 moved the model too far, docs/decisions.md),
+    /// 0.7 for sgd and dn (DiLoCo's; the paper's Table 5 has 0.1 and 0.7 in bold).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub outer_lr: Option<f32>,
     /// Outer momentum beta, in [0, 1). Flag `--outer-momentum`. Default 0.9 (DiLoCo's).
     pub outer_momentum: f32,
-    /// `dn`: buffer size N >= 1. Flag `--dn-buffer`. Default 4 (the paper's 4 workers).
-    pub dn_buffer: u64,
+    /// `dn`: buffer size N >= 1. Flag `--dn-buffer`. Default unset: N = the
+    /// number of workers (the paper's Table 5 "delay period 4, 8, 16" with
+    /// 4, 8, 16 workers, and footnote 5; the notebook's buffered variant
+    /// uses `NUM_WORKERS`, AsyncLocalSGDToyExample.ipynb:651-654).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dn_buffer: Option<u64>,
     /// `dn`: momentum activation c in [0, 1/N]. Flag `--dn-c`. Default 0 (Algorithm 3).
     pub dn_c: f32,
+    /// The weight a of each arriving pseudo-gradient, theta = OuterOpt(theta,
+    /// a delta) (Algorithm 2 line 17): `"1/k"`, `"sqrt(k)/k"` (the DeepMind
+    /// notebook's), `"1"` (the paper's soup weight 1.0, Table 5; lowcomm's
+    /// before issue 26) or `"auto"`, k the configured workers. Flag
+    /// `--weight`. Default `"auto"`: `"1/k"` for sgd, sgd-momentum and
+    /// nesterov, `"1"` for dn (our rule, `param_server::arrival_weight`).
+    pub weight: Weight,
     /// Grace period tau_grace in seconds (virtual in sim), >= 0: updates
     /// completing within it of the group's first join the group, which then
-    /// restarts from one server model (Algorithm 2). Flag `--grace`. Default 0.
-    pub grace: f64,
+    /// restarts from one server model (Algorithm 2). Flag `--grace`.
+    /// Default unset (`"auto"`): 0 without DyLU; with DyLU one inner step of
+    /// the slowest live worker, as measured (our choice; the paper gives no
+    /// value, the notebook 0.5 s).
+    #[serde(default, deserialize_with = "grace_de", serialize_with = "grace_ser")]
+    pub grace: Option<f64>,
     /// Dynamic Local Updates (eq. 6): each worker runs floor(v / max v x H)
     /// steps, v its speed as measured from its reported time per inner step.
-    /// Flag `--dylu`. Default false (H steps everywhere).
+    /// Flag `--dylu`. Default false (H steps everywhere: the paper's baseline).
     pub dylu: bool,
     /// Data shards S, >= 1: the training token stream split into S
     /// contiguous near-equal pieces; the server draws each round's shard
@@ -53,17 +92,102 @@ pub struct AsyncDilocoSettings {
     pub fixed_shards: bool,
 }
 
+/// Async DiLoCo's default outer lr with nesterov and sgd-momentum, at the
+/// default weight 1/k (0.05 per arrival with 4 workers; the DeepMind
+/// notebook's 0.07 x sqrt(4)/4 is 0.035). What tuning found (docs/decisions.md):
+/// on `nano` (4 workers of speeds 1 to 0.125, 3 seeds; results page,
+/// experiment 6) val loss 7.27 at DiLoCo's 0.7, 6.26 at 0.4, 6.01 at 0.2,
+/// 5.86 at 0.1, 5.89 at 0.05 against sync DiLoCo's 6.20; on the tests' tiny
+/// model (`tiny_outer_lr_sweep`) 0.1 and 0.05 fall 15% behind sync DiLoCo
+/// and 0.2 stays within 6.2% in every setup: 0.2 is the value good at both.
+pub const MOMENTUM_OUTER_LR: f32 = 0.2;
+
+/// `weight` (see `param_server::arrival_weight` for the rule).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Weight {
+    /// `"1/k"` for sgd, sgd-momentum and nesterov; `"1"` for dn.
+    #[default]
+    Auto,
+    /// 1/k.
+    InvK,
+    /// sqrt(k)/k.
+    SqrtKOverK,
+    /// 1.
+    One,
+}
+
+impl Weight {
+    /// Names, as in `weight = "..."`, in the order of the variants.
+    pub const NAMES: [&'static str; 4] = ["auto", "1/k", "sqrt(k)/k", "1"];
+
+    /// The name, as in `weight = "..."`.
+    pub fn name(self) -> &'static str {
+        Self::NAMES[self as usize]
+    }
+}
+
+impl Serialize for Weight {
+    fn serialize<S: Serializer>(&self, s: S) -> std::result::Result<S::Ok, S::Error> {
+        s.serialize_str(self.name())
+    }
+}
+
+/// A weight or a grace period as written: text, or a number (`weight = 1`,
+/// `async-diloco:weight=1` in a compare spec, `grace = 0.5`).
+#[derive(Deserialize)]
+#[serde(untagged)]
+enum TextOrNumber {
+    Text(String),
+    Number(f64),
+}
+
+impl<'de> Deserialize<'de> for Weight {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> std::result::Result<Weight, D::Error> {
+        let given = match TextOrNumber::deserialize(d)? {
+            TextOrNumber::Number(1.0) => return Ok(Weight::One),
+            TextOrNumber::Number(x) => x.to_string(),
+            TextOrNumber::Text(t) => t,
+        };
+        match Weight::NAMES.iter().position(|n| *n == given.replace(' ', "")) {
+            Some(i) => Ok([Weight::Auto, Weight::InvK, Weight::SqrtKOverK, Weight::One][i]),
+            None => Err(serde::de::Error::custom(format!(
+                "weight must be one of \"{}\", got \"{given}\"; e.g. weight = \"1/k\" (flag --weight 1/k)",
+                Weight::NAMES.join("\", \"")
+            ))),
+        }
+    }
+}
+
+/// `grace`: seconds, or `"auto"` (= unset).
+fn grace_de<'de, D: Deserializer<'de>>(d: D) -> std::result::Result<Option<f64>, D::Error> {
+    match TextOrNumber::deserialize(d)? {
+        TextOrNumber::Number(x) => Ok(Some(x)),
+        TextOrNumber::Text(t) if t == "auto" => Ok(None),
+        TextOrNumber::Text(t) => Err(serde::de::Error::custom(format!(
+            "grace must be seconds >= 0 or \"auto\", got \"{t}\"; e.g. grace = 0.5 (flag --grace 0.5)"
+        ))),
+    }
+}
+
+fn grace_ser<S: Serializer>(g: &Option<f64>, s: S) -> std::result::Result<S::Ok, S::Error> {
+    match g {
+        Some(x) => s.serialize_f64(*x),
+        None => s.serialize_str("auto"),
+    }
+}
+
 impl Default for AsyncDilocoSettings {
     fn default() -> Self {
         let d = DilocoSettings::default();
         AsyncDilocoSettings {
             h: d.h,
             outer: d.outer,
-            outer_lr: d.outer_lr,
+            outer_lr: None,
             outer_momentum: d.outer_momentum,
             dn_buffer: d.dn_buffer,
             dn_c: d.dn_c,
-            grace: 0.0,
+            weight: Weight::Auto,
+            grace: None,
             dylu: false,
             shards: None,
             fixed_shards: false,
@@ -72,9 +196,33 @@ impl Default for AsyncDilocoSettings {
 }
 
 impl AsyncDilocoSettings {
-    /// The server's outer optimizer.
-    pub fn outer_config(&self) -> OuterConfig {
-        self.diloco().outer_config()
+    /// The outer learning rate: as set, or the default for `outer`.
+    pub fn outer_lr(&self) -> f32 {
+        let default = match self.outer {
+            OuterKind::Nesterov | OuterKind::SgdMomentum => MOMENTUM_OUTER_LR,
+            OuterKind::Sgd | OuterKind::Dn => DilocoSettings::default().outer_lr,
+        };
+        self.outer_lr.unwrap_or(default)
+    }
+
+    /// The server's outer optimizer for `workers` workers (DN's N unset: `workers`).
+    pub fn outer_config(&self, workers: usize) -> OuterConfig {
+        self.diloco().outer_config(workers)
+    }
+
+    /// The grace period of the next group: as set, or (`"auto"`) 0 without
+    /// DyLU and with it `slowest_step_s`, one inner step of the slowest live
+    /// worker (0 while unknown). With DyLU each worker's round is meant to
+    /// end when the fastest's does, but eq. 6's floor lets worker w end up
+    /// to one of its own steps earlier, and arrivals differ by rounding
+    /// even when the steps divide exactly (0.9999999999999999 s and 1.0 s):
+    /// one step of the slowest covers both, so each DyLU round is one group.
+    pub fn grace_s(&self, slowest_step_s: Option<f64>) -> f64 {
+        match (self.grace, self.dylu) {
+            (Some(g), _) => g,
+            (None, false) => 0.0,
+            (None, true) => slowest_step_s.unwrap_or(0.0),
+        }
     }
 
     /// The keys shared with synchronous DiLoCo, as its settings.
@@ -82,7 +230,7 @@ impl AsyncDilocoSettings {
         DilocoSettings {
             h: self.h,
             outer: self.outer,
-            outer_lr: self.outer_lr,
+            outer_lr: self.outer_lr(),
             outer_momentum: self.outer_momentum,
             dn_buffer: self.dn_buffer,
             dn_c: self.dn_c,
@@ -94,16 +242,13 @@ impl AsyncDilocoSettings {
         if self.h == 0 {
             bail!("[methods.async-diloco]: h must be at least 1 (inner steps per round), e.g. h = 50 (flag --h 50)");
         }
-        if !(self.grace >= 0.0 && self.grace.is_finite()) {
-            bail!(
-                "[methods.async-diloco]: grace must be >= 0 seconds, got {}; e.g. grace = 0.5 (flag --grace 0.5)",
-                self.grace
-            );
+        if let Some(g) = self.grace.filter(|g| !(*g >= 0.0 && g.is_finite())) {
+            bail!("[methods.async-diloco]: grace must be >= 0 seconds, got {g}; e.g. grace = 0.5 (flag --grace 0.5), or leave it out (\"auto\")");
         }
         if self.shards == Some(0) {
             bail!("[methods.async-diloco]: shards must be at least 1, e.g. shards = 4 (flag --shards 4); leave it out for one per worker");
         }
-        self.outer_config().validate("async-diloco")
+        self.diloco().check("async-diloco")
     }
 
     /// Data shards for `workers` workers (one per worker unless set).
@@ -125,7 +270,12 @@ pub fn parse(table: toml::Table) -> Result<AsyncDilocoSettings> {
 pub fn describe(s: &AsyncDilocoSettings, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
     f.write_str("async-diloco (")?;
     super::settings::describe_round(&s.diloco(), f)?;
-    write!(f, ", grace {} s{}", s.grace, if s.dylu { ", dylu" } else { "" })?;
+    write!(f, ", weight {}", s.weight.name())?;
+    match s.grace {
+        Some(g) => write!(f, ", grace {g} s")?,
+        None => f.write_str(", grace auto")?,
+    }
+    f.write_str(if s.dylu { ", dylu" } else { "" })?;
     match (s.shards, s.fixed_shards) {
         (_, true) => f.write_str(", fixed shards)"),
         (Some(n), false) => write!(f, ", {n} shards)"),
@@ -144,19 +294,42 @@ mod tests {
     #[test]
     fn defaults_and_bad_values_name_the_key_and_an_example() {
         let d = parse(toml::Table::new()).unwrap();
-        assert_eq!((d.h, d.outer, d.outer_lr, d.outer_momentum), (50, OuterKind::Nesterov, 0.7, 0.9));
-        assert_eq!((d.grace, d.dylu, d.shards, d.fixed_shards), (0.0, false, None, false));
+        assert_eq!((d.h, d.outer, d.outer_lr, d.outer_momentum), (50, OuterKind::Nesterov, None, 0.9));
+        let lr = |outer: &str| parse(format!("outer = \"{outer}\"").parse().unwrap()).unwrap().outer_lr();
+        assert_eq!(["nesterov", "sgd-momentum", "sgd", "dn"].map(lr), [MOMENTUM_OUTER_LR, MOMENTUM_OUTER_LR, 0.7, 0.7]);
+        assert_eq!(parse("outer_lr = 0.3".parse().unwrap()).unwrap().diloco().outer_lr, 0.3);
+        assert_eq!((d.grace, d.dylu, d.shards, d.fixed_shards), (None, false, None, false));
+        assert_eq!((d.weight, d.dn_buffer, d.outer_config(6).dn_buffer), (Weight::Auto, None, 6));
         assert_eq!((d.shard_count(3), parse("shards = 5".parse().unwrap()).unwrap().shard_count(3)), (3, 5));
         let s = parse("outer = \"dn\"\ndn_buffer = 2\ndn_c = 0.5\nh = 3\ngrace = 1.5\ndylu = true".parse().unwrap())
             .unwrap();
-        assert_eq!((s.outer, s.dn_buffer, s.dn_c, s.h, s.grace, s.dylu), (OuterKind::Dn, 2, 0.5, 3, 1.5, true));
-        assert_eq!(s.diloco().outer_config(), s.outer_config());
+        assert_eq!(
+            (s.outer, s.dn_buffer, s.dn_c, s.h, s.grace, s.dylu),
+            (OuterKind::Dn, Some(2), 0.5, 3, Some(1.5), true)
+        );
+        assert_eq!(s.diloco().outer_config(7), s.outer_config(7));
+        assert_eq!(s.outer_config(7).dn_buffer, 2, "a dn_buffer given wins over the workers");
+        for (text, w) in [("\"1/k\"", Weight::InvK), ("\"sqrt(k)/k\"", Weight::SqrtKOverK), ("\"1\"", Weight::One)] {
+            assert_eq!(parse(format!("weight = {text}").parse().unwrap()).unwrap().weight, w, "{text}");
+        }
+        // A compare spec's `weight=1` and `grace=auto` arrive as TOML values: an integer, a text.
+        assert_eq!(parse("weight = 1\ngrace = \"auto\"".parse().unwrap()).unwrap().weight, Weight::One);
+        assert_eq!(parse("weight = 1.0\ngrace = 2".parse().unwrap()).unwrap().grace, Some(2.0));
         for (text, needles) in [
             ("h = 0", &["[methods.async-diloco]: h must be at least 1", "h = 50"][..]),
             ("dn_buffer = 0", &["[methods.async-diloco]: dn_buffer must be at least 1", "--dn-buffer 4"]),
-            ("dn_c = 0.3", &["dn_c must be in [0, 1/N] = [0, 0.25]"]),
+            ("dn_buffer = 4\ndn_c = 0.3", &["dn_c must be in [0, 1/N] = [0, 0.25]"]),
             ("dn_c = -0.1", &["dn_c must be in [0, 1/N]"]),
             ("grace = -1.0", &["grace must be >= 0 seconds, got -1", "--grace 0.5"]),
+            ("grace = \"soon\"", &["[methods.async-diloco]: grace must be seconds >= 0 or \"auto\", got \"soon\""]),
+            (
+                "weight = 2",
+                &[
+                    "[methods.async-diloco]: weight must be one of \"auto\", \"1/k\", \"sqrt(k)/k\", \"1\", got \"2\"",
+                    "--weight 1/k",
+                ],
+            ),
+            ("weight = \"k\"", &["got \"k\"", "weight = \"1/k\""]),
             ("outer = \"adam\"", &["outer \"adam\" does not exist", "--outer dn"]),
             ("dylu = 1", &["[methods.async-diloco]:"]),
             ("shards = 0", &["[methods.async-diloco]: shards must be at least 1", "--shards 4"]),

@@ -69,7 +69,7 @@ pub async fn run<C: Ctx>(
     let rounds = Rounds::new(s.h, plan.steps);
     let end = rounds.round_up(plan.end);
     let mut inner = Inner::new(plan, n)?;
-    let mut outer = OuterOpt::new(s.outer_config(), n);
+    let mut outer = OuterOpt::new(s.outer_config(ctx.topology().workers), n);
     // theta^(t-1): the replica at the start of every round (the checkpoint's model when resuming).
     let mut theta = w.model.params.clone();
     let mut t = 0;

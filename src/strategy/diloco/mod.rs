@@ -12,7 +12,7 @@
 //! membership.rs      the fault plan (strategy/faults.rs) injected into the worker and the server
 //! settings.rs        [methods.diloco]
 //! async_settings.rs  [methods.async-diloco]
-//! tests/             sync DiLoCo (mod.rs), async DiLoCo, faults
+//! tests/             sync DiLoCo (mod.rs), async DiLoCo, its defaults against sync (defaults.rs), faults
 //! ```
 
 pub mod async_diloco;

@@ -3,8 +3,8 @@
 //! functions of what the server knows, so each is checked by hand.
 //!
 //! `async_diloco.rs` (the server participant of `--method async-diloco`)
-//! uses `Grace` and `dylu_steps`; `shards.rs` draws each round's shard with
-//! `sample_shard`.
+//! uses `Grace`, `Speeds`, `dylu_steps` and `arrival_weight`; `shards.rs`
+//! draws each round's shard with `sample_shard`.
 //!
 //! ```text
 //! get_worker (Alg. 5): w = earliest completed worker not yet synchronised
@@ -13,7 +13,12 @@
 //!                      none:    tau_sync = inf; train(W_completed, theta)             lines 22-23
 //! DyLU (eq. 6):        w.steps = floor(v(w) / max_w' v(w') * H)
 //! shard (eq. 2):       p_i ~ max(|D_i| / sum_j |D_j| - n_i / sum_j n_j, 0)
+//! sync (line 17):      theta = OuterOpt(theta, a delta_w),  a = 1/k (weight "1/k"; not for dn, which divides by N)
 //! ```
+
+use super::async_settings::Weight;
+use crate::optim::OuterKind;
+use serde::{Deserialize, Serialize};
 
 /// The grace period of Algorithm 2 (`tau_sync`, `tau_grace`): which
 /// completed update still joins the open synchronisation group.
@@ -52,6 +57,19 @@ impl Grace {
                 self.sync = Some(t);
                 true
             }
+        }
+    }
+
+    /// Whether a group is open (an update admitted, the model not yet handed out).
+    pub fn is_open(&self) -> bool {
+        self.sync.is_some()
+    }
+
+    /// The grace period of the next group to open (`grace = "auto"`
+    /// follows the workers' speeds); an open group keeps its deadline.
+    pub fn set_next(&mut self, grace_s: f64) {
+        if self.sync.is_none() {
+            self.grace_s = grace_s;
         }
     }
 
@@ -95,6 +113,89 @@ pub fn dylu_steps(speeds: &[f64], h: u64) -> Vec<u64> {
     let max = speeds.iter().cloned().fold(0.0f64, f64::max);
     let steps = |v: f64| ((v / max) * h as f64 * (1.0 + DYLU_TOLERANCE)).floor() as u64;
     speeds.iter().map(|&v| if max > 0.0 { steps(v) } else { h }).map(|s| s.max(1)).collect()
+}
+
+/// Each worker's speed v(w) (eq. 6: "steps per second"), as the server
+/// knows it: the speed factor the worker declared in its hello (unitless:
+/// `--speeds`, the cluster profile), until its first update brings its
+/// measured seconds per inner step. A declared factor is converted to
+/// steps per second by the first measured worker's ratio (v over its
+/// factor), so declared and measured speeds are never compared in
+/// different units: a measured 2.5 steps/s is not "faster" than a declared
+/// factor 1 (that mix, before issue 26, gave a slow worker who reported
+/// first the fastest worker's H in the first round).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+pub struct Speeds {
+    /// The factor each worker declared in its latest hello.
+    declared: Vec<f64>,
+    /// Seconds per inner step each worker last measured since its latest hello.
+    step_s: Vec<Option<f64>>,
+}
+
+impl Speeds {
+    /// `k` workers, each declaring factor 1, none measured.
+    pub fn new(k: usize) -> Speeds {
+        Speeds { declared: vec![1.0; k], step_s: vec![None; k] }
+    }
+
+    /// Worker `w` said hello with speed factor `factor`: a fresh start, nothing measured.
+    pub fn declare(&mut self, w: usize, factor: f64) {
+        self.declared[w] = factor;
+        self.step_s[w] = None;
+    }
+
+    /// Worker `w` measured `step_s` seconds per inner step (ignored unless > 0).
+    pub fn measure(&mut self, w: usize, step_s: f64) {
+        if step_s > 0.0 && step_s.is_finite() {
+            self.step_s[w] = Some(step_s);
+        }
+    }
+
+    /// v(w) for every worker in one unit: steps per second once any worker
+    /// has measured (declared factors converted by its ratio), the
+    /// declared factors as they are before.
+    pub fn v(&self) -> Vec<f64> {
+        let unit = (0..self.declared.len())
+            .find_map(|w| self.step_s[w].filter(|_| self.declared[w] > 0.0).map(|s| 1.0 / s / self.declared[w]))
+            .unwrap_or(1.0);
+        self.declared.iter().zip(&self.step_s).map(|(&f, s)| s.map_or(f * unit, |s| 1.0 / s)).collect()
+    }
+
+    /// Seconds of one inner step of the slowest worker of those `live`
+    /// (1 / min v), once some worker has measured (before, no unit).
+    pub fn slowest_step_s(&self, live: impl Fn(usize) -> bool) -> Option<f64> {
+        self.step_s.iter().any(Option::is_some).then_some(())?;
+        let v = self.v();
+        let slowest = (0..v.len()).filter(|&w| live(w)).map(|w| v[w]).fold(f64::INFINITY, f64::min);
+        (slowest > 0.0 && slowest.is_finite()).then(|| 1.0 / slowest)
+    }
+}
+
+/// The weight a of each arriving pseudo-gradient in the server's outer
+/// step, `theta = OuterOpt(theta, a delta_w)` (Algorithm 2 line 17), `k`
+/// the configured workers:
+///
+/// - `"1/k"`: k arrivals move the model as sync DiLoCo's one step on their
+///   mean (Algorithm 1 line 15) does in steady state: with k equal
+///   pseudo-gradients g and Nesterov (eq. 4), m settles at (g / k) / (1 - b)
+///   and each of the k steps moves theta by eps (b^2 m + (1 + b) g / k) =
+///   eps (g / k) / (1 - b): eps g / (1 - b) per round, sync's one step on
+///   the mean. At weight 1 it is k times that, and in the first round eq. 5's
+///   (4 + 4b + 3b^2 + 2b^3 + b^4) g = 12.1 g against sync's (1 + b) g = 1.9 g
+///   at b = 0.9 (weight 1/4: 3.04 g).
+/// - `"sqrt(k)/k"`: the DeepMind notebook's constant soup weight
+///   (AsyncLocalSGDToyExample.ipynb:632), used there with outer lr 0.07.
+/// - `"1"`: the paper's async soup weight 1.0 (Table 5, bold).
+/// - `"auto"` (default): `"1/k"` for sgd, sgd-momentum and nesterov, and
+///   `"1"` for dn, whose Algorithm 3 already divides each g by N (N = k by default).
+pub fn arrival_weight(weight: Weight, outer: OuterKind, k: usize) -> f32 {
+    let k = k.max(1) as f64;
+    let a = match (weight, outer) {
+        (Weight::Auto, OuterKind::Dn) | (Weight::One, _) => 1.0,
+        (Weight::Auto, _) | (Weight::InvK, _) => 1.0 / k,
+        (Weight::SqrtKOverK, _) => k.sqrt() / k,
+    };
+    a as f32
 }
 
 /// Relative tolerance of DyLU's floor: far above f64 rounding (~1e-16 per
@@ -185,6 +286,76 @@ mod tests {
         // Only ratios count; the fastest runs H; a worker eq. 6 would give 0 runs 1.
         assert_eq!(dylu_steps(&[4.0, 2.0, 0.01], 10), [10, 5, 1]);
         assert_eq!(dylu_steps(&[3.0, 3.0], 7), [7, 7]);
+    }
+
+    #[test]
+    fn each_arrival_is_weighted_1_over_k_unless_dn() {
+        use OuterKind::*;
+        assert_eq!(
+            [Weight::Auto, Weight::InvK, Weight::SqrtKOverK, Weight::One].map(|w| arrival_weight(w, Nesterov, 4)),
+            [0.25, 0.25, 0.5, 1.0]
+        );
+        // Auto: dn divides by N itself (Algorithm 3); sgd and sgd-momentum as nesterov; one worker: 1.
+        assert_eq!([Dn, Sgd, SgdMomentum].map(|o| arrival_weight(Weight::Auto, o, 4)), [1.0, 0.25, 0.25]);
+        assert_eq!((arrival_weight(Weight::InvK, Dn, 4), arrival_weight(Weight::Auto, Nesterov, 1)), (0.25, 1.0));
+    }
+
+    #[test]
+    fn k_arrivals_at_1_over_k_move_theta_as_syncs_one_step_eq_4_and_5() {
+        // Nesterov (eq. 4), eps 1, beta 0.5, k = 2 equal pseudo-gradients g = 1 per round, theta from 0.
+        let cfg = crate::optim::OuterConfig { lr: 1.0, momentum: 0.5, ..Default::default() };
+        let rounds = |k: usize, a: f32, n: usize| {
+            let (mut opt, mut x) = (crate::optim::OuterOpt::new(cfg, 1), [0.0f32]);
+            (0..n)
+                .map(|_| {
+                    let x0 = x[0];
+                    (0..k).for_each(|_| opt.step(&mut x, &[a]));
+                    x0 - x[0]
+                })
+                .collect::<Vec<f32>>()
+        };
+        // First round. Sync, on the mean: (1 + b) g = 1.5. Two arrivals at weight 1, eq. 5's k = 2 form:
+        // (2 + 2b + b^2) g = 3.25; at weight 1/2: m = 0.5, step 0.75; m = 0.75, step 0.875: 1.625.
+        assert_eq!((rounds(1, 1.0, 1)[0], rounds(2, 1.0, 1)[0], rounds(2, 0.5, 1)[0]), (1.5, 3.25, 1.625));
+        // Steady state: sync moves g / (1 - b) = 2 per round; k arrivals at 1/k as much, at weight 1 k times it.
+        let last = |k, a| *rounds(k, a, 30).last().unwrap();
+        assert!(
+            (last(1, 1.0) - 2.0).abs() < 1e-4 && (last(2, 0.5) - 2.0).abs() < 1e-4 && (last(2, 1.0) - 4.0).abs() < 1e-4
+        );
+    }
+
+    #[test]
+    fn speeds_compare_declared_and_measured_in_one_unit() {
+        let mut s = Speeds::new(3);
+        [(0, 1.0), (1, 0.5), (2, 0.25)].into_iter().for_each(|(w, f)| s.declare(w, f));
+        // Nothing measured: the declared factors, and no step length in seconds.
+        assert_eq!((s.v(), s.slowest_step_s(|_| true)), (vec![1.0, 0.5, 0.25], None));
+        // Worker 1 measured 0.8 s per step: 1.25 steps/s at factor 0.5, so a factor is 2.5 steps/s.
+        // Before issue 26 its 1.25 was compared with worker 0's bare factor 1: 1.25 > 1 made it the fastest.
+        s.measure(1, 0.8);
+        assert_eq!(s.v(), [2.5, 1.25, 0.625]);
+        assert_eq!(dylu_steps(&s.v(), 10), [10, 5, 2]);
+        // The slowest live worker's step: 1 / 0.625 = 1.6 s; without worker 2, worker 1's 0.8 s.
+        assert_eq!((s.slowest_step_s(|_| true), s.slowest_step_s(|w| w != 2)), (Some(1.6), Some(0.8)));
+        // A measurement wins over the factor; a hello starts the worker afresh; nonsense is ignored.
+        s.measure(2, 2.0);
+        s.measure(0, 0.0);
+        assert_eq!(s.v(), [2.5, 1.25, 0.5]);
+        s.declare(1, 0.5);
+        assert_eq!(s.v(), [2.0, 1.0, 0.5], "worker 2's 0.5 steps/s at factor 0.25: 2 steps/s per unit");
+    }
+
+    #[test]
+    fn an_open_group_keeps_its_grace_period() {
+        let mut g = Grace::new(0.0);
+        g.set_next(0.3);
+        assert!(g.admit(1.0) && g.is_open());
+        g.set_next(5.0);
+        assert_eq!(g.deadline(), Some(1.3), "set while open: for the next group");
+        g.close();
+        g.set_next(5.0);
+        g.admit(2.0);
+        assert_eq!(g.deadline(), Some(7.0));
     }
 
     #[test]

@@ -1,7 +1,7 @@
 //! What async DiLoCo's server checkpoints and resumes from (issue 10):
 //! theta (the part's model piece), the outer optimizer's state (momentum,
 //! DN's buffer and count), the inner steps applied (`t_local`), updates per
-//! worker, each worker's last speed estimate (DyLU), and the data shards
+//! worker, each worker's declared and measured speed (DyLU), and the data shards
 //! (sizes, steps per shard, the draw's RNG mid-stream, the rounds handed
 //! out). The grace period is closed and no round is out at a checkpoint
 //! (`async_diloco.rs` drains first), so neither is saved.
@@ -11,6 +11,7 @@
 //! in as one JSON text (their RNG's 128-bit state fits no JSON value).
 
 use super::diloco::{restore_outer, save_outer};
+use super::param_server::Speeds;
 use super::shards::Shards;
 use crate::optim::OuterOpt;
 use crate::strategy::journal::StrategyState;
@@ -23,8 +24,8 @@ pub struct Progress {
     pub t_local: u64,
     /// Updates applied per worker.
     pub updates: Vec<u64>,
-    /// Each worker's speed v(w) as last measured (DyLU, eq. 6).
-    pub speed: Vec<f64>,
+    /// Each worker's speed v(w), declared and measured (DyLU, eq. 6).
+    pub speeds: Speeds,
     /// The data shards and their draw.
     pub shards: Shards,
 }
@@ -38,7 +39,7 @@ impl Progress {
         if let Some(o) = st.scalars.as_object_mut() {
             o.insert("t_local".into(), serde_json::json!(self.t_local));
             o.insert("updates".into(), serde_json::json!(self.updates));
-            o.insert("speed".into(), serde_json::json!(self.speed));
+            o.insert("speeds".into(), serde_json::json!(self.speeds));
             // As a JSON text: the RNG's 128-bit state does not fit a JSON value's numbers.
             let shards = serde_json::to_string(&self.shards).expect("shards serialize");
             o.insert("shards".into(), serde_json::Value::String(shards));
@@ -65,7 +66,7 @@ impl Progress {
         Ok(Progress {
             t_local: st.count("t_local")?,
             updates: serde_json::from_value(field("updates")?).with_context(|| bad("updates"))?,
-            speed: serde_json::from_value(field("speed")?).with_context(|| bad("speed"))?,
+            speeds: serde_json::from_value(field("speeds")?).with_context(|| bad("speeds"))?,
             shards: serde_json::from_str(field("shards")?.as_str().unwrap_or_default())
                 .with_context(|| bad("shards"))?,
         })

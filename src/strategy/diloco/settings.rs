@@ -24,9 +24,12 @@ pub struct DilocoSettings {
     pub outer_lr: f32,
     /// Outer momentum beta, in [0, 1). Flag `--outer-momentum`. Default 0.9 (DiLoCo's).
     pub outer_momentum: f32,
-    /// `dn`: buffer size N >= 1. Flag `--dn-buffer`. Default 4 (our choice:
-    /// the number of workers of the paper's main runs; its Table 5 tried 4, 8, 16).
-    pub dn_buffer: u64,
+    /// `dn`: buffer size N >= 1. Flag `--dn-buffer`. Default unset: N = the
+    /// number of workers (the paper's Table 5 "delay period 4, 8, 16" with
+    /// 4, 8, 16 workers in Table 2; footnote 5: with equal speeds DN and
+    /// DiLoCo then "reduce to the same"). Before issue 26: 4.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dn_buffer: Option<u64>,
     /// `dn`: momentum activation c in [0, 1/N]. Flag `--dn-c`. Default 0 (Algorithm 3).
     pub dn_c: f32,
 }
@@ -39,21 +42,42 @@ impl Default for DilocoSettings {
             outer: o.kind,
             outer_lr: o.lr,
             outer_momentum: o.momentum,
-            dn_buffer: o.dn_buffer,
+            dn_buffer: None,
             dn_c: o.dn_c,
         }
     }
 }
 
 impl DilocoSettings {
-    /// The outer optimizer's configuration.
-    pub fn outer_config(&self) -> OuterConfig {
+    /// The outer optimizer's configuration for `workers` workers (DN's N
+    /// unset: `workers`).
+    pub fn outer_config(&self, workers: usize) -> OuterConfig {
         OuterConfig {
             kind: self.outer,
             lr: self.outer_lr,
             momentum: self.outer_momentum,
-            dn_buffer: self.dn_buffer,
+            dn_buffer: self.dn_buffer.unwrap_or(workers.max(1) as u64),
             dn_c: self.dn_c,
+        }
+    }
+
+    /// The outer optimizer's ranges, workers unknown: an unset `dn_buffer`
+    /// is checked as N = 1 here (c <= 1) and with the run's workers by
+    /// [`DilocoSettings::check_workers`].
+    pub(super) fn check(&self, method: &str) -> Result<()> {
+        self.outer_config(1).validate(method)
+    }
+
+    /// The outer optimizer's ranges with `workers` workers (`train` checks
+    /// this before anything is written): c <= 1/N with N = workers when
+    /// `dn_buffer` is unset.
+    pub fn check_workers(&self, method: &str, workers: usize) -> Result<()> {
+        let r = self.outer_config(workers).validate(method);
+        match (r, self.dn_buffer) {
+            (Err(e), None) => Err(e.context(format!(
+                "[methods.{method}]: dn_buffer is unset, so N = the {workers} workers; set dn_c <= 1/{workers}, or dn_buffer"
+            ))),
+            (r, _) => r,
         }
     }
 }
@@ -63,7 +87,7 @@ impl crate::strategy::local::settings::Validate for DilocoSettings {
         if self.h == 0 {
             bail!("[methods.diloco]: h must be at least 1 (inner steps per outer round), e.g. h = 50 (flag --h 50)");
         }
-        self.outer_config().validate("diloco")
+        self.check("diloco")
     }
 }
 
@@ -104,7 +128,10 @@ pub(super) fn describe_round(s: &DilocoSettings, f: &mut std::fmt::Formatter<'_>
     write!(f, "h {}, outer {} lr {}", s.h, s.outer.name(), s.outer_lr)?;
     match s.outer {
         OuterKind::Sgd => Ok(()),
-        OuterKind::Dn => write!(f, ", beta {}, N {}, c {}", s.outer_momentum, s.dn_buffer, s.dn_c),
+        OuterKind::Dn => match s.dn_buffer {
+            Some(n) => write!(f, ", beta {}, N {n}, c {}", s.outer_momentum, s.dn_c),
+            None => write!(f, ", beta {}, N workers, c {}", s.outer_momentum, s.dn_c),
+        },
         _ => write!(f, ", beta {}", s.outer_momentum),
     }
 }
@@ -121,12 +148,19 @@ mod tests {
     fn defaults_and_bad_values_name_the_key_and_an_example() {
         let d = parse(toml::Table::new()).unwrap();
         assert_eq!((d.h, d.outer, d.outer_lr, d.outer_momentum), (50, OuterKind::Nesterov, 0.7, 0.9));
+        assert_eq!((d.dn_buffer, d.outer_config(8).dn_buffer, d.outer_config(3).dn_buffer), (None, 8, 3));
         let s = parse("outer = \"dn\"\ndn_buffer = 2\ndn_c = 0.5\nh = 3".parse().unwrap()).unwrap();
-        assert_eq!((s.outer, s.dn_buffer, s.dn_c, s.h), (OuterKind::Dn, 2, 0.5, 3));
+        assert_eq!((s.outer, s.dn_buffer, s.dn_c, s.h), (OuterKind::Dn, Some(2), 0.5, 3));
+        assert_eq!(s.outer_config(8).dn_buffer, 2);
+        // dn_c = 0.5 with N unset: fine at parse (c <= 1), refused with 4 workers at setup.
+        let c = parse("outer = \"dn\"\ndn_c = 0.5".parse().unwrap()).unwrap();
+        assert!(c.check_workers("diloco", 2).is_ok());
+        let e = format!("{:#}", c.check_workers("diloco", 4).unwrap_err());
+        assert!(e.contains("N = the 4 workers") && e.contains("dn_c must be in [0, 1/N] = [0, 0.25]"), "{e}");
         for (text, needles) in [
             ("h = 0", &["[methods.diloco]: h must be at least 1", "h = 50"][..]),
             ("dn_buffer = 0", &["dn_buffer must be at least 1", "--dn-buffer 4"]),
-            ("dn_c = 0.3", &["dn_c must be in [0, 1/N] = [0, 0.25]"]),
+            ("dn_buffer = 4\ndn_c = 0.3", &["dn_c must be in [0, 1/N] = [0, 0.25]"]),
             ("outer_lr = -1.0", &["outer_lr must be > 0"]),
             ("outer = \"adam\"", &["outer \"adam\" does not exist: choose one of sgd, sgd-momentum, nesterov, dn"]),
             ("h = -1", &["[methods.diloco]:"]),

@@ -68,7 +68,7 @@ pub(super) fn every_method() -> Vec<Method> {
     v.push(Method::Diloco(DilocoSettings {
         h: 1,
         outer: crate::optim::OuterKind::Dn,
-        dn_buffer: 2,
+        dn_buffer: Some(2),
         dn_c: 0.25,
         ..DilocoSettings::default()
     }));
@@ -293,9 +293,9 @@ fn async_diloco_resumes_bit_identically_in_sim() {
     let method = Method::AsyncDiloco(AsyncDilocoSettings {
         h: 2,
         outer: crate::optim::OuterKind::Dn,
-        dn_buffer: 3,
+        dn_buffer: Some(3),
         dn_c: 0.25,
-        grace: 0.4,
+        grace: Some(0.4),
         dylu: true,
         shards: Some(3),
         ..AsyncDilocoSettings::default()

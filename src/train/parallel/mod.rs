@@ -206,6 +206,10 @@ pub fn setup(cfg: RunConfig, opts: &RunOptions) -> Result<Setup> {
     let mut init = Gpt::new(model_cfg.clone(), t.seed)?;
     if let Method::AsyncDiloco(a) = &method {
         crate::strategy::diloco::shards::check(tokens.len(), a.shard_count(world), world, a.fixed_shards, seq + 1)?;
+        a.diloco().check_workers("async-diloco", world)?;
+    }
+    if let Method::Diloco(d) = &method {
+        d.check_workers("diloco", world)?; // dn_c <= 1/N, N = the workers when dn_buffer is unset
     }
     let wire = match (&cfg.parallel.wire, &cfg.parallel.cluster) {
         (Some(w), _) => *w,

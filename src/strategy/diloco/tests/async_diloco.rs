@@ -3,7 +3,8 @@
 //! a grace period covering everyone, DN with N = workers is sync DiLoCo;
 //! sim reproduces itself; real completes; heterogeneous speeds without a
 //! grace period let the fast worker run more rounds; DyLU sets each
-//! worker's steps by its speed.
+//! worker's steps by its speed, in one unit for declared and measured
+//! speeds, and grace "auto" groups the rounds DyLU means to end together.
 
 use super::*;
 use crate::optim::{LrSchedule, OuterKind};
@@ -15,9 +16,9 @@ fn dn(h: u64, n: u64, grace: f64) -> Method {
     Method::AsyncDiloco(AsyncDilocoSettings {
         h,
         outer: OuterKind::Dn,
-        dn_buffer: n,
+        dn_buffer: Some(n),
         dn_c: 0.0,
-        grace,
+        grace: Some(grace),
         // Worker i on shard i: the setting comparable with sync DiLoCo.
         fixed_shards: true,
         ..AsyncDilocoSettings::default()
@@ -59,7 +60,7 @@ fn async_dn_with_equal_speeds_and_grace_covering_all_is_sync_diloco() {
     // Vanilla async (Nesterov on every arrival) is another method.
     let nesterov = Method::AsyncDiloco(AsyncDilocoSettings {
         h: 2,
-        grace: 1e9,
+        grace: Some(1e9),
         fixed_shards: true,
         ..AsyncDilocoSettings::default()
     });
@@ -125,15 +126,61 @@ fn dylu_changes_each_workers_step_count_by_its_speed() {
     // finish a round at the same virtual time and, with a grace period, sync together.
     let p = sgd_plan(6);
     let rt = sim_speeds(vec![1.0, 0.5]);
-    let dylu = |on| Method::AsyncDiloco(AsyncDilocoSettings { dylu: on, h: 4, grace: 0.5, ..Default::default() });
+    let dylu = |on| Method::AsyncDiloco(AsyncDilocoSettings { dylu: on, h: 4, grace: Some(0.5), ..Default::default() });
     let r = run(&dylu(true), &rt, 2, &p);
     // t_max = 12 local steps: rounds of 4 + 2 = 6, then 6 more: 8 + 4 steps.
     assert_eq!((r[0].optimizer_steps, r[1].optimizer_steps), (8, 4));
     assert_eq!((r[0].points.len(), r[1].points.len()), (8, 4), "one journal point per inner step");
     assert_eq!(r[2].updates, [2, 2]);
-    // Without DyLU each worker runs H = 4 per round.
+    // Each round's steps as the server handed them out: eq. 6 ran (the
+    // reference notebook's DyLU branch never does: its callers leave
+    // `scale_steps` False, ipynb:402, 543-545, 679-681).
+    let rounds =
+        |r: &[WorkerReport], w| r[2].shard_rounds.iter().filter(|x| x.worker == w).map(|x| x.steps).collect::<Vec<_>>();
+    assert_eq!((rounds(&r, 0), rounds(&r, 1)), (vec![4, 4], vec![2, 2]));
+    // Without DyLU each worker runs H = 4 per round, and the slow one's
+    // single round ends after the fast one's second.
     let plain = run(&dylu(false), &rt, 2, &p);
-    assert_eq!((plain[0].optimizer_steps % 4, plain[1].optimizer_steps % 4), (0, 0));
+    assert_eq!((rounds(&plain, 0), rounds(&plain, 1)), (vec![4, 4], vec![4]));
+    assert_eq!(plain[2].updates, [2, 1]);
+}
+
+#[test]
+fn dylu_compares_a_declared_speed_with_a_measured_one_in_one_unit() {
+    // Speeds 1 and 0.35, 0.1 s per micro-batch, H = 10: eq. 6 gives 10 and 3
+    // steps, and worker 1 reports first (3 x 0.286 s = 0.857 s < 1 s), alone
+    // (grace 0). Its measured 3.5 steps/s against worker 0's declared factor
+    // 1 (before issue 26) made it the fastest: 10 steps in its second round.
+    let rt = Runtime::Sim(SimSpec { speeds: vec![1.0, 0.35], ..SimSpec::flat(2, 0.1, None) });
+    let s = AsyncDilocoSettings { h: 10, dylu: true, grace: Some(0.0), ..AsyncDilocoSettings::default() };
+    let r = run(&Method::AsyncDiloco(s), &rt, 2, &sgd_plan(20));
+    let steps = |w| r[2].shard_rounds.iter().filter(|x| x.worker == w).map(|x| x.steps).collect::<Vec<_>>();
+    let (fast, slow) = (steps(0), steps(1));
+    assert!(fast[..fast.len() - 1].iter().all(|&n| n == 10), "worker 0's rounds: {fast:?}");
+    assert!(slow[..slow.len() - 1].iter().all(|&n| n == 3), "worker 1's rounds: {slow:?}");
+}
+
+#[test]
+fn grace_auto_with_dylu_groups_a_round_that_eq_6s_floor_ends_early() {
+    // As above: worker 1 ends its rounds of 3 steps (0.286 s each) at
+    // 0.857 s, 0.14 s before worker 0. grace "auto" is one step of the
+    // slowest worker (0.286 s), so both restart from one model each round
+    // (equal updates) and worker 1's second round starts only when worker
+    // 0's first has arrived (1.0 s): its 4th step ends at 1.286 s or later.
+    // With grace 0 worker 1 restarts alone at once: its 4th step ends at
+    // 1.143 s, one step after its 3rd.
+    let rt = Runtime::Sim(SimSpec { speeds: vec![1.0, 0.35], ..SimSpec::flat(2, 0.1, None) });
+    let go = |grace| {
+        let s = AsyncDilocoSettings { h: 10, dylu: true, grace, ..AsyncDilocoSettings::default() };
+        run(&Method::AsyncDiloco(s), &rt, 2, &sgd_plan(26))
+    };
+    // Worker 1's wait between its first round's last step and its second round's first.
+    let gap = |r: &[WorkerReport]| r[1].points[3].end_s - r[1].points[2].end_s;
+    let grouped = go(None);
+    assert_eq!(grouped[2].updates, [4, 4], "13 local steps a round, 52 in all");
+    assert!(gap(&grouped) > 0.4, "grace auto: worker 1 waited {} s for its second round", gap(&grouped));
+    let alone = go(Some(0.0));
+    assert!(gap(&alone) < 0.3, "grace 0: worker 1 waited {} s for its second round", gap(&alone));
 }
 
 #[test]
@@ -157,7 +204,9 @@ fn one_worker_and_a_server_is_sync_diloco_on_one_worker() {
     let p = Plan { schedule: LrSchedule { max_lr: 0.1, warmup_steps: 1, total_steps: 3, min_lr: 0.01 }, ..sgd_plan(4) };
     let rt = Runtime::Sim(SimSpec::flat(1, 1.0, None));
     let sync = run(&Method::Diloco(DilocoSettings { h: 2, ..DilocoSettings::default() }), &rt, 1, &p);
-    let a = run(&Method::AsyncDiloco(AsyncDilocoSettings { h: 2, ..AsyncDilocoSettings::default() }), &rt, 1, &p);
+    // Sync's outer lr: async's default with nesterov is lower (async_settings::MOMENTUM_OUTER_LR).
+    let s = AsyncDilocoSettings { h: 2, outer_lr: Some(0.7), ..AsyncDilocoSettings::default() };
+    let a = run(&Method::AsyncDiloco(s), &rt, 1, &p);
     assert_eq!(a[1].updates, [2]);
     assert_eq!(bits(&sync[0].params), bits(&a[1].params));
 }

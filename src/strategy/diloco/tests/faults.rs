@@ -114,7 +114,7 @@ fn a_worker_that_dies_waiting_in_a_grace_group_leaves_the_group() {
     // the group is handed out to workers 1 and 2 only (handing worker 0 a
     // model would leave the server waiting for ever).
     let k = 3;
-    let m = Method::AsyncDiloco(AsyncDilocoSettings { h: 2, grace: 1e6, ..AsyncDilocoSettings::default() });
+    let m = Method::AsyncDiloco(AsyncDilocoSettings { h: 2, grace: Some(1e6), ..AsyncDilocoSettings::default() });
     let (r, _) = run_with(&m, &sim(vec![1.0, 1.0, 0.5]), k, 6, "0:crash@3");
     assert_every_sent_update_applied_once(&r, k);
     assert_eq!(r[0].faults[0].observed_s, 3.0, "woken by its crash while waiting for the model");

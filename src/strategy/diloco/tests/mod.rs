@@ -3,6 +3,7 @@
 //! memory by category.
 
 mod async_diloco;
+mod defaults;
 mod faults;
 
 use crate::comm::{LinkModel, Tier};
@@ -55,12 +56,12 @@ fn diloco_with_one_worker_is_algorithm_1_written_out() {
     // One worker: the mean is x / 1 = x, so every bit matches a plain loop of
     // Algorithm 1 with the inner state kept across rounds (App. 10.1).
     let p = Plan { grad_accum: 2, ..plan(7, 2, 0.5) };
-    let s = DilocoSettings { h: 3, outer: OuterKind::Dn, dn_buffer: 2, dn_c: 0.25, ..DilocoSettings::default() };
+    let s = DilocoSettings { h: 3, outer: OuterKind::Dn, dn_buffer: Some(2), dn_c: 0.25, ..DilocoSettings::default() };
     let got = run(&Method::Diloco(s.clone()), &sim(1), 1, &p).remove(0);
     let mut w = workers(1, 2).remove(0);
     let n = w.model.num_params();
     let mut inner = p.optimizer.try_build(n).unwrap();
-    let mut outer = OuterOpt::new(s.outer_config(), n);
+    let mut outer = OuterOpt::new(s.outer_config(1), n);
     let mut theta = w.model.params.clone();
     for (lo, hi) in [(0, 3), (3, 6), (6, 7)] {
         for step in lo..hi {
