@@ -164,7 +164,9 @@ mod tests {
         assert!(b.s >= 4.0 * n * 8.0, "{} s", b.s);
         let e = check(&cfg, &model, &Method::Ddp, &rt, false).unwrap_err().to_string();
         assert!(
-            e.starts_with("one round of ddp would take at least") && e.contains("years") && e.contains("--yes"),
+            e.starts_with("one round of ddp would take at least")
+                && e.contains("over the bound of 1.0 h")
+                && e.contains("--yes"),
             "{e}"
         );
         check(&cfg, &model, &Method::Ddp, &rt, true).unwrap();
