@@ -202,6 +202,10 @@ pub struct TrainArgs {
     /// its directory's lock (RUN/.lock) while it trains.
     #[arg(long, value_parser = values::Utf8Path)]
     pub out: Option<PathBuf>,
+    /// Start from the model of this run (its latest checkpoint) or
+    /// checkpoint, same shape and tokenizer; optimizer and steps start fresh.
+    #[arg(long, value_parser = values::Utf8Path)]
+    pub init_from: Option<PathBuf>,
     /// Evaluate every N steps.
     #[arg(long, allow_negative_numbers = true, value_parser = values::count_u64)]
     pub eval_every: Option<u64>,

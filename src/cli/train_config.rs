@@ -87,6 +87,9 @@ fn apply_flags(mut cfg: RunConfig, a: &TrainArgs) -> Result<RunConfig> {
     set!(a.seed, t.seed);
     set!(a.out, t.out_dir);
     set!(a.eval_every, t.eval_every);
+    if a.init_from.is_some() {
+        t.init_from = a.init_from.clone();
+    }
     if a.checkpoint_every.is_some() {
         t.checkpoint_every = a.checkpoint_every;
     }

@@ -109,6 +109,13 @@ pub struct TrainSection {
     pub keep_checkpoints: usize,
     /// Run directory: metrics.jsonl, checkpoints/, config.toml.
     pub out_dir: PathBuf,
+    /// Start from this run's (its latest checkpoint) or checkpoint's model
+    /// instead of a fresh one: same model shape and tokenizer; optimizer,
+    /// step count and data order start fresh (`--init-from`; see
+    /// `train::warm_start`). Unset: a fresh model from `seed`. Ignored when
+    /// resuming (the checkpoint holds the model).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub init_from: Option<PathBuf>,
 }
 
 impl Default for TrainSection {
@@ -128,6 +135,7 @@ impl Default for TrainSection {
             checkpoint_every: None,
             keep_checkpoints: 2,
             out_dir: PathBuf::from("runs/default"),
+            init_from: None,
         }
     }
 }
@@ -301,6 +309,7 @@ impl RunConfig {
         let t = &self.train;
         let paths = [
             ("train.out_dir (--out)", Some(&t.out_dir)),
+            ("train.init_from (--init-from)", t.init_from.as_ref()),
             ("data.dir (--data)", self.data.dir.as_ref()),
             ("parallel.cluster (--cluster)", self.parallel.cluster.as_ref()),
             ("parallel.trace (--trace)", self.parallel.trace.as_ref()),

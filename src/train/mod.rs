@@ -10,6 +10,7 @@ pub mod parallel;
 pub mod run;
 pub mod rundir;
 pub mod trainer;
+pub mod warm_start;
 
 pub use config::RunConfig;
 pub use run::{run, RunOptions, RunSummary};

@@ -52,7 +52,17 @@ impl Trainer {
         let mut optimizer = cfg.optimizer.try_build(n_params)?;
         let mut sampler = WindowSampler::new(0..data.train.len(), seq_len, t.seed, 0)?;
         let (model, step, tokens_seen, wall_before) = match resume {
-            None => (Gpt::new(model_cfg.clone(), t.seed)?, 0, 0, 0.0),
+            None => {
+                let model = match &t.init_from {
+                    Some(from) => Gpt::from_params(
+                        model_cfg.clone(),
+                        super::warm_start::weights(from, &model_cfg, &data.tokenizer)?,
+                        t.seed,
+                    )?,
+                    None => Gpt::new(model_cfg.clone(), t.seed)?,
+                };
+                (model, 0, 0, 0.0)
+            }
             Some(path) => {
                 let ck = checkpoint::load(path)?;
                 let st = ck.state;
