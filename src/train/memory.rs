@@ -177,14 +177,10 @@ fn sorted(mut e: Estimate) -> Estimate {
     e
 }
 
-/// Bytes as "3.4 GB" (decimal units, as `lowcomm plan` prints).
+/// Bytes as "3.4 GB" (decimal units, as `lowcomm plan` prints): the one
+/// formatter the disk-full error uses too.
 pub fn gb(bytes: f64) -> String {
-    match bytes {
-        b if b >= 1e12 => format!("{:.1} TB", b / 1e12),
-        b if b >= 1e9 => format!("{:.1} GB", b / 1e9),
-        b if b >= 1e6 => format!("{:.1} MB", b / 1e6),
-        b => format!("{:.0} kB", b / 1e3),
-    }
+    crate::util::fsio::human_bytes(bytes as u64)
 }
 
 /// Memory this process may still use, and what limits it.
