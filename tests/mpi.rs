@@ -23,6 +23,9 @@ fn mpirun(np: usize, env: &[(&str, &str)], args: &[&str], cwd: &Path) -> Output 
     // glibc keeps big temporaries mapped instead of faulting them in anew
     // (docs/mpi.md).
     c.env("MALLOC_MMAP_MAX_", "0").env("MALLOC_TRIM_THRESHOLD_", "68719476736");
+    // A job that hangs fails its test after 5 minutes (hydra ends it)
+    // instead of holding the suite, and CI, for ever.
+    c.env("MPIEXEC_TIMEOUT", "300");
     for (k, v) in env {
         c.env(k, v);
     }
@@ -249,13 +252,18 @@ fn mpi_runs_resume_from_per_rank_parts_bit_identically() {
 /// Runs a job in which rank 1 fails after 1.5 s; returns its output and how
 /// long it took.
 fn failing_job(fault: &str) -> (Output, Duration) {
+    failing_job_with(&[("LOWCOMM_FAULT", fault)])
+}
+
+/// [`failing_job`] with the fault given as environment variables.
+fn failing_job_with(fault: &[(&str, &str)]) -> (Output, Duration) {
     let tmp = tempdir();
     let out = tmp.path().join("run");
     let cfg = tmp.path().join("run.toml");
     std::fs::write(&cfg, tiny_toml(corpus(), &out)).unwrap();
     let cfg = cfg.display().to_string();
     let t = Instant::now();
-    let env = [("LOWCOMM_FAULT", fault), ("LOWCOMM_MPI_TIMEOUT_S", "5")];
+    let env = [fault, &[("LOWCOMM_MPI_TIMEOUT_S", "5")]].concat();
     let o = mpirun(
         2,
         &env,
@@ -304,6 +312,26 @@ fn a_rank_that_hangs_ends_the_job_at_the_collective_timeout() {
     assert!(took < Duration::from_secs(60), "took {took:?}");
     let out = text(&o);
     assert!(out.contains("did not complete in 5 s") && out.contains("aborting all ranks"), "{out}");
+}
+
+#[test]
+fn a_rank_whose_mpi_abort_never_returns_still_ends_the_job() {
+    // Seen once under load: MPI_Abort stayed inside MPICH for minutes. The
+    // fault stands in for it; the watchdog must end the rank (10 s), and
+    // the launcher the others. Before the watchdog, hydra's own timeout
+    // (90 s here) ended the job, without the watchdog's line.
+    let (o, took) = failing_job_with(&[
+        ("LOWCOMM_FAULT", "hang:1:1.5"),
+        ("LOWCOMM_FAULT_ABORT_HANGS", "1"),
+        ("MPIEXEC_TIMEOUT", "90"),
+    ]);
+    assert!(!o.status.success());
+    let out = text(&o);
+    assert!(
+        out.contains("did not complete in 5 s") && out.contains("MPI_Abort did not end this rank in 10 s"),
+        "{out}"
+    );
+    assert!(took < Duration::from_secs(85), "took {took:?}: {out}");
 }
 
 #[test]

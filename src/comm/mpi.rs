@@ -182,7 +182,11 @@ impl MpiProcess {
         .min(workers.max(1));
         // Every rank must agree, or the sub-groups would not line up.
         let mut all = vec![0u64; self.size()];
-        self.world.all_gather_into(&(per_node as u64), &mut all[..]);
+        let (world, poll, rank, mine) = (&self.world, self.poll, self.rank(), per_node as u64);
+        mpi::request::scope(|sc| {
+            let req = world.immediate_all_gather_into(sc, &mine, &mut all[..]);
+            MpiComm::complete(world, poll, rank, "ranks-per-node all_gather", req)
+        });
         // Workers must agree; a server after them may sit elsewhere.
         all.truncate(workers.min(all.len()));
         if all.iter().any(|&k| k != per_node as u64) || !workers.is_multiple_of(per_node) {
@@ -192,22 +196,43 @@ impl MpiProcess {
     }
 
     /// Gathers every rank's `bytes` on rank 0 (in rank order); `None` elsewhere.
+    /// Both gathers are polled with the collective timeout, so a rank that
+    /// hangs between them is caught too.
     pub fn gather_bytes(&self, bytes: &[u8]) -> Option<Vec<Vec<u8>>> {
-        // A rank that hangs is caught here, by the timeout, not in the gather.
-        self.barrier();
-        let root = self.world.process_at_rank(0);
+        let (world, poll, rank) = (&self.world, self.poll, self.rank());
+        let root = world.process_at_rank(0);
         let len = bytes.len() as i32;
-        if self.rank() != 0 {
-            root.gather_into(&len);
-            root.gather_varcount_into(bytes);
+        if rank != 0 {
+            mpi::request::scope(|sc| {
+                MpiComm::complete(world, poll, rank, "gather (lengths)", root.immediate_gather_into(sc, &len))
+            });
+            mpi::request::scope(|sc| {
+                MpiComm::complete(world, poll, rank, "gather", root.immediate_gather_varcount_into(sc, bytes))
+            });
             return None;
         }
         let mut lens = vec![0i32; self.size()];
-        root.gather_into_root(&len, &mut lens[..]);
+        mpi::request::scope(|sc| {
+            MpiComm::complete(
+                world,
+                poll,
+                rank,
+                "gather (lengths)",
+                root.immediate_gather_into_root(sc, &len, &mut lens[..]),
+            )
+        });
         let displs: Vec<i32> = lens.iter().scan(0, |acc, &l| Some(std::mem::replace(acc, *acc + l))).collect();
         let mut all = vec![0u8; lens.iter().map(|&l| l as usize).sum()];
         let mut part = PartitionMut::new(&mut all[..], &lens[..], &displs[..]);
-        root.gather_varcount_into_root(bytes, &mut part);
+        mpi::request::scope(|sc| {
+            MpiComm::complete(
+                world,
+                poll,
+                rank,
+                "gather",
+                root.immediate_gather_varcount_into_root(sc, bytes, &mut part),
+            )
+        });
         Some(displs.iter().zip(&lens).map(|(&d, &l)| all[d as usize..(d + l) as usize].to_vec()).collect())
     }
 
@@ -226,11 +251,35 @@ impl MpiProcess {
 /// lets the launcher forward this rank's stderr first: hydra tears the job
 /// down at once, and the message was lost in about one run of three when
 /// several jobs shared this 2-core machine.
+///
+/// `MPI_Abort` itself can fail to end the process: once in 20 runs of the
+/// MPI suite under load (docs/decisions.md, "The MPI tests 20 times under
+/// load") a rank stayed alive for minutes inside MPICH (ch4:ucx) after its
+/// collective timed out, as the library's exit path waited on something
+/// that never came. A watchdog armed first ends this process with `_exit`
+/// (no exit handlers, no library destructors) after [`ABORT_GRACE`]; the
+/// launcher then sees a rank gone and ends the others.
 pub fn abort_job(comm: &SimpleCommunicator, rank: usize, why: &str) -> ! {
     eprintln!("lowcomm (mpi rank {rank}): {why}; aborting all ranks");
+    std::thread::spawn(move || {
+        std::thread::sleep(ABORT_GRACE);
+        eprintln!("lowcomm (mpi rank {rank}): MPI_Abort did not end this rank in {} s; exiting", ABORT_GRACE.as_secs());
+        // SAFETY: _exit ends the process at once; nothing runs after it.
+        unsafe { libc::_exit(1) }
+    });
     std::thread::sleep(Duration::from_millis(300));
+    if std::env::var_os("LOWCOMM_FAULT_ABORT_HANGS").is_some() {
+        // Tests: stand in for an MPI_Abort that never returns nor ends the process.
+        loop {
+            std::thread::park();
+        }
+    }
     comm.abort(1)
 }
+
+/// How long [`abort_job`] lets `MPI_Abort` take before the watchdog ends
+/// the process itself.
+pub const ABORT_GRACE: Duration = Duration::from_secs(10);
 
 /// One rank's handle on a group of MPI ranks. See the module docs.
 pub struct MpiComm {
