@@ -252,11 +252,11 @@ impl MpiProcess {
 /// down at once, and the message was lost in about one run of three when
 /// several jobs shared this 2-core machine.
 ///
-/// `MPI_Abort` itself can fail to end the process: once in 20 runs of the
-/// MPI suite under load (docs/decisions.md, "The MPI tests 20 times under
-/// load") a rank stayed alive for minutes inside MPICH (ch4:ucx) after its
-/// collective timed out, as the library's exit path waited on something
-/// that never came. A watchdog armed first ends this process with `_exit`
+/// `MPI_Abort` may fail to end the process: once in 20 runs of the MPI
+/// suite under load (docs/decisions.md, "The MPI tests 20 times under
+/// load") the rank that should have aborted stayed alive for minutes with
+/// its communication thread inside MPICH (ch4:ucx), most likely in the
+/// library's exit path. A watchdog armed first ends this process with `_exit`
 /// (no exit handlers, no library destructors) after [`ABORT_GRACE`]; the
 /// launcher then sees a rank gone and ends the others.
 pub fn abort_job(comm: &SimpleCommunicator, rank: usize, why: &str) -> ! {
