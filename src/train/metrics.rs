@@ -109,6 +109,13 @@ impl MetricsLog {
     }
 }
 
+/// Seconds left for `left` more units (steps, rounds) at the pace of the
+/// `done` ones that took `elapsed` seconds (at least one counted, so the
+/// first line says something).
+pub fn eta_s(elapsed: f64, done: u64, left: u64) -> f64 {
+    elapsed / done.max(1) as f64 * left as f64
+}
+
 /// Progress for humans: an indicatif bar on a terminal, plain lines otherwise.
 pub struct Progress {
     bar: Option<ProgressBar>,
@@ -138,8 +145,7 @@ impl Progress {
     /// and the steps left at the pace of the steps this process ran.
     pub fn timing(&self, step: u64) -> String {
         let elapsed = self.started.elapsed().as_secs_f64();
-        let per_step = elapsed / step.saturating_sub(self.first).max(1) as f64;
-        let eta = per_step * self.total.saturating_sub(step) as f64;
+        let eta = eta_s(elapsed, step.saturating_sub(self.first), self.total.saturating_sub(step));
         format!("{elapsed:.1} s  ETA {eta:.0} s")
     }
 
@@ -167,5 +173,19 @@ impl Progress {
         if let Some(b) = &self.bar {
             b.finish_and_clear();
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::eta_s;
+
+    #[test]
+    fn eta_is_the_pace_so_far_times_what_is_left() {
+        // 5 steps in 10 s: 2 s each, 20 left.
+        assert_eq!(eta_s(10.0, 5, 20), 40.0);
+        // Nothing done yet: the time so far counts as one step's.
+        assert_eq!(eta_s(3.0, 0, 2), 6.0);
+        assert_eq!(eta_s(3.0, 4, 0), 0.0);
     }
 }

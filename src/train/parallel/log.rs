@@ -295,8 +295,7 @@ impl Inner {
                     || self.last_line.is_none_or(|t| t.elapsed().as_secs_f64() >= LINE_EVERY_S)) =>
             {
                 self.last_line = Some(Instant::now());
-                let per_round = elapsed / (r.step - self.first).max(1) as f64;
-                let eta = per_round * self.total.saturating_sub(r.step) as f64;
+                let eta = crate::train::metrics::eta_s(elapsed, r.step - self.first, self.total.saturating_sub(r.step));
                 match past {
                     None => eprintln!("{} round {}/{}  {msg}  ETA {eta:.0} s", self.label, r.step, self.total),
                     Some(past) => eprintln!("{} round {} {past}  {msg}", self.label, r.step),
