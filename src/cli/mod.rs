@@ -177,6 +177,21 @@ pub struct TrainArgs {
     /// Model preset: nano, micro, small.
     #[arg(long)]
     pub preset: Option<String>,
+    /// Vocabulary size of the model, over the preset's (must match the corpus' tokenizer).
+    #[arg(long, allow_negative_numbers = true, value_parser = values::positive_usize)]
+    pub vocab_size: Option<usize>,
+    /// Transformer blocks, over the preset's.
+    #[arg(long, allow_negative_numbers = true, value_parser = values::positive_usize)]
+    pub n_layer: Option<usize>,
+    /// Residual-stream width, over the preset's (a multiple of --n-head).
+    #[arg(long, allow_negative_numbers = true, value_parser = values::positive_usize)]
+    pub n_embd: Option<usize>,
+    /// Attention heads, over the preset's.
+    #[arg(long, allow_negative_numbers = true, value_parser = values::positive_usize)]
+    pub n_head: Option<usize>,
+    /// Context length in tokens, over the preset's.
+    #[arg(long, allow_negative_numbers = true, value_parser = values::positive_usize)]
+    pub ctx: Option<usize>,
     /// Total optimizer steps.
     #[arg(long, allow_negative_numbers = true, value_parser = values::positive_u64)]
     pub steps: Option<u64>,

@@ -73,6 +73,19 @@ fn apply_flags(mut cfg: RunConfig, a: &TrainArgs) -> Result<RunConfig> {
             cfg.train.out_dir = PathBuf::from(format!("runs/{p}"));
         }
     }
+    // Shape flags override the preset's fields (and the config's [model]).
+    let m = &mut cfg.model;
+    for (flag, field) in [
+        (a.vocab_size, &mut m.vocab_size),
+        (a.n_layer, &mut m.n_layer),
+        (a.n_embd, &mut m.n_embd),
+        (a.n_head, &mut m.n_head),
+        (a.ctx, &mut m.ctx),
+    ] {
+        if flag.is_some() {
+            *field = flag;
+        }
+    }
     let t = &mut cfg.train;
     macro_rules! set {
         ($flag:expr, $field:expr) => {
@@ -221,8 +234,9 @@ pub(super) fn flags_for(a: &TrainArgs, method: &str, methods: &[String]) -> Resu
 
 #[cfg(test)]
 mod tests {
-    use super::super::train_args;
+    use super::super::{train_args, Cli};
     use super::*;
+    use clap::Parser;
 
     #[test]
     fn a_data_parallel_preset_run_defaults_to_runs_preset_method() {
@@ -232,5 +246,19 @@ mod tests {
         assert_eq!(out(&["--preset", "nano", "--method", "acco"]), PathBuf::from("runs/nano-acco"));
         assert_eq!(out(&["--preset", "nano", "--workers", "2"]), PathBuf::from("runs/nano-ddp"));
         assert_eq!(out(&["--preset", "nano", "--method", "acco", "--out", "x"]), PathBuf::from("x"));
+    }
+
+    #[test]
+    fn shape_flags_override_the_preset_and_a_bad_shape_names_its_field() {
+        let model = |args: &[&str]| run_config_with(&train_args(args), &[]).and_then(|(c, _)| c.model.resolve());
+        let m = model(&["--preset", "micro", "--vocab-size", "512", "--n-layer", "2", "--ctx", "32"]).unwrap();
+        let micro = GptConfig::preset("micro").unwrap();
+        assert_eq!((m.vocab_size, m.n_layer, m.ctx), (512, 2, 32));
+        assert_eq!((m.n_embd, m.n_head), (micro.n_embd, micro.n_head));
+        let m = model(&["--n-embd", "96", "--n-head", "3"]).unwrap();
+        assert_eq!((m.n_embd, m.n_head), (96, 3));
+        let e = model(&["--n-embd", "100", "--n-head", "3"]).unwrap_err().to_string();
+        assert!(e.contains("model.n_embd (100) must be a multiple of model.n_head (3)") && !e.contains('\n'), "{e}");
+        assert!(Cli::try_parse_from(["lowcomm", "train", "--n-layer", "0"]).is_err());
     }
 }

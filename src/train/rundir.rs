@@ -263,7 +263,7 @@ impl Resume {
         if let Ok(model) = cfg.model.resolve() {
             if model != self.model {
                 bail!(
-                    "checkpoint {} was trained with another model: {}; resume with the same model settings (drop --preset, or the [model] changes of --config)",
+                    "checkpoint {} was trained with another model: {}; resume with the same model settings (drop --preset and the shape flags --vocab-size, --n-layer, --n-embd, --n-head, --ctx, or the [model] changes of --config)",
                     self.checkpoint.display(),
                     model_change(&self.model, &model)
                 );
