@@ -40,6 +40,7 @@
 
 pub mod bench;
 pub mod bf16;
+pub mod codec;
 pub mod conformance;
 pub mod link;
 pub mod local;

@@ -1,0 +1,67 @@
+//! Error feedback: what a compressed message left out of a pseudo-gradient
+//! is added to the next one before it is encoded (Seide et al. 2014, 1-bit
+//! SGD; Karimireddy et al. 2019, "Error feedback fixes SignSGD"):
+//!
+//!   m_t = Delta_t + e_{t-1}          (what this round should send)
+//!   sent_t = decode(encode(m_t))     (what the others receive)
+//!   e_t = m_t - sent_t               (kept for the next round)
+//!
+//! So the sum of what was sent over rounds trails the sum of the
+//! pseudo-gradients by exactly e_t, never more: nothing is lost, only late.
+//! Without feedback, e stays zero and m_t = Delta_t.
+
+use super::OuterWire;
+
+/// One worker's compressed sender of pseudo-gradients, with its residual.
+#[derive(Clone, Debug)]
+pub struct ErrorFeedback {
+    wire: OuterWire,
+    enabled: bool,
+    /// e_{t-1}: what earlier messages left out (zeros without feedback).
+    residual: Vec<f32>,
+    /// m_t, then what the receivers decode from this round's message.
+    staged: Vec<f32>,
+}
+
+impl ErrorFeedback {
+    /// A sender of `n`-element pseudo-gradients; `enabled` keeps a residual.
+    pub fn new(wire: OuterWire, enabled: bool, n: usize) -> ErrorFeedback {
+        ErrorFeedback { wire, enabled, residual: vec![0.0; n], staged: vec![0.0; n] }
+    }
+
+    /// The message for `delta` (this round's pseudo-gradient); afterwards
+    /// [`ErrorFeedback::sent`] is what the receivers decode from it and
+    /// [`ErrorFeedback::residual`] what it left out.
+    pub fn encode(&mut self, delta: &[f32]) -> Vec<u8> {
+        assert_eq!(delta.len(), self.residual.len(), "pseudo-gradient of another size");
+        for ((m, d), e) in self.staged.iter_mut().zip(delta).zip(&self.residual) {
+            *m = d + e;
+        }
+        let bytes = self.wire.encode(&self.staged);
+        if self.enabled {
+            self.residual.copy_from_slice(&self.staged);
+        }
+        self.wire.decode(&bytes, &mut self.staged);
+        if self.enabled {
+            for (e, s) in self.residual.iter_mut().zip(&self.staged) {
+                *e -= s;
+            }
+        }
+        bytes
+    }
+
+    /// What the receivers decode from the last message.
+    pub fn sent(&self) -> &[f32] {
+        &self.staged
+    }
+
+    /// e_t: what the messages so far left out (zeros without feedback).
+    pub fn residual(&self) -> &[f32] {
+        &self.residual
+    }
+
+    /// Puts back a residual saved from [`ErrorFeedback::residual`] (a resumed run).
+    pub fn restore(&mut self, residual: &[f32]) {
+        self.residual.copy_from_slice(residual);
+    }
+}
