@@ -81,7 +81,15 @@ pub fn memory(method: &Method, c: &Costing) -> Result<MemoryBytes> {
         Method::FlexDemo(d) => demo(d, c, true)?,
         // theta (the round's start) and the outer optimizer's state; the
         // pseudo-gradient reuses the replica's buffer.
-        Method::Diloco(s) => Copies { outer: (1 + s.outer.state_copies()) as f64 * nf, ..Copies::new(nf) },
+        // A compressed outer_wire adds the staged message and a decode buffer, and the residual with error feedback.
+        Method::Diloco(s) => {
+            let codec = match s.outer_wire {
+                None => 0.0,
+                Some(_) if s.error_feedback => 3.0,
+                Some(_) => 2.0,
+            };
+            Copies { outer: (1 + s.outer.state_copies()) as f64 * nf + codec * nf, ..Copies::new(nf) }
+        }
         // Worker and server: plan_method takes async_diloco.rs's rows instead.
         Method::AsyncDiloco(_) => anyhow::bail!("async-diloco's memory is planned by plan::async_diloco"),
     };

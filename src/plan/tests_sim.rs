@@ -91,6 +91,17 @@ fn methods() -> Vec<Method> {
         Method::Co2(Co2Settings { tau: TAU, ..Co2Settings::reference() }),
         Method::Diloco(DilocoSettings { h: TAU, ..DilocoSettings::default() }),
         Method::Diloco(DilocoSettings { h: TAU, outer: crate::optim::OuterKind::Dn, ..DilocoSettings::default() }),
+        Method::Diloco(DilocoSettings {
+            h: TAU,
+            outer_wire: Some("int8".parse().unwrap()),
+            ..DilocoSettings::default()
+        }),
+        Method::Diloco(DilocoSettings {
+            h: TAU,
+            outer_wire: Some("topk:8+2bit".parse().unwrap()),
+            error_feedback: false,
+            ..DilocoSettings::default()
+        }),
         // DeMo over the world; FlexDeMo hybrid-sharded (chunk 4: the tiny
         // model has enough chunk rows for 8 shards per node), with each
         // replicator that exchanges every step, blocking and overlapped.

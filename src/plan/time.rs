@@ -167,16 +167,25 @@ pub fn timing(method: &Method, c: &Costing) -> Result<Timing> {
         Method::Demo(s) => super::demo::timing(&net, c, s, false)?,
         Method::FlexDemo(s) => super::demo::timing(&net, c, s, true)?,
         // H inner steps, the pseudo-gradient, its blocking all-reduce, the outer step.
+        // With a compressed outer_wire: encode, all-gather the messages, decode them all.
         Method::Diloco(s) => {
-            let local = net.work(Work::Elementwise { name: "diloco pseudo-gradient", elems: n })
+            let mut local = net.work(Work::Elementwise { name: "diloco pseudo-gradient", elems: n })
                 + net.work(Work::Elementwise { name: "diloco outer step", elems: 3 * n });
+            let comm = match s.outer_wire {
+                None => ar_n,
+                Some(wire) => {
+                    local += net.work(Work::Elementwise { name: "diloco encode", elems: 2 * n })
+                        + net.work(Work::Elementwise { name: "diloco decode", elems: 2 * world * n });
+                    net.coll(Op::AllGather, world * wire.wire_bytes(n), 1, Group::World)
+                }
+            };
             let compute = inner(s.h) + local;
             t(
-                compute + ar_n.s,
+                compute + comm.s,
                 s.h,
                 s.h as f64 * k,
                 compute,
-                ar_n,
+                comm,
                 "none: the pseudo-gradient's average blocks, once every H steps",
             )
         }

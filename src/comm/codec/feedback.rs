@@ -8,7 +8,7 @@
 //!
 //! So the sum of what was sent over rounds trails the sum of the
 //! pseudo-gradients by exactly e_t, never more: nothing is lost, only late.
-//! Without feedback, e stays zero and m_t = Delta_t.
+//! Without feedback, e is zero (not stored) and m_t = Delta_t.
 
 use super::OuterWire;
 
@@ -17,7 +17,7 @@ use super::OuterWire;
 pub struct ErrorFeedback {
     wire: OuterWire,
     enabled: bool,
-    /// e_{t-1}: what earlier messages left out (zeros without feedback).
+    /// e_{t-1}: what earlier messages left out (empty without feedback).
     residual: Vec<f32>,
     /// m_t, then what the receivers decode from this round's message.
     staged: Vec<f32>,
@@ -26,16 +26,18 @@ pub struct ErrorFeedback {
 impl ErrorFeedback {
     /// A sender of `n`-element pseudo-gradients; `enabled` keeps a residual.
     pub fn new(wire: OuterWire, enabled: bool, n: usize) -> ErrorFeedback {
-        ErrorFeedback { wire, enabled, residual: vec![0.0; n], staged: vec![0.0; n] }
+        // Without feedback the residual is always zero: not stored.
+        ErrorFeedback { wire, enabled, residual: vec![0.0; if enabled { n } else { 0 }], staged: vec![0.0; n] }
     }
 
     /// The message for `delta` (this round's pseudo-gradient); afterwards
     /// [`ErrorFeedback::sent`] is what the receivers decode from it and
     /// [`ErrorFeedback::residual`] what it left out.
     pub fn encode(&mut self, delta: &[f32]) -> Vec<u8> {
-        assert_eq!(delta.len(), self.residual.len(), "pseudo-gradient of another size");
-        for ((m, d), e) in self.staged.iter_mut().zip(delta).zip(&self.residual) {
-            *m = d + e;
+        assert_eq!(delta.len(), self.staged.len(), "pseudo-gradient of another size");
+        self.staged.copy_from_slice(delta);
+        for (m, e) in self.staged.iter_mut().zip(&self.residual) {
+            *m += e;
         }
         let bytes = self.wire.encode(&self.staged);
         if self.enabled {
@@ -50,12 +52,17 @@ impl ErrorFeedback {
         bytes
     }
 
+    /// The codec it sends with.
+    pub fn wire(&self) -> OuterWire {
+        self.wire
+    }
+
     /// What the receivers decode from the last message.
     pub fn sent(&self) -> &[f32] {
         &self.staged
     }
 
-    /// e_t: what the messages so far left out (zeros without feedback).
+    /// e_t: what the messages so far left out (empty without feedback).
     pub fn residual(&self) -> &[f32] {
         &self.residual
     }

@@ -31,8 +31,9 @@ pub use feedback::ErrorFeedback;
 /// magnitudes) per chunk, and top-k indices fit in 16 bits.
 pub const CHUNK: usize = 4096;
 
-/// How a pseudo-gradient travels.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+/// How a pseudo-gradient travels. In TOML a string: `"int8"`, `"topk:64+2bit"`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(try_from = "String", into = "String")]
 pub enum OuterWire {
     /// 4 bytes per element, exact.
     #[default]
@@ -65,6 +66,19 @@ impl std::str::FromStr for OuterWire {
                 }
             }
         })
+    }
+}
+
+impl TryFrom<String> for OuterWire {
+    type Error = anyhow::Error;
+    fn try_from(s: String) -> Result<OuterWire> {
+        s.parse()
+    }
+}
+
+impl From<OuterWire> for String {
+    fn from(w: OuterWire) -> String {
+        w.to_string()
     }
 }
 

@@ -71,7 +71,7 @@ fn error_feedback_holds_exactly_what_was_not_sent() {
     let mut plain = ErrorFeedback::new(wire, false, 3);
     plain.encode(&[1.0, 2.0, 3.0]);
     plain.encode(&[1.0, 0.0, 0.0]);
-    assert_eq!((plain.sent(), plain.residual()), (&[1.0, 0.0, 0.0][..], &[0.0; 3][..]));
+    assert_eq!((plain.sent(), plain.residual()), (&[1.0, 0.0, 0.0][..], &[][..]));
 }
 
 #[test]

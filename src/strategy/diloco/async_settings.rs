@@ -234,6 +234,7 @@ impl AsyncDilocoSettings {
             outer_momentum: self.outer_momentum,
             dn_buffer: self.dn_buffer,
             dn_c: self.dn_c,
+            ..DilocoSettings::default()
         }
     }
 

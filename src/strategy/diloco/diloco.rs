@@ -20,6 +20,10 @@
 //!   reset or sent (App. 10.1).
 //! - The pseudo-gradient travels in the run's wire dtype: it is a small
 //!   difference, so bf16 rounds it far less than it would the parameters.
+//!   With `outer_wire` set it travels compressed instead (comm/codec:
+//!   int8, fp4, top-k + 2 bits, with error feedback): each worker's
+//!   message is all-gathered and every worker decodes and averages them in
+//!   rank order, so replicas stay equal (line 15 over compressed deltas).
 //! - Every worker holds the outer state (theta and the outer optimizer) and
 //!   applies the same outer step to the same average: replicas stay equal.
 //!   The checkpoint's model is theta; the outer state goes into each part.
@@ -27,13 +31,17 @@
 //!   rounds of H, the last one possibly shorter.
 
 use super::settings::DilocoSettings;
+use crate::comm::codec::ErrorFeedback;
 use crate::optim::OuterOpt;
-use crate::runtime::{AllReduce, Ctx, Group, Work};
+use crate::runtime::{AllGatherBytes, AllReduce, Ctx, Group, Work};
 use crate::strategy::inner::{memory, Inner, Rounds};
 use crate::strategy::journal::{Journal, StrategyState};
 use crate::strategy::outcome::Outcome;
 use crate::strategy::worker::{replica_piece, Plan, Worker};
 use anyhow::Result;
+
+/// The checkpoint tensor holding the error-feedback residual.
+const RESIDUAL: &str = "outer_wire.residual";
 
 /// Line 13, in place: `theta_i` becomes `delta_i = theta_old - theta_i`.
 pub fn pseudo_gradient(theta_i: &mut [f32], theta_old: &[f32]) {
@@ -57,6 +65,27 @@ pub(super) fn restore_outer(outer: &mut OuterOpt, st: &StrategyState) -> Result<
     outer.load_state(st.count("outer_steps")?, |name| Ok(st.tensor(&format!("outer.{name}"))?.to_vec()))
 }
 
+/// Line 15 over compressed pseudo-gradients: `delta` (this worker's) is
+/// encoded with error feedback, every worker's message all-gathered, and
+/// their decoded values averaged in rank order (rank 0's first, as the
+/// all-reduce sums): `delta` becomes the mean.
+async fn compressed_mean<C: Ctx>(ctx: &mut C, ef: &mut ErrorFeedback, delta: &mut [f32], scratch: &mut [f32]) {
+    let (n, k) = (delta.len(), ctx.topology().workers);
+    let wire = ef.wire();
+    let bytes = ctx.compute(Work::Elementwise { name: "diloco encode", elems: 2 * n }, || ef.encode(delta)).await;
+    let len = bytes.len();
+    let (_, all) = ctx.run(AllGatherBytes { group: Group::World, input: bytes, output: vec![0; k * len] }).await;
+    ctx.compute(Work::Elementwise { name: "diloco decode", elems: 2 * k * n }, || {
+        wire.decode(&all[..len], delta);
+        for msg in all[len..].chunks_exact(len) {
+            wire.decode(msg, scratch);
+            delta.iter_mut().zip(scratch.iter()).for_each(|(d, x)| *d += x);
+        }
+        delta.iter_mut().for_each(|d| *d /= k as f32);
+    })
+    .await;
+}
+
 /// Run synchronous DiLoCo on one worker.
 pub async fn run<C: Ctx>(
     ctx: &mut C,
@@ -72,10 +101,15 @@ pub async fn run<C: Ctx>(
     let mut outer = OuterOpt::new(s.outer_config(ctx.topology().workers), n);
     // theta^(t-1): the replica at the start of every round (the checkpoint's model when resuming).
     let mut theta = w.model.params.clone();
+    // A compressed outer_wire: the sender with its residual, and a buffer to decode into.
+    let mut sender = s.outer_wire.map(|wire| (ErrorFeedback::new(wire, s.error_feedback, n), vec![0.0; n]));
     let mut t = 0;
     if let Some(st) = j.take_resumed() {
         inner.restore(&st)?;
         restore_outer(&mut outer, &st)?;
+        if let Some((ef, _)) = sender.as_mut().filter(|_| s.error_feedback) {
+            ef.restore(st.tensor(RESIDUAL)?);
+        }
         t = rounds.ending_at(j.first_round())? + 1;
     }
     while rounds.range(t).0 < end {
@@ -90,7 +124,10 @@ pub async fn run<C: Ctx>(
             pseudo_gradient(&mut delta, &theta)
         })
         .await;
-        delta = ctx.run(AllReduce::mean(Group::World, delta, plan.wire)).await;
+        match sender.as_mut() {
+            None => delta = ctx.run(AllReduce::mean(Group::World, delta, plan.wire)).await,
+            Some((ef, scratch)) => compressed_mean(ctx, ef, &mut delta, scratch).await,
+        }
         // Line 16: the outer step, the same on every worker.
         ctx.compute(Work::Elementwise { name: "diloco outer step", elems: 3 * n }, || outer.step(&mut theta, &delta))
             .await;
@@ -101,6 +138,9 @@ pub async fn run<C: Ctx>(
             let mut st = StrategyState { model: replica_piece(rank, &theta), ..StrategyState::default() };
             inner.save(&mut st);
             save_outer(&outer, &mut st);
+            if let Some((ef, _)) = sender.as_ref().filter(|_| s.error_feedback) {
+                st.tensors.push((RESIDUAL.into(), ef.residual().to_vec()));
+            }
             st
         })
         .await?;
@@ -109,7 +149,14 @@ pub async fn run<C: Ctx>(
     Ok(Outcome {
         exchange: None,
         optimizer_steps: inner.steps,
-        memory: memory(n, &inner, 0, theta.len() + outer.state_len()),
+        memory: memory(
+            n,
+            &inner,
+            0,
+            theta.len()
+                + outer.state_len()
+                + sender.as_ref().map_or(0, |_| if s.error_feedback { 3 * n } else { 2 * n }),
+        ),
         model: replica_piece(rank, &theta),
     })
 }

@@ -7,6 +7,7 @@
 //! The inner optimizer is the run's optimizer (`[train.optimizer]`, AdamW
 //! by default, App. 10.1).
 
+use crate::comm::codec::OuterWire;
 use crate::optim::{OuterConfig, OuterKind};
 use anyhow::{bail, Result};
 use serde::{Deserialize, Serialize};
@@ -32,6 +33,17 @@ pub struct DilocoSettings {
     pub dn_buffer: Option<u64>,
     /// `dn`: momentum activation c in [0, 1/N]. Flag `--dn-c`. Default 0 (Algorithm 3).
     pub dn_c: f32,
+    /// How the pseudo-gradient travels. Unset (the default, DiLoCo's): in
+    /// the run's wire dtype (`--wire`), averaged by an all-reduce. `"f32"`,
+    /// `"bf16"`, `"int8"`, `"fp4"` or `"topk:K+2bit"` (comm/codec): encoded,
+    /// all-gathered, and averaged by every worker in rank order; the outer
+    /// step runs in f32 either way.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub outer_wire: Option<OuterWire>,
+    /// With `outer_wire` set: add what the last message left out to the
+    /// next pseudo-gradient (error feedback, comm/codec/feedback.rs).
+    /// Default true: SparseLoCo's top-k needs it to converge.
+    pub error_feedback: bool,
 }
 
 impl Default for DilocoSettings {
@@ -44,6 +56,8 @@ impl Default for DilocoSettings {
             outer_momentum: o.momentum,
             dn_buffer: None,
             dn_c: o.dn_c,
+            outer_wire: None,
+            error_feedback: true,
         }
     }
 }
@@ -119,6 +133,9 @@ pub(super) fn check_outer_name(table: &toml::Table, method: &str, example: &str)
 pub fn describe(s: &DilocoSettings, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
     f.write_str("diloco (")?;
     describe_round(s, f)?;
+    if let Some(w) = s.outer_wire {
+        write!(f, ", outer_wire {w}{}", if s.error_feedback { " + error feedback" } else { "" })?;
+    }
     f.write_str(")")
 }
 

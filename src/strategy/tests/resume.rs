@@ -167,6 +167,14 @@ fn every_method_resumes_bit_identically_in_sim() {
 }
 
 #[test]
+fn diloco_resumes_its_error_feedback_residual_bit_identically() {
+    // The residual is state: lose it at a resume and the next message differs.
+    let rt = Runtime::Sim(SimSpec::flat(2, 1.0, None));
+    let outer_wire = Some("topk:16+2bit".parse().unwrap());
+    check_resume(&Method::Diloco(DilocoSettings { h: 1, outer_wire, ..DilocoSettings::default() }), &rt, None);
+}
+
+#[test]
 fn flexdemo_diloco_resumes_each_nodes_own_replica_on_two_nodes() {
     // 2 nodes x 2: diloco's nodes drift apart (no parameter averaging), so
     // the checkpoint's model (node 0's) is not node 1's; each worker

@@ -5,6 +5,7 @@
 mod async_diloco;
 mod defaults;
 mod faults;
+mod outer_wire;
 
 use crate::comm::{LinkModel, Tier};
 use crate::optim::{OuterKind, OuterOpt};
