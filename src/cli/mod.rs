@@ -87,6 +87,14 @@ pub struct CompareArgs {
     /// Rerun every method, even those whose result in --results is complete.
     #[arg(long)]
     pub fresh: bool,
+    /// Seeds per method, at least 1: --seed S, S+1, ...; the table shows mean ± std over them,
+    /// the plots a band, and the verdict calls times within the spread a tie.
+    #[arg(long, default_value_t = 1, allow_negative_numbers = true, value_parser = values::positive_u64)]
+    pub seeds: u64,
+    /// `[methods.NAME]` sections to run each method with (e.g. the tuned.toml `lowcomm tune`
+    /// writes), comma-separated files, a later one winning; a `--methods` variant's own key wins over them.
+    #[arg(long, value_delimiter = ',', value_parser = values::Utf8Path)]
+    pub tuned: Vec<PathBuf>,
     /// `train`'s flags apply to each run (but --method, --out, --trace,
     /// --resume, --stop-at and --force, which compare sets or refuses).
     #[command(flatten)]
