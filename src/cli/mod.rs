@@ -7,6 +7,9 @@ mod flag_rules;
 mod mpi;
 mod plan;
 mod train_config;
+mod tune;
+
+pub use tune::TuneArgs;
 mod values;
 
 use clap::{Args, Parser, Subcommand};
@@ -38,6 +41,9 @@ pub enum Command {
     /// Run several data-parallel methods (`--methods all`: every one) on the same setup;
     /// table, plots and a self-contained report.html.
     Compare(CompareArgs),
+    /// Tune one method's settings over a grid in the simulator, several seeds each; table and
+    /// the winning `[methods.NAME]` section (`lowcomm tune --method diloco --grid outer_lr=0.35,0.7 --seeds 3`).
+    Tune(TuneArgs),
     /// Which method for this model on this cluster: memory, time, tokens/s, fit, ranked
     /// (analytical, no training: `lowcomm plan --model 7.5e9 --cluster configs/clusters/a100-4x8-100g.toml`).
     Plan(PlanArgs),
@@ -489,6 +495,7 @@ pub fn main() -> anyhow::Result<()> {
         Command::Export(a) => commands::export(a),
         Command::Bench(a) => commands::bench(a),
         Command::Compare(a) => compare::compare(&a),
+        Command::Tune(a) => tune::tune(&a),
         Command::Plan(a) => plan::plan(&a),
         Command::CommCheck(a) => mpi::comm_check(&a),
     }
