@@ -72,7 +72,14 @@ pub fn compare(a: &CompareArgs) -> Result<()> {
     let runner = super::mpi::runner(a.train.backend.as_deref().unwrap_or("local"))?;
     let mut sweep = Sweep::new(runner, "compare", a.train.quiet);
     let mut notes = Vec::new();
-    let setup = Setup { train: &a.train, out: Path::new(out), fresh: a.fresh, seeds: a.seeds, tuned: &tuned };
+    let setup = Setup {
+        train: &a.train,
+        out: Path::new(out),
+        fresh: a.fresh,
+        seeds: a.seeds,
+        flag: "--methods",
+        tuned: &tuned,
+    };
     let planned = configure(expand(&a.methods)?, &setup, &mut notes)?;
     for n in &notes {
         sweep.say(&format!("compare: {n}"));

@@ -47,6 +47,8 @@ pub struct Setup<'a> {
     pub fresh: bool,
     /// Seeds per entry, at least 1.
     pub seeds: u64,
+    /// What wrote the entries, for errors: `--methods` (compare) or `--grid` (tune).
+    pub flag: &'a str,
     /// `[methods.NAME]` sections to put under each entry's own settings
     /// (compare's `--tuned`): an entry's own key wins, and these win over flags.
     pub tuned: &'a toml::Table,
@@ -95,11 +97,13 @@ pub fn configure(entries: Vec<Entry>, s: &Setup, notes: &mut Vec<String>) -> Res
             if s.train.budget.is_none() {
                 cfg.parallel.budget = crate::train::config::BudgetUnit::Tokens;
             }
-            let method = crate::strategy::Method::from_config(&entry.name, cfg.methods.get(&entry.name))
-                .with_context(|| format!("{} (values are TOML: true/false, numbers, \"strings\")", entry.spec))?;
+            let method =
+                crate::strategy::Method::from_config(&entry.name, cfg.methods.get(&entry.name)).with_context(|| {
+                    format!("{} {} (values are TOML: true/false, numbers, \"strings\")", s.flag, entry.spec)
+                })?;
             if let Some(why) = misfit(&method, &cfg) {
                 if !entry.implied {
-                    bail!("--methods {}: {} does not fit this setup: {why}", entry.spec, entry.name);
+                    bail!("{} {}: {} does not fit this setup: {why}", s.flag, entry.spec, entry.name);
                 }
                 notes.push(format!("{}: skipped: {why}", entry.spec));
                 continue 'entries;

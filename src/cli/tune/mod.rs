@@ -106,7 +106,8 @@ pub fn tune(a: &TuneArgs) -> Result<()> {
     let out = a.results.clone().unwrap_or_else(|| PathBuf::from("results/tune").join(base.dir()));
     std::fs::create_dir_all(&out).with_context(|| format!("cannot create {}", out.display()))?;
     let mut notes = Vec::new();
-    let setup = Setup { train: &train, out: &out, fresh: a.fresh, seeds: a.seeds, tuned: &toml::Table::new() };
+    let setup =
+        Setup { train: &train, out: &out, fresh: a.fresh, seeds: a.seeds, flag: "--grid", tuned: &toml::Table::new() };
     let planned = configure(entries, &setup, &mut notes)?;
     let runner = super::mpi::runner("local")?;
     let mut sweep = Sweep::new(runner, "tune", a.train.quiet);
