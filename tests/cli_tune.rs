@@ -109,4 +109,7 @@ fn what_tune_cannot_honour_is_refused_before_anything_runs() {
         assert_mentions(&stderr_text(&o), &[says]);
         assert!(!results.join("runs").exists(), "{extra:?}: a run started");
     }
+    let o = lowcomm_in(tmp.path(), &["tune", "--method", "foo", "--grid", "outer_lr=0.7"]);
+    assert!(!o.status.success());
+    assert_mentions(&stderr_text(&o), &["tune: unknown method `foo` in --method; the methods are: ddp"]);
 }

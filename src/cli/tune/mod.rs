@@ -89,6 +89,13 @@ pub fn tune(a: &TuneArgs) -> Result<()> {
             train.backend.as_deref().unwrap_or_default()
         );
     }
+    let name = method.split(':').next().unwrap_or_default();
+    if !crate::strategy::Method::NAMES.contains(&name) {
+        bail!(
+            "tune: unknown method `{name}` in --method; the methods are: {}",
+            crate::strategy::Method::NAMES.join(", ")
+        );
+    }
     let base = crate::strategy::method_spec::expand(std::slice::from_ref(&method))?;
     let [base] = &base[..] else { bail!("tune: --method {method}: name one method, e.g. --method diloco") };
     let fixed: Vec<String> = base.settings.iter().map(|(k, _)| k.clone()).collect();
