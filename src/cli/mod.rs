@@ -7,6 +7,9 @@ mod flag_rules;
 mod mpi;
 mod plan;
 mod train_config;
+mod tune;
+
+pub use tune::TuneArgs;
 mod values;
 
 use clap::{Args, Parser, Subcommand};
@@ -38,6 +41,9 @@ pub enum Command {
     /// Run several data-parallel methods (`--methods all`: every one) on the same setup;
     /// table, plots and a self-contained report.html.
     Compare(CompareArgs),
+    /// Tune one method's settings over a grid in the simulator, several seeds each; table and
+    /// the winning `[methods.NAME]` section (`lowcomm tune --method diloco --grid outer_lr=0.35,0.7 --seeds 3`).
+    Tune(TuneArgs),
     /// Which method for this model on this cluster: memory, time, tokens/s, fit, ranked
     /// (analytical, no training: `lowcomm plan --model 7.5e9 --cluster configs/clusters/a100-4x8-100g.toml`).
     Plan(PlanArgs),
@@ -87,6 +93,14 @@ pub struct CompareArgs {
     /// Rerun every method, even those whose result in --results is complete.
     #[arg(long)]
     pub fresh: bool,
+    /// Seeds per method, at least 1: --seed S, S+1, ...; the table shows mean ± std over them,
+    /// the plots a band, and the verdict calls times within the spread a tie.
+    #[arg(long, default_value_t = 1, allow_negative_numbers = true, value_parser = values::positive_u64)]
+    pub seeds: u64,
+    /// `[methods.NAME]` sections to run each method with (e.g. the tuned.toml `lowcomm tune`
+    /// writes), comma-separated files, a later one winning; a `--methods` variant's own key wins over them.
+    #[arg(long, value_delimiter = ',', value_parser = values::Utf8Path)]
+    pub tuned: Vec<PathBuf>,
     /// `train`'s flags apply to each run (but --method, --out, --trace,
     /// --resume, --stop-at and --force, which compare sets or refuses).
     #[command(flatten)]
@@ -496,6 +510,7 @@ pub fn main() -> anyhow::Result<()> {
         Command::Export(a) => commands::export(a),
         Command::Bench(a) => commands::bench(a),
         Command::Compare(a) => compare::compare(&a),
+        Command::Tune(a) => tune::tune(&a),
         Command::Plan(a) => plan::plan(&a),
         Command::CommCheck(a) => mpi::comm_check(&a),
     }

@@ -78,6 +78,20 @@ fn clip_below(points: &[(f64, f64)], top: f64) -> Vec<Vec<(f64, f64)>> {
 
 /// Plot `series` as lines; the SVG document as text.
 pub fn line_svg(title: &str, x_label: &str, y_label: &str, series: &[Series]) -> Result<String> {
+    line_svg_bands(title, x_label, y_label, series, &[])
+}
+
+/// [`line_svg`] with a shaded band under some curves: `bands[i]` (if
+/// there, and not empty) is `(x, low, high)` around `series[i]`, drawn in
+/// its colour, faint, below every line (e.g. the spread over seeds of a
+/// mean curve). Bands do not widen the y-axis; they are cut at its ends.
+pub fn line_svg_bands(
+    title: &str,
+    x_label: &str,
+    y_label: &str,
+    series: &[Series],
+    bands: &[Vec<(f64, f64, f64)>],
+) -> Result<String> {
     let xs = || series.iter().flat_map(|s| s.points.iter().filter(|p| p.0.is_finite() && p.1.is_finite()).map(|p| p.0));
     let (x0, x1) = (xs().fold(f64::INFINITY, f64::min), xs().fold(f64::NEG_INFINITY, f64::max));
     let Some((y0, y1)) = y_range(series).filter(|_| x0 <= x1) else {
@@ -115,6 +129,20 @@ pub fn line_svg(title: &str, x_label: &str, y_label: &str, series: &[Series]) ->
             .axis_desc_style((FONT, 16))
             .draw()
             .map_err(|e| anyhow!("{e}"))?;
+        for (label_i, band) in drawn.iter().filter_map(|(_, i)| bands.get(*i).map(|b| (*i, b))) {
+            let ok: Vec<&(f64, f64, f64)> =
+                band.iter().filter(|p| p.0.is_finite() && p.1.is_finite() && p.2.is_finite()).collect();
+            if ok.len() < 2 {
+                continue;
+            }
+            let clamp = |y: f64| y.clamp(ylo, yhi);
+            let outline: Vec<(f64, f64)> =
+                ok.iter().map(|p| (p.0, clamp(p.2))).chain(ok.iter().rev().map(|p| (p.0, clamp(p.1)))).collect();
+            let (color, _) = style(label_i);
+            chart
+                .draw_series(std::iter::once(Polygon::new(outline, color.mix(0.18).filled())))
+                .map_err(|e| anyhow!("{e}"))?;
+        }
         for (k, (label, i)) in drawn.iter().enumerate() {
             let (color, dash) = style(*i);
             let line = color.stroke_width(2);
@@ -173,6 +201,17 @@ mod tests {
         assert_eq!(y_range(&series), Some((6.0, 9.0)));
         // Curves that stay below their start are shown whole.
         assert_eq!(y_range(&series[..1]), Some((6.0, 8.0)));
+    }
+
+    #[test]
+    fn a_band_is_drawn_as_one_shaded_polygon_under_its_curve() {
+        let s = vec![Series { name: "ddp".into(), points: vec![(0.0, 3.0), (1.0, 2.0)] }];
+        let plain = line_svg("loss", "tokens", "loss", &s).unwrap();
+        let banded = line_svg_bands("loss", "tokens", "loss", &s, &[vec![(0.0, 2.9, 3.1), (1.0, 1.8, 2.2)]]).unwrap();
+        assert_eq!(plain.matches("<polygon").count(), 0, "{plain}");
+        assert_eq!(banded.matches("<polygon").count(), 1, "{banded}");
+        // An empty band draws nothing.
+        assert_eq!(line_svg_bands("loss", "t", "l", &s, &[vec![]]).unwrap().matches("<polygon").count(), 0);
     }
 
     #[test]

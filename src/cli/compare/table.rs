@@ -2,48 +2,90 @@
 //! markdown for summary.md and as HTML for report.html from the same
 //! cells), the curves (CSV) and the three plots.
 
-use super::marks::{mark, smoothed, window_tokens, Mark};
+use super::marks::{mark, smoothed, window_tokens, Kind, Mark};
+use super::stats::Spread;
 use super::store::MethodResult;
 use crate::metrics;
-use crate::metrics::plot::{line_svg, Series};
-use anyhow::Result;
-use std::fmt::Write as _;
 
-/// One method of the sweep with what the report derives from it.
+/// One method of the sweep (all its seeds) with what the report derives from it.
 pub struct Row<'a> {
+    /// The first seed's result: the columns that show no spread are its.
     pub r: &'a MethodResult,
-    /// Its training loss per round, smoothed over the sweep's window (marks.rs).
+    /// Every seed's result with its training loss per round, smoothed over
+    /// the sweep's window (marks.rs); the first seed's first.
+    pub seeds: Vec<(&'a MethodResult, Vec<f64>)>,
+    /// The mean over the seeds of the smoothed curves, round by round (up
+    /// to the shortest); with one seed, its smoothed curve.
     pub smoothed: Vec<f64>,
-    /// Diverged, unstable or sound.
+    /// Diverged, unstable or sound: the worst of its seeds' marks.
     pub mark: Mark,
 }
 
-/// Every result's smoothed curve and mark.
-pub fn rows(results: &[MethodResult]) -> Vec<Row<'_>> {
-    let window = window_tokens(results);
-    results
+/// The seed a result ran with (its config's `train.seed`), if it says.
+pub fn seed_of(r: &MethodResult) -> Option<u64> {
+    let cfg: toml::Table = r.config.parse().ok()?;
+    cfg.get("train")?.get("seed")?.as_integer().map(|s| s as u64)
+}
+
+/// Every method's row: `groups` holds each method's results, one per seed.
+pub fn rows(groups: &[Vec<MethodResult>]) -> Vec<Row<'_>> {
+    let window = window_tokens(&groups.iter().flatten().cloned().collect::<Vec<_>>());
+    groups
         .iter()
-        .map(|r| {
-            let s = smoothed(r, window);
-            Row { mark: mark(r, &s), smoothed: s, r }
+        .filter(|g| !g.is_empty())
+        .map(|g| {
+            let seeds: Vec<(&MethodResult, Vec<f64>)> = g.iter().map(|r| (r, smoothed(r, window))).collect();
+            let len = seeds.iter().map(|(_, s)| s.len()).min().unwrap_or(0);
+            let n = seeds.len() as f64;
+            let mean = (0..len).map(|i| seeds.iter().map(|(_, s)| s[i]).sum::<f64>() / n).collect();
+            Row { mark: worst_mark(&seeds), smoothed: mean, r: &g[0], seeds }
         })
         .collect()
+}
+
+/// The worst of the seeds' marks (diverged, then unstable), the first of
+/// that kind, saying which seed and in how many of the seeds.
+fn worst_mark(seeds: &[(&MethodResult, Vec<f64>)]) -> Mark {
+    let rank = |m: &Mark| match m.kind {
+        Kind::Diverged => 2,
+        Kind::Unstable => 1,
+        Kind::Sound => 0,
+    };
+    let marks: Vec<Mark> = seeds.iter().map(|(r, s)| mark(r, s)).collect();
+    let worst = marks.iter().map(rank).max().unwrap_or(0);
+    let Some(i) = marks.iter().position(|m| rank(m) == worst) else {
+        return mark(seeds[0].0, &seeds[0].1);
+    };
+    let mut m = marks[i].clone();
+    if seeds.len() > 1 && m.excluded() {
+        let k = marks.iter().filter(|x| rank(x) == worst).count();
+        let which = seed_of(seeds[i].0).map_or(String::new(), |s| format!("seed {s}; "));
+        m.cell += &format!(" ({which}{k} of {} seeds)", seeds.len());
+        m.why += &format!(" ({which}{k} of {} seeds)", seeds.len());
+    }
+    m
 }
 
 /// The loss every method is timed to: `given`, else the median final
 /// smoothed training loss of the methods neither diverged nor unstable (of
 /// an even count, the higher of the two middle ones): a loss half of them
-/// end at. Not the worst final loss, which every method reaches: a method
-/// that ends worst would then set the target and win the verdict by
-/// getting there early. If every method is marked, the highest finite
-/// final loss.
+/// end at. A method's final loss here is its highest seed's, so that the
+/// method at the median reaches the target in every seed (by its mean, it
+/// would in about half of them). Not the worst final loss of all, which
+/// every method reaches: a method that ends worst would then set the
+/// target and win the verdict by getting there early. If every method is
+/// marked, the highest finite final loss.
 pub fn target_loss(rows: &[Row], given: Option<f64>) -> f64 {
     given.unwrap_or_else(|| {
+        let highest = |w: &Row| {
+            w.seeds.iter().map(|(_, s)| s.last().copied().unwrap_or(f64::NAN)).fold(f64::NEG_INFINITY, f64::max)
+        };
         let finals = |sound_only: bool| -> Vec<f64> {
             let mut v: Vec<f64> = rows
                 .iter()
                 .filter(|w| !sound_only || !w.mark.excluded())
-                .filter_map(|w| w.smoothed.last().copied().filter(|l| l.is_finite()))
+                .map(highest)
+                .filter(|l| l.is_finite())
                 .collect();
             v.sort_by(f64::total_cmp);
             v
@@ -56,14 +98,20 @@ pub fn target_loss(rows: &[Row], given: Option<f64>) -> f64 {
     })
 }
 
-/// A method's final smoothed training loss.
-pub fn final_loss(w: &Row) -> f64 {
-    w.smoothed.last().copied().unwrap_or(f64::NAN)
+/// A method's final smoothed training loss over its seeds.
+pub fn final_loss(w: &Row) -> Spread {
+    let finals: Vec<f64> = w.seeds.iter().map(|(_, s)| s.last().copied().unwrap_or(f64::NAN)).collect();
+    Spread::of(&finals).unwrap_or(Spread { mean: f64::NAN, std: 0.0, n: 0 })
 }
 
-/// When `w`'s smoothed training loss first got to `target` or below.
-pub fn time_to(w: &Row, target: f64) -> Option<f64> {
-    w.smoothed.iter().zip(&w.r.rounds).find(|(v, _)| **v <= target).map(|(_, x)| x.wall_s)
+/// When each seed's smoothed training loss first got to `target` or below.
+pub fn times_to(w: &Row, target: f64) -> Vec<Option<f64>> {
+    w.seeds.iter().map(|(r, s)| s.iter().zip(&r.rounds).find(|(v, _)| **v <= target).map(|(_, x)| x.wall_s)).collect()
+}
+
+/// When `w` got to `target` over its seeds: `None` unless every seed did.
+pub fn time_to(w: &Row, target: f64) -> Option<Spread> {
+    times_to(w, target).into_iter().collect::<Option<Vec<f64>>>().and_then(|t| Spread::of(&t))
 }
 
 /// Tokens a method trained: its last round's count.
@@ -77,38 +125,6 @@ pub fn tokens(r: &MethodResult) -> u64 {
 /// one inner step of every worker (async DiLoCo's pooled rounds too).
 pub fn global_batch(r: &MethodResult) -> Option<f64> {
     (!r.rounds.is_empty()).then(|| tokens(r) as f64 / r.rounds.len() as f64)
-}
-
-/// What the sweep's budgets were: equal tokens, or how far apart. `unit`
-/// is `parallel.budget` (`tokens` or `rounds`). A run that diverged stopped
-/// early and is not counted.
-pub fn budget_line(results: &[MethodResult], unit: &str) -> String {
-    let done: Vec<&MethodResult> = results.iter().filter(|r| r.finished()).collect();
-    let stopped: Vec<String> = results
-        .iter()
-        .filter(|r| !r.finished())
-        .map(|r| format!("{} stopped when it diverged, after {} tokens", r.spec, tokens(r)))
-        .collect();
-    let stopped = if stopped.is_empty() { String::new() } else { format!(" ({})", stopped.join("; ")) };
-    let lo = done.iter().min_by_key(|r| tokens(r));
-    let hi = done.iter().max_by_key(|r| tokens(r));
-    match (lo, hi) {
-        (Some(lo), Some(hi)) if tokens(lo) == tokens(hi) => format!(
-            "Budget: every method got the same token budget and trained {} tokens (parallel.budget = {unit}){stopped}.",
-            tokens(lo)
-        ),
-        (Some(lo), Some(hi)) => format!(
-            "Budget: the methods did NOT get the same token budget (parallel.budget = {unit}{}): from {} tokens ({}) to {} ({}), {:.1}x; compare their losses on loss_vs_tokens.svg{}{stopped}.",
-            if unit == "rounds" { ": --steps rounds each, and dpu, acco-wp and acco fit as many micro-batches into a round as its communication allows" } else { "" },
-            tokens(lo),
-            lo.spec,
-            tokens(hi),
-            hi.spec,
-            tokens(hi) as f64 / tokens(lo).max(1) as f64,
-            if unit == "rounds" { ", or drop --budget rounds for equal tokens" } else { "" }
-        ),
-        _ => format!("Budget: parallel.budget = {unit}; no method finished{stopped}."),
-    }
 }
 
 /// A header and rows of cells.
@@ -188,17 +204,25 @@ pub fn tables(rows: &[Row], target: f64, clock: &str) -> Tables {
         let mbr = s.workers.iter().filter_map(|w| w.micro_batches.as_ref().map(|m| m.mean)).sum::<f64>() / n;
         let reached = match (time_to(w, target), w.mark.excluded()) {
             (_, true) => "- (marked)".to_string(),
-            (None, false) => "not reached".to_string(),
-            (Some(t), false) => format!("{t:.2}"),
+            (None, false) => match times_to(w, target).iter().filter(|t| t.is_some()).count() {
+                0 => "not reached".to_string(),
+                k => format!("not reached ({k} of {} seeds did)", w.seeds.len()),
+            },
+            (Some(t), false) => t.cell(2),
         };
+        let vals: Vec<f64> = w.seeds.iter().map(|(r, _)| r.val_loss as f64).collect();
+        let all_finished = w.seeds.iter().all(|(r, _)| r.finished());
         main.rows.push(vec![
             r.spec.clone(),
             w.mark.cell.clone(),
             r.rounds.len().to_string(),
             tokens(r).to_string(),
             global_batch(r).map_or("-".into(), |b| format!("{b:.0}")),
-            format!("{:.4}", w.smoothed.last().unwrap_or(&f64::NAN)),
-            known(format!("{:.4}", r.val_loss)),
+            final_loss(w).cell(4),
+            match Spread::of(&vals) {
+                Some(v) if all_finished => v.cell(4),
+                _ => "-".into(),
+            },
             known(format!("{:.2}", s.wall_s)),
             reached,
             known(pct(s.overlap_ratio)),
@@ -240,51 +264,15 @@ pub fn memory_total(r: &MethodResult) -> f64 {
     (m.params + m.grads + m.comm_buffers + m.optimizer + m.outer) as f64
 }
 
-/// Every method's rounds: `method,step,tokens,wall_s,loss,bytes_per_worker`.
-pub fn curves_csv(results: &[MethodResult]) -> Result<String> {
-    let mut csv = String::from("method,step,tokens,wall_s,loss,bytes_per_worker\n");
-    for r in results {
-        for x in &r.rounds {
-            writeln!(csv, "{},{},{},{},{},{}", r.spec, x.step, x.tokens, x.wall_s, x.loss, x.bytes)?;
-        }
-    }
-    Ok(csv)
-}
-
-/// The three plots as `(file name, SVG)`: smoothed training loss against
-/// tokens, time and bytes sent per worker.
-/// A marked method's curve is named with its mark; one with no point to
-/// draw (bytes of a run that diverged) is left out of that plot.
-pub fn plots(rows: &[Row], clock: &str) -> Result<Vec<(&'static str, String)>> {
-    let series = |x: fn(&super::store::Round) -> f64| -> Vec<Series> {
-        rows.iter()
-            .map(|w| Series {
-                name: match w.mark.kind {
-                    super::marks::Kind::Sound => w.r.spec.clone(),
-                    super::marks::Kind::Diverged => format!("{} (diverged)", w.r.spec),
-                    super::marks::Kind::Unstable => format!("{} (unstable)", w.r.spec),
-                },
-                points: w.r.rounds.iter().zip(&w.smoothed).map(|(p, l)| (x(p), *l)).collect(),
-            })
-            .filter(|s| s.points.iter().any(|p| p.0.is_finite() && p.1.is_finite()))
-            .collect()
-    };
-    let seconds = format!("seconds ({clock})");
-    Ok(vec![
-        ("loss_vs_tokens.svg", line_svg("training loss vs tokens", "tokens", "loss", &series(|p| p.tokens as f64))?),
-        ("loss_vs_time.svg", line_svg("training loss vs time", &seconds, "loss", &series(|p| p.wall_s))?),
-        (
-            "loss_vs_bytes.svg",
-            line_svg("training loss vs bytes sent", "MB sent per worker", "loss", &series(|p| p.bytes / 1e6))?,
-        ),
-    ])
-}
-
 #[cfg(test)]
 mod tests {
     use super::super::marks::tests::result;
-    use super::super::store::Ended;
     use super::*;
+
+    /// One seed each.
+    fn each(rs: &[MethodResult]) -> Vec<Vec<MethodResult>> {
+        rs.iter().map(|r| vec![r.clone()]).collect()
+    }
 
     #[test]
     fn the_default_target_is_the_median_final_loss_of_the_sound_methods() {
@@ -293,14 +281,15 @@ mod tests {
         let b = result("b", &[6.0, 5.0, 4.0], 4.0);
         let c = result("c", &[6.0, 5.5, 5.5], 5.0);
         let rs = [a.clone(), b.clone()];
-        let ws = rows(&rs);
+        let groups = each(&rs);
+        let ws = rows(&groups);
         // a: smoothed 6, 5, 4: final 4; b: 6, 5.5, 5: final 5; c: 6, 5.75, 5.667.
         // Of two, the higher middle one: 5; of three, the middle one: 5 again.
         assert_eq!(target_loss(&ws, None), 5.0);
-        assert_eq!(target_loss(&rows(&[c, a.clone(), b.clone()]), None), 5.0);
+        assert_eq!(target_loss(&rows(&each(&[c, a.clone(), b.clone()])), None), 5.0);
         assert_eq!(target_loss(&ws, Some(4.5)), 4.5);
-        assert_eq!(time_to(&ws[0], 5.0), Some(2.0));
-        assert_eq!(time_to(&ws[1], 5.0), Some(3.0));
+        assert_eq!(time_to(&ws[0], 5.0).map(|t| t.mean), Some(2.0));
+        assert_eq!(time_to(&ws[1], 5.0).map(|t| t.mean), Some(3.0));
         assert_eq!(time_to(&ws[1], 4.5), None);
         // A method that ends above where it started (smoothed 6, 33, 72) is
         // unstable and sets no target (with it, the higher middle of 4 and 72);
@@ -308,12 +297,13 @@ mod tests {
         // it, the median of 3, 4, 5 would be 4).
         let up = result("up", &[6.0, 60.0, 150.0], 7.0);
         let far = result("far", &[6.0, 2.0, 1.0], 52.0);
-        assert_eq!(target_loss(&rows(&[a.clone(), up.clone()]), None), 4.0);
-        assert_eq!(target_loss(&rows(&[a.clone(), b.clone(), far.clone()]), None), 5.0);
+        assert_eq!(target_loss(&rows(&each(&[a.clone(), up.clone()])), None), 4.0);
+        assert_eq!(target_loss(&rows(&each(&[a.clone(), b.clone(), far.clone()])), None), 5.0);
         let all = [a, b, up.clone(), far];
         // With only marked methods, the highest finite end.
-        assert_eq!(target_loss(&rows(&[up]), None), 72.0);
-        let t = tables(&rows(&all), 5.0, "virtual");
+        assert_eq!(target_loss(&rows(&each(&[up])), None), 72.0);
+        let groups = each(&all);
+        let t = tables(&rows(&groups), 5.0, "virtual");
         assert!(t.main.head.contains(&"virtual time (s)".to_string()), "{:?}", t.main.head);
         let cell = |row: usize, col: &str| t.main.rows[row][t.main.head.iter().position(|h| h == col).unwrap()].clone();
         assert_eq!(cell(1, "time to loss 5.0000 (s)"), "3.00");
@@ -331,31 +321,34 @@ mod tests {
     }
 
     #[test]
-    fn the_budget_line_says_whether_every_method_trained_the_same_tokens() {
-        let a = result("ddp", &[6.0, 5.0], 5.0);
-        let mut acco = result("acco", &[6.0, 5.0], 5.0);
-        acco.rounds[1].tokens = 600;
-        // Equal: 200 tokens each.
-        let line = budget_line(&[a.clone(), a.clone()], "tokens");
-        assert_eq!(
-            line,
-            "Budget: every method got the same token budget and trained 200 tokens (parallel.budget = tokens)."
-        );
-        // --budget rounds: 200 against 600, 3x.
-        let line = budget_line(&[a.clone(), acco], "rounds");
-        assert!(
-            line.contains("did NOT get the same token budget")
-                && line.contains("from 200 tokens (ddp) to 600 (acco), 3.0x"),
-            "{line}"
-        );
-        assert!(line.contains("drop --budget rounds"), "{line}");
-        // A run that diverged stopped early: said, not counted.
-        let mut d = result("co2", &[6.0], f32::NAN);
-        d.ended = Ended::Diverged { participant: 0, step: 2, what: "NaN".into() };
-        let line = budget_line(&[a, d], "tokens");
-        assert!(
-            line.contains("trained 200 tokens") && line.contains("co2 stopped when it diverged, after 100 tokens"),
-            "{line}"
-        );
+    fn two_seeds_show_mean_and_spread_and_a_marked_seed_marks_the_method() {
+        let seeded = |losses: &[f32], val: f32, seed: u64| {
+            let mut r = result("ddp", losses, val);
+            r.config = format!("[train]\nseed = {seed}\n");
+            r
+        };
+        // Window 10 rounds covers all 3: smoothed 6, 5.5, 5 and 6, 5, 4; vals 4 and 3.
+        let groups = vec![vec![seeded(&[6.0, 5.0, 4.0], 4.0, 7), seeded(&[6.0, 4.0, 2.0], 3.0, 8)]];
+        let ws = rows(&groups);
+        // Mean 4.5, sample std sqrt(((5 - 4.5)^2 + (4 - 4.5)^2) / 1) = 0.7071.
+        assert_eq!(final_loss(&ws[0]), Spread { mean: 4.5, std: 0.5f64.sqrt(), n: 2 });
+        assert_eq!(ws[0].smoothed, [6.0, 5.25, 4.5]);
+        // To 5: seed 7 at round 3 (3 s), seed 8 at round 2 (smoothed 5, 2 s): 2.5 +- 0.71.
+        assert_eq!(times_to(&ws[0], 5.0), [Some(3.0), Some(2.0)]);
+        let t = tables(&ws, 5.0, "virtual");
+        let cell = |col: &str| t.main.rows[0][t.main.head.iter().position(|h| h == col).unwrap()].clone();
+        assert_eq!(cell("final train loss"), "4.5000 ± 0.7071");
+        assert_eq!(cell("val loss"), "3.5000 ± 0.7071");
+        assert_eq!(cell("time to loss 5.0000 (s)"), "2.50 ± 0.71");
+        // The default target is the highest seed's final loss (5), not the mean (4.5), so both reach it.
+        assert_eq!(target_loss(&ws, None), 5.0);
+        // To 4.5 only seed 8 gets there.
+        let t = tables(&ws, 4.5, "virtual");
+        assert_eq!(t.main.rows[0][8], "not reached (1 of 2 seeds did)");
+        // A second seed that climbs back: the method is marked, naming the seed.
+        let groups = vec![vec![seeded(&[6.0, 5.0, 4.0], 4.0, 7), seeded(&[6.0, 60.0, 150.0], 7.0, 8)]];
+        let ws = rows(&groups);
+        assert_eq!(ws[0].mark.kind, Kind::Unstable);
+        assert!(ws[0].mark.cell.ends_with("(seed 8; 1 of 2 seeds)"), "{}", ws[0].mark.cell);
     }
 }
