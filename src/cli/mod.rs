@@ -129,6 +129,11 @@ pub struct PlanArgs {
     /// Wire dtype `f32` or `bf16` (default: the profile's, else f32).
     #[arg(long)]
     pub wire: Option<String>,
+    /// Global gradient-norm clip of the runs planned, as `train --config`'s
+    /// train.grad_clip (0: none) [default: train's, 1.0]: with a clip, the
+    /// sharded methods all-reduce one norm per round.
+    #[arg(long, allow_negative_numbers = true, value_parser = values::finite_f64)]
+    pub grad_clip: Option<f64>,
     /// Fail when the profile has no `[device] memory` (otherwise fit is reported as unknown).
     #[arg(long)]
     pub require_fit: bool,
