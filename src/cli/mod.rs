@@ -1,6 +1,7 @@
 //! The `lowcomm` command line (clap). Each subcommand is a thin layer over
 //! the library; see `lowcomm <command> --help`.
 
+mod calibrate;
 mod commands;
 mod compare;
 mod flag_rules;
@@ -9,6 +10,7 @@ mod plan;
 mod train_config;
 mod values;
 
+pub use calibrate::CalibrateArgs;
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
 
@@ -41,6 +43,9 @@ pub enum Command {
     /// Which method for this model on this cluster: memory, time, tokens/s, fit, ranked
     /// (analytical, no training: `lowcomm plan --model 7.5e9 --cluster configs/clusters/a100-4x8-100g.toml`).
     Plan(PlanArgs),
+    /// Measure this machine (and under mpirun the links between its ranks) and write a
+    /// cluster profile for `plan` and `--runtime sim` (`lowcomm calibrate --out my-cluster.toml`).
+    Calibrate(CalibrateArgs),
     /// Check a communication backend against the conformance suite
     /// (`mpirun -np 4 lowcomm comm-check --backend mpi`).
     CommCheck(CommCheckArgs),
@@ -487,6 +492,7 @@ pub fn main() -> anyhow::Result<()> {
         Command::Bench(a) => commands::bench(a),
         Command::Compare(a) => compare::compare(&a),
         Command::Plan(a) => plan::plan(&a),
+        Command::Calibrate(a) => calibrate::calibrate(&a),
         Command::CommCheck(a) => mpi::comm_check(&a),
     }
 }
