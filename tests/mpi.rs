@@ -405,6 +405,8 @@ fn calibrate_under_mpirun_measures_the_link_between_ranks() {
             profile.contains(&format!("# {tier}: measured, MPI ranks")) && profile.contains("ping-pong (one way"),
             "{profile}"
         );
+        // Both ranks computed at once on this machine, however they are grouped.
+        assert_eq!(profile.contains("Here 2 ranks shared this machine"), per_node.is_some(), "{profile}");
         let link = p.link_model().unwrap();
         let t = if tier == "intra" { link.intra } else { link.inter.unwrap() };
         assert!(t.bandwidth_bytes_per_s > 0.0 && t.latency_s >= 0.0, "{t:?}");

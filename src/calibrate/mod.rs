@@ -95,6 +95,10 @@ pub struct Calibration {
     pub nodes: usize,
     /// Workers per node.
     pub workers_per_node: usize,
+    /// Workers that computed at once on this machine while timed: the
+    /// threads, or under MPI the ranks sharing its memory (more than
+    /// `workers_per_node` when `LOWCOMM_RANKS_PER_NODE` splits a machine).
+    pub sharing: usize,
     /// The computation's costs (under MPI: every rank's samples).
     pub compute: ComputeCosts,
     /// Host memory per local worker, bytes (MemTotal / workers per node), if readable.
@@ -197,6 +201,7 @@ pub fn run_local(opts: &Options) -> Result<Calibration> {
         backend: "threads".into(),
         nodes,
         workers_per_node: k,
+        sharing: k,
         compute,
         memory_per_worker: memory_per_worker(k),
         intra,

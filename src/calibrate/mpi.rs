@@ -159,8 +159,9 @@ pub fn run_mpi(
         backend: format!("mpi ({size} ranks)"),
         nodes,
         workers_per_node: k,
+        sharing: mpi.local_ranks(),
         compute,
-        memory_per_worker: super::memory_per_worker(k),
+        memory_per_worker: super::memory_per_worker(mpi.local_ranks()),
         intra,
         inter,
     }))

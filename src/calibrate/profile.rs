@@ -128,6 +128,11 @@ pub fn render(c: &Calibration) -> String {
     let _ = writeln!(w, "# COMPUTING AT ONCE: they share the node's cores and memory, and the numbers");
     let _ = writeln!(w, "# were measured that way (configs/clusters/README.md, \"Shared cores\"). For");
     let _ = writeln!(w, "# another number of workers per node, calibrate again with that number.");
+    if c.sharing != k {
+        let _ =
+            writeln!(w, "# Here {} ranks shared this machine while timed (LOWCOMM_RANKS_PER_NODE groups", c.sharing);
+        let _ = writeln!(w, "# them {k} per node): the numbers are those of {} workers computing at once.", c.sharing);
+    }
     let name =
         o.name.clone().unwrap_or_else(|| format!("calibrated: {} node(s) x {k} workers, {}", c.nodes, c.backend));
     let _ = writeln!(w, "name = {}", quoted(&name));
@@ -157,8 +162,9 @@ pub fn render(c: &Calibration) -> String {
     let _ = writeln!(w, "# for the {:e} FLOPs the strategy charges per encode + decode.", cc.demo_flops);
     let _ = writeln!(w, "sustained_flops = {:e}", cc.demo_flops_per_s());
     if let Some(m) = c.memory_per_worker {
+        let n = c.sharing;
         let _ =
-            writeln!(w, "# Host memory (MemTotal) over {k} workers: what `plan` checks fit against.\nmemory = {m:e}");
+            writeln!(w, "# Host memory (MemTotal) over {n} workers: what `plan` checks fit against.\nmemory = {m:e}");
     }
     let _ = writeln!(w, "\n[links]");
     tier(w, "intra", &c.intra);
@@ -233,6 +239,7 @@ mod tests {
             backend: "threads".into(),
             nodes,
             workers_per_node: 2,
+            sharing: 2,
             compute,
             memory_per_worker: Some(8e9),
             intra: TierSource::Measured(m),
