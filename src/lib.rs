@@ -5,6 +5,7 @@
 //! flat slices), `checkpoint`, `train` (the single-worker trainer), `export`.
 
 pub mod bench;
+pub mod calibrate;
 pub mod checkpoint;
 pub mod cli;
 pub mod comm;

@@ -408,3 +408,35 @@ fn compare_over_mpi_matches_the_in_process_compare_and_reuses_finished_methods()
     }
     assert!(!again.contains(": running"), "{again}");
 }
+
+#[test]
+fn calibrate_under_mpirun_measures_the_link_between_ranks() {
+    // Two ranks on this machine: one node of 2, the intra tier measured
+    // between them (ping-pong and all-reduce); with one rank per node
+    // (LOWCOMM_RANKS_PER_NODE=1) the same pair is two nodes and the inter
+    // tier is measured. Fast settings: a few seconds each.
+    let tmp = tempdir();
+    let fast = ["--batch-size", "2", "--seq-len", "16", "--repeats", "2", "--warmup", "0", "--max-bytes", "65536"];
+    for (per_node, tier, shape) in [(None, "intra", (1, 2)), (Some("1"), "inter", (2, 1))] {
+        let out = tmp.path().join(format!("{tier}.toml"));
+        let out_s = out.display().to_string();
+        let env: Vec<(&str, &str)> = per_node.map(|k| ("LOWCOMM_RANKS_PER_NODE", k)).into_iter().collect();
+        let args = [&["calibrate", "--backend", "mpi", "--out", &out_s][..], &fast].concat();
+        let o = mpirun(2, &env, &args, tmp.path());
+        let t = text(&o);
+        assert!(o.status.success(), "{t}");
+        assert!(t.contains(&format!("{tier}-node link: ping-pong")) && t.contains("wrote"), "{t}");
+        let p = lowcomm::runtime::cluster::ClusterProfile::from_file(&out).unwrap();
+        assert_eq!((p.nodes, p.workers_per_node), shape);
+        let profile = std::fs::read_to_string(&out).unwrap();
+        assert!(
+            profile.contains(&format!("# {tier}: measured, MPI ranks")) && profile.contains("ping-pong (one way"),
+            "{profile}"
+        );
+        // Both ranks computed at once on this machine, however they are grouped.
+        assert_eq!(profile.contains("Here 2 ranks shared this machine"), per_node.is_some(), "{profile}");
+        let link = p.link_model().unwrap();
+        let t = if tier == "intra" { link.intra } else { link.inter.unwrap() };
+        assert!(t.bandwidth_bytes_per_s > 0.0 && t.latency_s >= 0.0, "{t:?}");
+    }
+}

@@ -1,6 +1,7 @@
 //! The `lowcomm` command line (clap). Each subcommand is a thin layer over
 //! the library; see `lowcomm <command> --help`.
 
+mod calibrate;
 mod commands;
 mod compare;
 mod flag_rules;
@@ -12,6 +13,7 @@ mod tune;
 pub use tune::TuneArgs;
 mod values;
 
+pub use calibrate::CalibrateArgs;
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
 
@@ -47,6 +49,9 @@ pub enum Command {
     /// Which method for this model on this cluster: memory, time, tokens/s, fit, ranked
     /// (analytical, no training: `lowcomm plan --model 7.5e9 --cluster configs/clusters/a100-4x8-100g.toml`).
     Plan(PlanArgs),
+    /// Measure this machine (and under mpirun the links between its ranks) and write a
+    /// cluster profile for `plan` and `--runtime sim` (`lowcomm calibrate --out my-cluster.toml`).
+    Calibrate(CalibrateArgs),
     /// Check a communication backend against the conformance suite
     /// (`mpirun -np 4 lowcomm comm-check --backend mpi`).
     CommCheck(CommCheckArgs),
@@ -143,6 +148,11 @@ pub struct PlanArgs {
     /// Wire dtype `f32` or `bf16` (default: the profile's, else f32).
     #[arg(long)]
     pub wire: Option<String>,
+    /// Global gradient-norm clip of the runs planned, as `train --config`'s
+    /// train.grad_clip (0: none) [default: train's, 1.0]: with a clip, the
+    /// sharded methods all-reduce one norm per round.
+    #[arg(long, allow_negative_numbers = true, value_parser = values::finite_f64)]
+    pub grad_clip: Option<f64>,
     /// Fail when the profile has no `[device] memory` (otherwise fit is reported as unknown).
     #[arg(long)]
     pub require_fit: bool,
@@ -512,6 +522,7 @@ pub fn main() -> anyhow::Result<()> {
         Command::Compare(a) => compare::compare(&a),
         Command::Tune(a) => tune::tune(&a),
         Command::Plan(a) => plan::plan(&a),
+        Command::Calibrate(a) => calibrate::calibrate(&a),
         Command::CommCheck(a) => mpi::comm_check(&a),
     }
 }

@@ -8,6 +8,15 @@ use crate::plan::{hetero, plan_all, table, ModelSpec, Precision};
 use crate::runtime::cluster::ClusterProfile;
 use anyhow::{bail, Context, Result};
 
+/// `--grad-clip`, default train's (`train.grad_clip`, 1.0); at least 0.
+fn grad_clip(v: Option<f64>) -> Result<f64> {
+    let c = v.unwrap_or(f64::from(crate::train::config::TrainSection::default().grad_clip));
+    if c < 0.0 {
+        bail!("--grad-clip must be >= 0 (0: no clipping), got {c}; e.g. --grad-clip 1.0");
+    }
+    Ok(c)
+}
+
 /// Runs `lowcomm plan`.
 pub fn plan(a: &PlanArgs) -> Result<()> {
     let model = ModelSpec::parse(&a.model)?;
@@ -24,6 +33,7 @@ pub fn plan(a: &PlanArgs) -> Result<()> {
         grad_accum: a.grad_accum,
         precision: a.precision.parse::<Precision>()?,
         require_fit: a.require_fit,
+        grad_clip: grad_clip(a.grad_clip)? > 0.0,
     };
     let methods = setup::methods(&a.methods, a.tau, a.compression)?;
     let mut costing = setup::costing(&model, &profile, &knobs)?;

@@ -98,6 +98,7 @@ pub(super) mod tests {
             grad_accum: 2,
             precision: Precision::F32,
             require_fit: false,
+            grad_clip: false,
         };
         super::super::setup::costing(&crate::plan::ModelSpec::parse("1000").unwrap(), &profile, &knobs).unwrap()
     }

@@ -7,8 +7,9 @@
 //! micro-batch seconds, the alpha-beta `LinkModel` on each group's route,
 //! `comm_scale`, costed local work) applied to each method's schedule of
 //! collectives in closed form (time.rs, one rule per method with why).
-//! It is checked against `--runtime sim` runs in tests_sim.rs: within 5% of
-//! the simulated time per round, and the memory the run measures.
+//! It is checked against `--runtime sim` runs in tests_sim.rs: the
+//! simulated time per round to rounding (with and without a gradient clip
+//! and costed work), and the memory the run measures.
 //!
 //! - model.rs: the model (preset, parameter count or Hugging Face config.json)
 //! - memory.rs: bytes per worker by category, in mixed precision or f32

@@ -49,6 +49,10 @@ pub struct Knobs {
     pub precision: Precision,
     /// `--require-fit`: a profile without `[device] memory` is an error.
     pub require_fit: bool,
+    /// `--grad-clip` > 0: the run clips the global gradient norm, so the
+    /// sharded methods all-reduce one norm per round (train's default
+    /// clips: `train.grad_clip = 1.0`).
+    pub grad_clip: bool,
 }
 
 /// The costing of `model` on `profile`.
@@ -75,13 +79,13 @@ pub fn costing(model: &ModelSpec, profile: &ClusterProfile, k: &Knobs) -> Result
             link: Some(profile.link_model()?),
             comm_scale: 1.0,
             topology: Topology { workers, per_node: profile.workers_per_node, server: false },
-            memory_bytes_per_s: None,
-            flops_per_s: profile.device.as_ref().map(|d| d.peak_flops * d.utilization),
+            memory_bytes_per_s: profile.work_rates().0,
+            flops_per_s: profile.work_rates().1,
             start: Vec::new(),
         },
         wire: k.wire.or(profile.wire).unwrap_or_default(),
         grad_accum: k.grad_accum.max(1),
-        grad_clip: false,
+        grad_clip: k.grad_clip,
         optimizer: crate::optim::OptimizerConfig::default(),
         fixed_micro_batches: None,
         device_memory,
@@ -191,6 +195,7 @@ mod tests {
             grad_accum: 1,
             precision: Precision::Mixed,
             require_fit: false,
+            grad_clip: true,
         };
         assert_eq!(costing(&model, &tcp, &k).unwrap().device_memory, None);
         k.require_fit = true;

@@ -53,6 +53,25 @@ pub struct DeviceProfile {
     /// says whether a method fits in it, and that fit is unknown without it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub memory: Option<f64>,
+    /// Bytes/s of memory-bound work outside micro-batches: an optimizer
+    /// step is charged 28 bytes a parameter, elementwise work (outer steps,
+    /// averages) 12 an element. Default none: that work is free.
+    /// `lowcomm calibrate` measures it (AdamW's rate).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub memory_bandwidth: Option<f64>,
+    /// FLOP/s of compute-bound work outside micro-batches (DeMo's DCT
+    /// encode/decode). Default `peak_flops x utilization`. `lowcomm
+    /// calibrate` measures it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub sustained_flops: Option<f64>,
+}
+
+impl DeviceProfile {
+    /// The rates the cost model charges work outside micro-batches at
+    /// (`SimSpec::memory_bytes_per_s`, `SimSpec::flops_per_s`).
+    pub fn work_rates(&self) -> (Option<f64>, Option<f64>) {
+        (self.memory_bandwidth, Some(self.sustained_flops.unwrap_or(self.peak_flops * self.utilization)))
+    }
 }
 
 /// The two link tiers, as `Tier` specs such as `"100gbit,20us"` or `"300GB/s,3us"`.
@@ -138,6 +157,10 @@ impl ClusterProfile {
             );
             positive("device.memory", d.memory, "80e9 for an A100-80GB")?;
         }
+        if let Some(d) = &self.device {
+            positive("device.memory_bandwidth", d.memory_bandwidth, "2e12 bytes/s for an A100's HBM")?;
+            positive("device.sustained_flops", d.sustained_flops, "1e11")?;
+        }
         positive("timing.params", t.params, "125e6 for GPT-Neo-125M")?;
         positive("timing.flops_per_token", t.flops_per_token, "7.5e8 = 6 x 125e6 for GPT-Neo-125M")?;
         positive("timing.seconds_per_micro_batch", t.seconds_per_micro_batch, "0.15")?;
@@ -146,6 +169,12 @@ impl ClusterProfile {
             "timing.tokens_per_micro_batch must be at least 1 (e.g. 24576 = 24 sequences x 1024 tokens)"
         );
         Ok(())
+    }
+
+    /// The cost model's rates of work outside micro-batches: memory
+    /// bandwidth and FLOP/s ([`DeviceProfile::work_rates`]; none without `[device]`).
+    pub fn work_rates(&self) -> (Option<f64>, Option<f64>) {
+        self.device.as_ref().map_or((None, None), DeviceProfile::work_rates)
     }
 
     /// Number of workers: `nodes * workers_per_node`.
@@ -229,8 +258,8 @@ impl ClusterProfile {
             link: Some(self.link_model()?),
             comm_scale: self.comm_scale(model_params)?,
             topology: crate::runtime::Topology { workers: p, per_node: self.workers_per_node, server: false },
-            memory_bytes_per_s: None,
-            flops_per_s: self.device.as_ref().map(|d| d.peak_flops * d.utilization),
+            memory_bytes_per_s: self.work_rates().0,
+            flops_per_s: self.work_rates().1,
             start: Vec::new(),
         })
     }
@@ -260,6 +289,18 @@ mod tests {
         let own = profile(DEV).unwrap();
         let nano = GptConfig::nano();
         assert!(close(own.micro_batch_s(&nano, 1000).unwrap(), nano.flops_per_token() * 1000.0 / 5e11));
+    }
+
+    #[test]
+    fn work_rates_come_from_the_device_and_default_to_the_flop_model() {
+        let rates =
+            DEV.replace("utilization = 0.5\n", "utilization = 0.5\nmemory_bandwidth = 2e9\nsustained_flops = 3e9\n");
+        let spec = profile(&rates).unwrap().sim_spec(&GptConfig::nano(), 1000, 64, vec![1.0; 2]).unwrap();
+        assert_eq!((spec.memory_bytes_per_s, spec.flops_per_s), (Some(2e9), Some(3e9)));
+        // Without them: memory-bound work free, FLOPs at peak x utilization = 5e11.
+        assert_eq!(profile(DEV).unwrap().work_rates(), (None, Some(5e11)));
+        let e = profile(&DEV.replace("utilization = 0.5\n", "utilization = 0.5\nmemory_bandwidth = 0\n")).unwrap_err();
+        assert!(e.to_string().starts_with("device.memory_bandwidth must be > 0, got 0"), "{e}");
     }
 
     #[test]

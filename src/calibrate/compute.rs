@@ -1,0 +1,288 @@
+//! What a worker's computation costs on this machine, measured with every
+//! local worker computing at once: `threads` threads of this process (the
+//! threads backend: they share the cores and rayon's pool, as training
+//! workers do) or, under MPI, this rank while the node's other ranks run
+//! the same (`sync` is then the job's barrier).
+//!
+//! Each repetition starts together (a barrier), so the numbers are those of
+//! a synchronous step, where all workers compute at the same time. Per kind
+//! of work, the cost model's unit (runtime/sim/spec.rs):
+//!
+//! - micro-batch: seconds of one forward + backward (`Work::MicroBatch`);
+//! - AdamW step over the model: bytes per second at the 28 bytes a
+//!   parameter the simulator charges an optimizer step (`Work::Optimizer`);
+//! - the DiLoCo outer step (Nesterov over 3 n elements) and pseudo-gradient
+//!   (n): bytes per second at 12 bytes an element (`Work::Elementwise`);
+//! - DeMo's encode + decode (the strategy's own replicator, `fold` and
+//!   `unfold`): FLOP/s at the FLOPs the strategy charges (`Work::Flops`,
+//!   `Replicator::flops`).
+
+use crate::comm::WireDtype;
+use crate::model::{Gpt, GptConfig, ParamLayout};
+use crate::optim::{AdamW, AdamWConfig, DecaySegments, Optimizer, OuterConfig, OuterOpt};
+use crate::runtime::Group;
+use crate::strategy::detonation::demo::DemoReplicator;
+use crate::strategy::detonation::{shard, Exchange, Replicator};
+use crate::strategy::DemoSettings;
+use anyhow::Result;
+use rand::{Rng, SeedableRng};
+use std::sync::Barrier;
+use std::time::Instant;
+
+/// Bytes the simulator charges per parameter of an optimizer step (AdamW reads p, g, m, v, writes p, m, v).
+pub const OPTIMIZER_BYTES: f64 = 28.0;
+/// Bytes the simulator charges per element of elementwise work (reads two, writes one).
+pub const ELEMENTWISE_BYTES: f64 = 12.0;
+
+/// Samples of one kind of work: every repetition of every local worker.
+#[derive(Clone, Debug, Default)]
+pub struct Samples(pub Vec<f64>);
+
+impl Samples {
+    /// The median (0 when empty).
+    pub fn median(&self) -> f64 {
+        let mut v = self.0.clone();
+        v.sort_by(f64::total_cmp);
+        v.get(v.len() / 2).copied().unwrap_or(0.0)
+    }
+    /// Smallest and largest.
+    pub fn range(&self) -> (f64, f64) {
+        self.0.iter().fold((f64::INFINITY, 0.0f64), |(lo, hi), &x| (lo.min(x), hi.max(x)))
+    }
+    /// `(max - min) / median`: the spread the profile reports.
+    pub fn spread(&self) -> f64 {
+        let (lo, hi) = self.range();
+        (hi - lo) / self.median().max(f64::MIN_POSITIVE)
+    }
+}
+
+/// What is measured and how often.
+#[derive(Clone, Debug)]
+pub struct ComputeSetup {
+    /// The model.
+    pub model: GptConfig,
+    /// Sequences per micro-batch.
+    pub batch: usize,
+    /// Tokens per sequence.
+    pub seq: usize,
+    /// Threads of this process computing at once (1 under MPI).
+    pub threads: usize,
+    /// Workers of the node computing at once (the threads, or under MPI
+    /// the node's ranks), for the progress lines.
+    pub node_workers: usize,
+    /// Timed repetitions per worker.
+    pub repeats: usize,
+    /// Untimed repetitions first.
+    pub warmup: usize,
+    /// Members whose DeMo payloads a decode places (the job's workers).
+    pub demo_members: usize,
+}
+
+/// The measured costs.
+#[derive(Clone, Debug, Default)]
+pub struct ComputeCosts {
+    /// Parameters of the model.
+    pub params: usize,
+    /// Seconds per micro-batch.
+    pub micro_batch: Samples,
+    /// Seconds per AdamW step over all parameters.
+    pub adamw: Samples,
+    /// Seconds per DiLoCo pseudo-gradient + Nesterov outer step over all parameters.
+    pub outer: Samples,
+    /// Seconds per DeMo encode + decode over all parameters.
+    pub demo: Samples,
+    /// FLOPs the strategy charges for one DeMo encode + decode.
+    pub demo_flops: f64,
+}
+
+impl ComputeCosts {
+    /// Memory bandwidth an AdamW step reaches, bytes/s (28 bytes a parameter).
+    pub fn adamw_bandwidth(&self) -> f64 {
+        OPTIMIZER_BYTES * self.params as f64 / self.adamw.median()
+    }
+    /// Memory bandwidth the outer step reaches, bytes/s (12 bytes an element over 4 n elements).
+    pub fn outer_bandwidth(&self) -> f64 {
+        ELEMENTWISE_BYTES * 4.0 * self.params as f64 / self.outer.median()
+    }
+    /// FLOP rate DeMo's encode + decode reaches.
+    pub fn demo_flops_per_s(&self) -> f64 {
+        self.demo_flops / self.demo.median()
+    }
+}
+
+/// Runs `work` `warmup + repeats` times on each of `threads` threads (one
+/// state each, from `setup`), every repetition started together (a barrier
+/// between the threads; with one thread, `sync`: the job's barrier under
+/// MPI). Returns the timed repetitions of every thread.
+fn concurrently<S>(
+    threads: usize,
+    (warmup, repeats): (usize, usize),
+    sync: &dyn Fn(),
+    setup: impl Fn(usize) -> S + Sync,
+    work: impl Fn(&mut S) + Sync,
+) -> Samples {
+    let one = |i: usize, before: &dyn Fn()| {
+        let mut s = setup(i);
+        let mut out = Vec::with_capacity(repeats);
+        for r in 0..warmup + repeats {
+            before();
+            let t = Instant::now();
+            work(&mut s);
+            if r >= warmup {
+                out.push(t.elapsed().as_secs_f64());
+            }
+        }
+        out
+    };
+    if threads <= 1 {
+        return Samples(one(0, sync));
+    }
+    let bar = Barrier::new(threads);
+    let all = std::thread::scope(|sc| {
+        let hs: Vec<_> = (0..threads)
+            .map(|i| {
+                let (one, bar) = (&one, &bar);
+                sc.spawn(move || {
+                    one(i, &|| {
+                        bar.wait();
+                    })
+                })
+            })
+            .collect();
+        hs.into_iter().flat_map(|h| h.join().expect("calibration thread")).collect()
+    });
+    Samples(all)
+}
+
+/// Random tokens for one micro-batch: inputs and next-token targets.
+fn tokens(cfg: &GptConfig, b: usize, t: usize, seed: u64) -> (Vec<u32>, Vec<u32>) {
+    let mut rng = rand_pcg::Pcg64::seed_from_u64(seed);
+    let data: Vec<u32> = (0..b * (t + 1)).map(|_| rng.random_range(0..cfg.vocab_size as u32)).collect();
+    let (mut x, mut y) = (Vec::with_capacity(b * t), Vec::with_capacity(b * t));
+    for row in data.chunks_exact(t + 1) {
+        x.extend_from_slice(&row[..t]);
+        y.extend_from_slice(&row[1..]);
+    }
+    (x, y)
+}
+
+/// Measures every cost of [`ComputeCosts`]; `progress` gets one line per kind of work.
+pub fn measure(s: &ComputeSetup, sync: &dyn Fn(), progress: &dyn Fn(&str)) -> Result<ComputeCosts> {
+    s.model.validate()?;
+    anyhow::ensure!(
+        s.seq >= 1 && s.seq <= s.model.ctx,
+        "--seq-len {} must be in 1..={} (the model's context)",
+        s.seq,
+        s.model.ctx
+    );
+    let (b, t, k) = (s.batch, s.seq, s.threads.max(1));
+    let at_once = format!("{} worker(s) of the node at once", s.node_workers.max(k));
+    let n = Gpt::new(s.model.clone(), 0)?.num_params();
+    let mut c = ComputeCosts { params: n, ..ComputeCosts::default() };
+    let reps = (s.warmup, s.repeats);
+    progress(&format!(
+        "micro-batch: forward + backward of {b} x {t} tokens, {at_once}, {} timed + {} warm-up each",
+        reps.1, reps.0
+    ));
+    c.micro_batch = concurrently(
+        k,
+        reps,
+        sync,
+        |i| (Gpt::new(s.model.clone(), i as u64).expect("validated"), tokens(&s.model, b, t, i as u64)),
+        |(m, (x, y))| {
+            m.zero_grads();
+            std::hint::black_box(m.forward_backward(x, y, b, t, 1.0));
+        },
+    );
+    progress(&format!("AdamW step over {n} parameters, {at_once}"));
+    let layout = ParamLayout::new(&s.model);
+    c.adamw = concurrently(
+        k,
+        reps,
+        sync,
+        |_| {
+            (
+                AdamW::new(AdamWConfig::default(), n),
+                vec![0.1f32; n],
+                vec![1e-3f32; n],
+                DecaySegments::new(layout.decay_ranges()),
+            )
+        },
+        |(o, p, g, d)| o.step(p, g, 1e-3, d),
+    );
+    progress(&format!("DiLoCo pseudo-gradient + Nesterov outer step over {n} parameters, {at_once}"));
+    c.outer = concurrently(
+        k,
+        reps,
+        sync,
+        |_| (OuterOpt::new(OuterConfig::default(), n), vec![0.1f32; n], vec![0.2f32; n], vec![0.0f32; n]),
+        |(o, anchor, local, delta)| {
+            delta.iter_mut().zip(anchor.iter().zip(local.iter())).for_each(|(d, (a, l))| *d = a - l);
+            o.step(anchor, delta);
+        },
+    );
+    let members = s.demo_members.max(2);
+    progress(&format!(
+        "DeMo encode + decode (chunk 64, top 32, {members} members) over {n} parameters, {k} worker(s) at once"
+    ));
+    let pieces = shard::pieces(&layout, DemoSettings::default().chunk, &(0..n));
+    let rep =
+        |_: usize| DemoReplicator::new(&DemoSettings::default(), &pieces, n, Group::World, members, WireDtype::F32);
+    c.demo_flops = rep(0).flops();
+    let grads: Vec<f32> = (0..n).map(|i| ((i * 7919) % 1000) as f32 * 1e-6 - 5e-4).collect();
+    c.demo = concurrently(
+        k,
+        reps,
+        sync,
+        |i| (rep(i), vec![0.0f32; n], 0u64),
+        |(r, q, step)| {
+            *step += 1;
+            let Exchange::Gather { group, input, mut output } = r.fold(*step, 1e-3, &grads) else {
+                unreachable!("DeMo gathers")
+            };
+            // Every member sent the same payload: the decode's work, not its values, is what is timed.
+            for m in output.chunks_exact_mut(input.len().max(1)) {
+                m.copy_from_slice(&input);
+            }
+            r.unfold(Exchange::Gather { group, input, output }, q);
+        },
+    );
+    Ok(c)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn samples_median_range_and_spread_by_hand() {
+        let s = Samples(vec![3.0, 1.0, 2.0, 10.0]);
+        assert_eq!((s.median(), s.range()), (3.0, (1.0, 10.0)));
+        assert_eq!(s.spread(), 3.0);
+    }
+
+    #[test]
+    fn every_cost_is_measured_positive_on_two_threads() {
+        let model = GptConfig { vocab_size: 37, n_embd: 16, n_layer: 1, n_head: 2, ctx: 8, dropout: 0.0 };
+        let setup = ComputeSetup {
+            model,
+            batch: 2,
+            seq: 8,
+            threads: 2,
+            node_workers: 2,
+            repeats: 3,
+            warmup: 1,
+            demo_members: 2,
+        };
+        let c = measure(&setup, &|| {}, &|_| {}).unwrap();
+        for (what, s) in [("micro-batch", &c.micro_batch), ("adamw", &c.adamw), ("outer", &c.outer), ("demo", &c.demo)]
+        {
+            // Every repetition of both threads.
+            assert_eq!(s.0.len(), 6, "{what}");
+            assert!(s.0.iter().all(|x| *x > 0.0 && x.is_finite()), "{what}: {s:?}");
+        }
+        assert!(c.adamw_bandwidth() > 0.0 && c.outer_bandwidth() > 0.0 && c.demo_flops_per_s() > 0.0);
+        let bad = ComputeSetup { seq: 9, ..setup };
+        assert!(measure(&bad, &|| {}, &|_| {}).unwrap_err().to_string().contains("--seq-len 9 must be in 1..=8"));
+    }
+}

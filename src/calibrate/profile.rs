@@ -1,0 +1,289 @@
+//! The cluster profile calibrate writes: TOML that
+//! `runtime::cluster::ClusterProfile` reads, every number with where it
+//! came from in the comments above it (configs/clusters/README.md has the keys).
+
+use super::compute::{Samples, ELEMENTWISE_BYTES, OPTIMIZER_BYTES};
+use super::fit::{tier_spec, AlphaBeta};
+use super::{size_text, Calibration, Measured, TierSource};
+use std::fmt::Write;
+
+/// The machine: CPU model, logical CPUs, OS and architecture, host name.
+pub fn machine() -> String {
+    let cpu = std::fs::read_to_string("/proc/cpuinfo")
+        .ok()
+        .and_then(|t| {
+            t.lines()
+                .find(|l| l.starts_with("model name"))
+                .and_then(|l| l.split(':').nth(1))
+                .map(|s| s.trim().to_string())
+        })
+        .unwrap_or_else(|| "unknown CPU".into());
+    let cores = std::thread::available_parallelism().map_or("unknown".into(), |c| c.to_string());
+    let host = std::fs::read_to_string("/proc/sys/kernel/hostname").map_or("unknown".into(), |h| h.trim().to_string());
+    format!("{cpu}, {cores} logical CPUs, {} {}, host {host}", std::env::consts::OS, std::env::consts::ARCH)
+}
+
+/// Now, as `YYYY-MM-DD HH:MM UTC` (days to civil date: H. Hinnant's algorithm).
+pub fn utc_now() -> String {
+    let secs = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_secs()) as i64;
+    let (days, rem) = (secs.div_euclid(86400), secs.rem_euclid(86400));
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!("{y:04}-{m:02}-{d:02} {:02}:{:02} UTC", rem / 3600, rem % 3600 / 60)
+}
+
+/// `median X ms (min .. max over N samples, spread S%)`.
+fn stats(s: &Samples, unit: f64, unit_name: &str) -> String {
+    let (lo, hi) = s.range();
+    format!(
+        "median {:.4} {unit_name} ({:.4} .. {:.4} over {} samples, spread {:.0}%)",
+        s.median() * unit,
+        lo * unit,
+        hi * unit,
+        s.0.len(),
+        100.0 * s.spread()
+    )
+}
+
+/// TOML text of a string (quoted, escaped).
+fn quoted(s: &str) -> String {
+    toml::Value::String(s.to_string()).to_string()
+}
+
+/// The comment lines of one sweep: size, time, the fit's time.
+fn sweep_lines(out: &mut String, what: &str, sweep: &[(f64, f64)], f: &AlphaBeta) {
+    let _ = writeln!(out, "# {what}: {}", f.describe());
+    for &(b, t) in sweep {
+        let _ = writeln!(
+            out,
+            "#   {:>8}: {:>10.4} ms measured, {:>10.4} ms fitted",
+            size_text(b as usize),
+            t * 1e3,
+            (f.alpha + f.beta * b) * 1e3
+        );
+    }
+}
+
+/// The comments and the key of one link tier.
+fn tier(out: &mut String, key: &str, src: &TierSource) {
+    match src {
+        TierSource::Given { spec, why } => {
+            let _ = writeln!(out, "# {key}: NOT MEASURED, {why}.");
+            let _ = writeln!(out, "{key} = {}", quoted(spec));
+        }
+        TierSource::Measured(Measured { how, members, all_reduce: (sweep, f), ping_pong }) => {
+            let t = f.all_reduce_tier(*members);
+            let _ = writeln!(out, "# {key}: measured, {how}.");
+            sweep_lines(out, &format!("all-reduce (mean, f32) over {members}"), sweep, f);
+            let _ = writeln!(
+                out,
+                "# The tier whose ring all-reduce over {members} (2(p-1) alpha + 2(p-1)/p B/bw) is that line: alpha = a / {}, bw = {} / ({members} b).",
+                2 * (members - 1),
+                2 * (members - 1)
+            );
+            if !f.fits() {
+                let _ = writeln!(
+                    out,
+                    "# WARNING: this link does not fit alpha-beta; the simulator's costs of it are approximate."
+                );
+            }
+            if let Some((pp, pf)) = ping_pong {
+                sweep_lines(out, "ping-pong (one way, half a round trip, a lowcomm message)", pp, pf);
+                let m = pf.message_tier();
+                let _ = writeln!(
+                    out,
+                    "# For comparison, the ping-pong's link: {} (latency, bandwidth of one message).",
+                    tier_spec(&m)
+                );
+            }
+            let _ = writeln!(out, "{key} = {}", quoted(&tier_spec(&t)));
+        }
+    }
+}
+
+/// The profile's TOML text, with provenance comments.
+pub fn render(c: &Calibration) -> String {
+    let o = &c.opts;
+    let k = c.workers_per_node;
+    let cc = &c.compute;
+    let tokens = o.batch * o.seq;
+    let fpt = o.model.flops_per_token();
+    let mb = cc.micro_batch.median();
+    let machine = machine();
+    let mut s = String::new();
+    let w = &mut s;
+    let _ = writeln!(w, "# Measured by `lowcomm calibrate` (lowcomm {}) on {}", env!("CARGO_PKG_VERSION"), utc_now());
+    let _ = writeln!(w, "# on {machine};");
+    let _ = writeln!(w, "# workers: {} ({} node(s) x {k}).", c.backend, c.nodes);
+    let _ = writeln!(w, "#   {}", o.command);
+    let _ = writeln!(w, "#");
+    let _ = writeln!(w, "# Every [device] and [timing] number is per worker WITH ALL {k} WORKERS OF A NODE");
+    let _ = writeln!(w, "# COMPUTING AT ONCE: they share the node's cores and memory, and the numbers");
+    let _ = writeln!(w, "# were measured that way (configs/clusters/README.md, \"Shared cores\"). For");
+    let _ = writeln!(w, "# another number of workers per node, calibrate again with that number.");
+    if c.sharing != k {
+        let _ =
+            writeln!(w, "# Here {} ranks shared this machine while timed (LOWCOMM_RANKS_PER_NODE groups", c.sharing);
+        let _ = writeln!(w, "# them {k} per node): the numbers are those of {} workers computing at once.", c.sharing);
+    }
+    let name =
+        o.name.clone().unwrap_or_else(|| format!("calibrated: {} node(s) x {k} workers, {}", c.nodes, c.backend));
+    let _ = writeln!(w, "name = {}", quoted(&name));
+    let _ = writeln!(w, "nodes = {}\nworkers_per_node = {k}\nwire = \"f32\"\n\n[device]", c.nodes);
+    let _ = writeln!(w, "# A micro-batch's FLOP rate, measured: flops_per_token x tokens / seconds =");
+    let _ = writeln!(w, "# {fpt:e} x {tokens} / {mb:e} s. It is the measured rate, not a datasheet");
+    let _ = writeln!(w, "# peak, so utilization = 1; a model of another size (`plan --model`) is costed");
+    let _ = writeln!(w, "# at the same rate, an extrapolation.");
+    let _ = writeln!(w, "peak_flops = {:e}\nutilization = 1.0", fpt * tokens as f64 / mb);
+    let _ = writeln!(w, "# AdamW over {} parameters:\n#   {}", cc.params, stats(&cc.adamw, 1e3, "ms"));
+    let _ = writeln!(w, "# at the {OPTIMIZER_BYTES} bytes a parameter the simulator charges an optimizer step");
+    let _ =
+        writeln!(w, "# (it charges {ELEMENTWISE_BYTES} bytes an element of other elementwise work). For comparison,");
+    let ratio = cc.outer_bandwidth() / cc.adamw_bandwidth();
+    let _ = writeln!(
+        w,
+        "# the DiLoCo pseudo-gradient + Nesterov outer step (12 bytes x 4n):\n#   {}",
+        stats(&cc.outer, 1e3, "ms")
+    );
+    let _ = writeln!(w, "# = {:.3} GB/s, {ratio:.2}x AdamW's rate, which is the one kept.", cc.outer_bandwidth() / 1e9);
+    let _ = writeln!(w, "memory_bandwidth = {:e}", cc.adamw_bandwidth());
+    let _ = writeln!(
+        w,
+        "# DeMo's encode + decode (the strategy's replicator, chunk 64, top 32):\n#   {}",
+        stats(&cc.demo, 1e3, "ms")
+    );
+    let _ = writeln!(w, "# for the {:e} FLOPs the strategy charges per encode + decode.", cc.demo_flops);
+    let _ = writeln!(w, "sustained_flops = {:e}", cc.demo_flops_per_s());
+    if let Some(m) = c.memory_per_worker {
+        let n = c.sharing;
+        let _ =
+            writeln!(w, "# Host memory (MemTotal) over {n} workers: what `plan` checks fit against.\nmemory = {m:e}");
+    }
+    let _ = writeln!(w, "\n[links]");
+    tier(w, "intra", &c.intra);
+    if let Some(inter) = &c.inter {
+        tier(w, "inter", inter);
+    }
+    let _ = writeln!(w, "\n[timing]");
+    let _ = writeln!(
+        w,
+        "# The model measured: preset {} ({} parameters), {} x {} tokens per micro-batch.",
+        o.preset, cc.params, o.batch, o.seq
+    );
+    let _ = writeln!(w, "# A micro-batch (forward + backward): {}.", stats(&cc.micro_batch, 1e3, "ms"));
+    let _ = writeln!(w, "# No seconds_per_micro_batch: [device]'s rate gives back this median for this model.");
+    let _ =
+        writeln!(w, "params = {:e}\nflops_per_token = {fpt:e}\ntokens_per_micro_batch = {tokens}", cc.params as f64);
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::compute::ComputeCosts;
+    use super::super::{fit, Options};
+    use super::*;
+    use crate::model::GptConfig;
+    use crate::runtime::cluster::ClusterProfile;
+
+    #[test]
+    fn utc_dates_by_hand() {
+        // The format only; 2026 or later.
+        let now = utc_now();
+        assert!(now.ends_with(" UTC") && now.len() == 20 && now[..4].parse::<u32>().unwrap() >= 2026, "{now}");
+    }
+
+    /// A calibration from hand-made numbers: 2 workers, 10 ms micro-batches,
+    /// AdamW 1 ms over 1000 parameters, a 2-member all-reduce of
+    /// 10 us + B / 1 GB/s, and an inter tier as given.
+    fn hand(nodes: usize) -> Calibration {
+        let model = GptConfig::nano();
+        let compute = ComputeCosts {
+            params: 1000,
+            micro_batch: Samples(vec![0.010, 0.011, 0.009]),
+            adamw: Samples(vec![1e-3]),
+            outer: Samples(vec![2e-3]),
+            demo: Samples(vec![4e-3]),
+            demo_flops: 8e6,
+        };
+        let sweep: Vec<(f64, f64)> = [4.0, 1024.0, 1048576.0].iter().map(|&b| (b, 10e-6 + b / 1e9)).collect();
+        let opts = Options {
+            preset: "nano".into(),
+            model,
+            batch: 16,
+            seq: 64,
+            workers_per_node: 2,
+            nodes,
+            repeats: 3,
+            warmup: 0,
+            max_bytes: 1 << 20,
+            intra: None,
+            inter: Some("1gbit,50us".into()),
+            name: None,
+            command: "lowcomm calibrate --out x.toml".into(),
+        };
+        let m = Measured {
+            how: "by hand".into(),
+            members: 2,
+            all_reduce: (sweep.clone(), fit::fit(&sweep).unwrap()),
+            ping_pong: None,
+        };
+        Calibration {
+            opts,
+            backend: "threads".into(),
+            nodes,
+            workers_per_node: 2,
+            sharing: 2,
+            compute,
+            memory_per_worker: Some(8e9),
+            intra: TierSource::Measured(m),
+            inter: Some(TierSource::Given { spec: "1gbit,50us".into(), why: "given".into() }),
+        }
+    }
+
+    #[test]
+    fn the_profile_parses_and_gives_back_the_measured_numbers() {
+        let text = render(&hand(2));
+        let p = ClusterProfile::from_toml(&text).unwrap_or_else(|e| panic!("{e:#}\n{text}"));
+        assert_eq!((p.nodes, p.workers_per_node, p.workers()), (2, 2, 4));
+        let nano = GptConfig::nano();
+        // The micro-batch's median back through the FLOP model, for the model measured.
+        let mb = p.micro_batch_s(&nano, 1).unwrap();
+        assert!((mb - 0.010).abs() < 1e-12, "{mb}");
+        let d = p.device.clone().unwrap();
+        // 28 B x 1000 / 1 ms = 28 MB/s; 8e6 FLOPs / 4 ms = 2 GFLOP/s.
+        assert_eq!((d.memory_bandwidth, d.sustained_flops, d.memory), (Some(28e6), Some(2e9), Some(8e9)));
+        // 2 members: alpha = a / 2 = 5 us, bw = 1 / b = 1 GB/s.
+        let l = p.link_model().unwrap();
+        assert!(
+            (l.intra.latency_s - 5e-6).abs() < 1e-10 && (l.intra.bandwidth_bytes_per_s / 1e9 - 1.0).abs() < 1e-4,
+            "{l:?}"
+        );
+        assert_eq!(l.inter.unwrap().bandwidth_bytes_per_s, 1e9 / 8.0);
+        assert!(text.contains("inter: NOT MEASURED") && text.contains("WITH ALL 2 WORKERS OF A NODE"), "{text}");
+        // The simulator's cost model reads the rates.
+        let spec = p.sim_spec(&nano, 1000, 1024, vec![1.0; 4]).unwrap();
+        assert_eq!((spec.memory_bytes_per_s, spec.flops_per_s), (Some(28e6), Some(2e9)));
+    }
+
+    #[test]
+    fn a_sweep_that_does_not_fit_is_said_to_in_the_profile() {
+        let mut c = hand(1);
+        let bad = vec![(4.0, 1e-3), (1024.0, 1e-3), (16384.0, 20e-3), (4194304.0, 21e-3)];
+        c.intra = TierSource::Measured(Measured {
+            how: "by hand".into(),
+            members: 2,
+            all_reduce: (bad.clone(), fit::fit(&bad).unwrap()),
+            ping_pong: None,
+        });
+        let text = render(&c);
+        assert!(text.contains("DOES NOT FIT alpha-beta") && text.contains("WARNING: this link does not fit"), "{text}");
+        ClusterProfile::from_toml(&text).unwrap();
+    }
+}
