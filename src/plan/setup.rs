@@ -78,6 +78,7 @@ pub fn costing(model: &ModelSpec, profile: &ClusterProfile, k: &Knobs) -> Result
             memory_bytes_per_s: None,
             flops_per_s: profile.device.as_ref().map(|d| d.peak_flops * d.utilization),
             start: Vec::new(),
+            parallel: true,
         },
         wire: k.wire.or(profile.wire).unwrap_or_default(),
         grad_accum: k.grad_accum.max(1),

@@ -232,6 +232,7 @@ impl ClusterProfile {
             memory_bytes_per_s: None,
             flops_per_s: self.device.as_ref().map(|d| d.peak_flops * d.utilization),
             start: Vec::new(),
+            parallel: true,
         })
     }
 }
