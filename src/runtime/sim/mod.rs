@@ -8,10 +8,11 @@
 //! so the order in which things happen depends only on the cost model: the
 //! same seed gives the same bits, every run.
 //!
-//! - [`Ctx::compute`] hands the math to rayon's pool (jobs.rs) and resumes
+//! - [`Ctx::compute`] hands the math to a job thread (jobs.rs) and resumes
 //!   the actor at `now + cost / speed` with its result, so the math of
 //!   participants whose compute intervals overlap runs at once; with
-//!   [`SimSpec::parallel`] off it runs at once on the executor's thread.
+//!   [`SimSpec::parallel`] off (or one participant, or one core) it runs
+//!   at once on the executor's thread.
 //! - A collective (comm.rs) completes at `max(join times) + link cost`;
 //!   its math runs when the last member joins, with the in-process
 //!   backend's element recipe (ranks summed in order, Mean by division,
@@ -89,7 +90,7 @@ impl Ctx for SimCtx {
                     Span::compute(self.rank, work.name(), now, now + dt).with_micro_batches(mb).with_round(part.round);
                 part.events.push(span);
             }
-            (now + dt, st.spec.parallel && dt > 0.0)
+            (now + dt, dt > 0.0 && st.jobs.is_some())
         };
         if !parallel {
             let r = f();
@@ -99,7 +100,7 @@ impl Ctx for SimCtx {
         // The math runs on the pool while this participant sleeps; the
         // others' events until `until` run meanwhile (jobs.rs says why the
         // bits do not change).
-        let job = jobs::Job::spawn(f);
+        let job = jobs::Job::spawn(self.state.borrow().jobs.as_ref().expect("checked above"), f);
         sleep_until(&self.state, self.rank, Lane::Compute, until).await;
         job.finish()
     }
@@ -249,6 +250,9 @@ where
     if !spec.start.is_empty() && spec.start.len() != n {
         bail!("sim: {} start clocks for {n} participants", spec.start.len());
     }
+    // Job threads for the computes, sized by the cores rayon would use
+    // (RAYON_NUM_THREADS included); none for one participant or one core.
+    let jobs = if spec.parallel { jobs::Pool::for_run(n, rayon::current_num_threads())? } else { None };
     let parts = (0..n)
         .map(|p| Part {
             speed: spec.speeds.get(p).copied().unwrap_or(1.0),
@@ -273,6 +277,7 @@ where
         groups: HashMap::new(),
         pool: Vec::new(),
         mail_seq: 0,
+        jobs,
     }));
     let mut compute: Vec<Option<Actor<'a, T>>> =
         (0..n).map(|rank| Some(Box::pin(make(SimCtx { rank, state: state.clone() })) as Actor<'a, T>)).collect();

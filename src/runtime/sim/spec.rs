@@ -28,9 +28,10 @@ pub struct SimSpec {
     /// Where each participant's clock starts (empty: at zero).
     pub start: StartClocks,
     /// Run the math of participants whose virtual compute intervals
-    /// overlap on rayon's pool at once (sim/jobs.rs); `false` runs every
-    /// compute on the executor's thread, one at a time. The bits are the
-    /// same either way. Default `true` (issue 28: a faster simulator for
+    /// overlap at once, on `min(participants, cores)` job threads
+    /// (sim/jobs.rs); `false` runs every compute on the executor's thread,
+    /// one at a time, its kernels on all cores. The bits are the same
+    /// either way. Default `true` (issue 28: a faster simulator for
     /// many workers); `LOWCOMM_SIM_SEQUENTIAL=1` in the environment forces
     /// `false` for every run of the process.
     pub parallel: bool,

@@ -20,7 +20,8 @@ fn computes_whose_virtual_intervals_overlap_run_at_once() {
     // Both workers compute over [0, 1): each job announces itself and waits
     // for the other. Only two jobs running at once both see 2; run one
     // after the other, the first would give up after 10 s and see 1.
-    // A pool of 3 threads: the executor's (it blocks on a join) and two.
+    // Inside a pool of 2 threads the simulator sees 2 cores: 2 job threads,
+    // whatever this machine has.
     let here = AtomicUsize::new(0);
     let meet = || {
         here.fetch_add(1, Ordering::SeqCst);
@@ -30,7 +31,7 @@ fn computes_whose_virtual_intervals_overlap_run_at_once() {
         }
         here.load(Ordering::SeqCst)
     };
-    let pool = rayon::ThreadPoolBuilder::new().num_threads(3).build().expect("pool");
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(2).build().expect("pool");
     assert_eq!(pool.install(|| both_compute(true, meet)), [2, 2]);
 }
 
@@ -38,13 +39,21 @@ fn computes_whose_virtual_intervals_overlap_run_at_once() {
 fn the_sequential_switch_runs_every_compute_on_the_executors_thread() {
     let me = std::thread::current().id();
     assert_eq!(both_compute(false, || std::thread::current().id()), [me, me]);
-    // Free work (no cost) is never worth a job: it runs in place too.
+    // Free work (no cost) is never worth a job: it runs in place too; so
+    // does everything on one core.
     let spec = SimSpec::flat(2, 1.0, None);
     let free = run(spec, |mut ctx| async move {
         Ok(ctx.compute(Work::Optimizer { params: 10 }, || std::thread::current().id()).await)
     })
     .unwrap();
     assert_eq!(free, [me, me]);
+    let one = rayon::ThreadPoolBuilder::new().num_threads(1).build().expect("pool");
+    let here = one.install(|| (std::thread::current().id(), both_compute(true, || std::thread::current().id())));
+    assert_eq!(here.1, [here.0, here.0]);
+    // And on 2 cores a compute runs on a job thread.
+    let two = rayon::ThreadPoolBuilder::new().num_threads(2).build().expect("pool");
+    let names = two.install(|| both_compute(true, || std::thread::current().name().map(String::from)));
+    assert!(names.iter().all(|n| n.as_deref().is_some_and(|n| n.starts_with("sim-job-"))), "{names:?}");
 }
 
 #[test]

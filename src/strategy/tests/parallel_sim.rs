@@ -2,8 +2,8 @@
 //! ([`SimSpec::parallel`] off): every method, 4 workers of unequal speeds,
 //! a link slow enough that the overlapping methods fit several
 //! micro-batches into a round: the same parameters, loss curves and
-//! clocks, to the bit. And the math of a job does not depend on how many
-//! threads rayon's pool has.
+//! clocks, to the bit. And the bits do not depend on how many cores the
+//! job threads and their kernels get.
 
 use super::resume::every_method;
 use super::*;
@@ -55,21 +55,23 @@ fn sequential_and_parallel_sims_give_the_same_bits_for_every_method() {
 }
 
 #[test]
-fn the_parallel_sims_bits_do_not_depend_on_the_pools_thread_count() {
-    // On a pool of one thread every job runs where it is joined, and every
-    // kernel inside it on that one thread; on the global pool (the
-    // machine's cores) jobs and kernels spread out. The same bits.
+fn the_sims_bits_do_not_depend_on_the_thread_count() {
+    // Under a pool of c threads the simulator sees c cores: sequential, the
+    // kernels run on c threads; parallel, min(4, c) job threads with
+    // c / that kernel threads each (one core: sequential). All the same bits.
     let p = plan(3, 2, 1.0);
     let rt = unequal();
-    let one = rayon::ThreadPoolBuilder::new().num_threads(1).build().expect("a pool of one thread");
     for m in
         [Method::Ddp, Method::Demo(DemoSettings::default()), crate::strategy::local::tests::local_methods(1)[0].clone()]
     {
-        let global = run_cluster(&m, &rt, workers(4, 2), &p, &Hooks::default()).unwrap();
-        let single = one.install(|| run_cluster(&m, &rt, workers(4, 2), &p, &Hooks::default()).unwrap());
-        for (a, b) in global.iter().zip(&single) {
-            assert_eq!(bits(&a.params), bits(&b.params), "{m}: participant {}", a.rank);
-            assert_eq!(losses(a), losses(b), "{m}: participant {}", a.rank);
+        let want = run_cluster(&m, &sequential(&rt), workers(4, 2), &p, &Hooks::default()).unwrap();
+        for (cores, rt) in [1, 3, 8].into_iter().flat_map(|c| [(c, rt.clone()), (c, sequential(&rt))]) {
+            let pool = rayon::ThreadPoolBuilder::new().num_threads(cores).build().expect("a pool");
+            let got = pool.install(|| run_cluster(&m, &rt, workers(4, 2), &p, &Hooks::default()).unwrap());
+            for (a, b) in want.iter().zip(&got) {
+                assert_eq!(bits(&a.params), bits(&b.params), "{m}, {cores} cores: participant {}", a.rank);
+                assert_eq!(losses(a), losses(b), "{m}, {cores} cores: participant {}", a.rank);
+            }
         }
     }
 }
