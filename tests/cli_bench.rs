@@ -11,12 +11,16 @@ fn lowcomm(args: &[&str]) -> Output {
 fn bench_refuses_zero_steps_and_flags_of_another_what() {
     // --steps 0 ran one step (and --what sim printed steps=0); --mib,
     // --backend and --breakdown were silently ignored by the other --what.
-    let cases: [(&[&str], &str); 7] = [
+    let cases: [(&[&str], &str); 8] = [
         (&["--steps", "0"], "must be at least 1"),
         // --warmup was ignored by comm and sim, which take no warm-up steps.
         (&["--what", "comm", "--warmup", "1"], "--warmup applies to --what step, dct and server, not to --what comm"),
         (&["--what", "sim", "--warmup", "0"], "--warmup applies to --what step, dct and server, not to --what sim"),
         (&["--what", "sim", "--mib", "1"], "--mib applies to --what comm only, not to --what sim"),
+        (
+            &["--what", "sim-parallel", "--warmup", "1"],
+            "--warmup applies to --what step, dct and server, not to --what sim-parallel",
+        ),
         (&["--what", "step", "--backend", "mpi"], "--backend applies to --what comm only"),
         (&["--what", "comm", "--breakdown"], "--breakdown applies to --what step only, not to --what comm"),
         (&["--what", "comm", "--mib", "0"], "must be at least 1"),

@@ -5,11 +5,13 @@
 //! and prints the ratios).
 //!
 //! The other measurements of `lowcomm bench`: breakdown.rs (`--breakdown`,
-//! per kernel), dct.rs (`--what dct`), server.rs (`--what server`).
+//! per kernel), dct.rs (`--what dct`), server.rs (`--what server`),
+//! sim_parallel.rs (`--what sim-parallel`).
 
 pub mod breakdown;
 pub mod dct;
 pub mod server;
+pub mod sim_parallel;
 
 use crate::model::{Gpt, GptConfig};
 use crate::optim::{AdamW, AdamWConfig, DecaySegments, Optimizer};

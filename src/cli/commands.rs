@@ -244,9 +244,9 @@ pub fn export(a: ExportArgs) -> Result<()> {
 /// Refuses an unknown `--what`, and a flag of one `--what` given to
 /// another (they were silently ignored).
 fn check_bench_flags(a: &BenchArgs) -> Result<()> {
-    const WHATS: [&str; 5] = ["step", "comm", "sim", "dct", "server"];
+    const WHATS: [&str; 6] = ["step", "comm", "sim", "sim-parallel", "dct", "server"];
     if !WHATS.contains(&a.what.as_str()) {
-        anyhow::bail!("unknown benchmark `{}`: use --what step, comm, sim, dct or server", a.what);
+        anyhow::bail!("unknown benchmark `{}`: use --what step, comm, sim, sim-parallel, dct or server", a.what);
     }
     let only = [
         (a.mib.is_some(), "--mib", "comm"),
@@ -256,7 +256,7 @@ fn check_bench_flags(a: &BenchArgs) -> Result<()> {
     if let Some((_, flag, what)) = only.iter().find(|(given, _, what)| *given && *what != a.what) {
         anyhow::bail!("{flag} applies to --what {what} only, not to --what {}: drop it, or use --what {what}", a.what);
     }
-    if a.warmup.is_some() && ["comm", "sim"].contains(&a.what.as_str()) {
+    if a.warmup.is_some() && ["comm", "sim", "sim-parallel"].contains(&a.what.as_str()) {
         anyhow::bail!("--warmup applies to --what step, dct and server, not to --what {}: drop it", a.what);
     }
     Ok(())
@@ -295,6 +295,11 @@ pub fn bench(a: BenchArgs) -> Result<()> {
             );
             return Ok(());
         }
+        "sim-parallel" => {
+            // Alternated twice: the fastest of two runs each.
+            crate::bench::sim_parallel::run(a.steps as u64, 2)?;
+            return Ok(());
+        }
         "dct" => {
             let r = crate::bench::dct::run(&a.preset, a.steps, warmup)?;
             let demo = r.encode_s + r.decode_s;
@@ -316,7 +321,7 @@ pub fn bench(a: BenchArgs) -> Result<()> {
             crate::bench::server::run(a.steps, warmup)?.iter().for_each(|l| println!("{l}"));
             return Ok(());
         }
-        other => anyhow::bail!("unknown benchmark `{other}`: use --what step, comm, sim, dct or server"),
+        other => anyhow::bail!("unknown benchmark `{other}`: use --what step, comm, sim, sim-parallel, dct or server"),
     }
     let host = crate::bench::breakdown::Host::probe()?;
     if a.breakdown {

@@ -477,7 +477,10 @@ pub struct BenchArgs {
     pub warmup: Option<usize>,
     /// What to measure: `step` (training step), `comm` (in-process
     /// all-reduce of --mib MiB on 2 and 4 workers vs memcpy), `sim` (overhead
-    /// of the simulated runtime over the raw math), `dct` (DeMo's encode,
+    /// of the simulated runtime over the raw math), `sim-parallel`
+    /// (worker-steps per second of the simulator, computes one at a time vs
+    /// at once on the pool, 4 and 16 workers of nano and micro; ignores
+    /// --preset), `dct` (DeMo's encode,
     /// top-k and decode per step as a share of a training step), `server`
     /// (async DiLoCo's server update on micro and small vs one micro
     /// worker's round of H = 50 steps).

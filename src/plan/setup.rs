@@ -82,6 +82,7 @@ pub fn costing(model: &ModelSpec, profile: &ClusterProfile, k: &Knobs) -> Result
             memory_bytes_per_s: profile.work_rates().0,
             flops_per_s: profile.work_rates().1,
             start: Vec::new(),
+            parallel: true,
         },
         wire: k.wire.or(profile.wire).unwrap_or_default(),
         grad_accum: k.grad_accum.max(1),

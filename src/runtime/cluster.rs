@@ -261,6 +261,7 @@ impl ClusterProfile {
             memory_bytes_per_s: self.work_rates().0,
             flops_per_s: self.work_rates().1,
             start: Vec::new(),
+            parallel: true,
         })
     }
 }

@@ -234,11 +234,18 @@ fn link(per_node: usize) -> LinkModel {
 
 /// The program on the simulator: every participant's digest.
 pub fn run_sim(topo: Topology) -> Result<Vec<Vec<u32>>> {
+    run_sim_with(topo, true)
+}
+
+/// The program on the simulator, its computes run at once on the pool
+/// (`parallel`) or one at a time on the executor's thread.
+pub fn run_sim_with(topo: Topology, parallel: bool) -> Result<Vec<Vec<u32>>> {
     // Polling work costs 1 ms of virtual time, so waiting loops advance.
     let spec = sim::SimSpec {
         topology: topo,
         link: Some(link(topo.per_node)),
         flops_per_s: Some(1e9),
+        parallel,
         ..sim::SimSpec::flat(topo.workers, 1e-3, None)
     };
     sim::run(spec, |mut ctx| async move { program(&mut ctx).await })

@@ -275,8 +275,11 @@ pub trait Ctx {
     /// in sim; in the real runtime the mean measured so far (`None` before
     /// the first).
     fn micro_batch_estimate_s(&self) -> Option<f64>;
-    /// Runs `f` (the math) and accounts for its time.
-    async fn compute<R>(&mut self, work: Work, f: impl FnOnce() -> R) -> R;
+    /// Runs `f` (the math) and accounts for its time. `f` and its result
+    /// cross threads: the simulator runs the math of participants whose
+    /// virtual compute intervals overlap on a pool at once (sim/jobs.rs);
+    /// the real runtime runs `f` on the participant's thread.
+    async fn compute<R: std::marker::Send>(&mut self, work: Work, f: impl FnOnce() -> R + std::marker::Send) -> R;
     /// Starts a task on the communication stream; it proceeds while the
     /// participant computes. Tasks run one after another, in start order.
     fn start<T: CommTask>(&mut self, task: T) -> Self::Handle<T::Output>;

@@ -141,7 +141,7 @@ impl Ctx for RealCtx {
     fn micro_batch_estimate_s(&self) -> Option<f64> {
         (self.measured.0 > 0).then(|| self.measured.1 / self.measured.0 as f64)
     }
-    async fn compute<R>(&mut self, work: Work, f: impl FnOnce() -> R) -> R {
+    async fn compute<R: Send>(&mut self, work: Work, f: impl FnOnce() -> R + Send) -> R {
         let start = self.now();
         let t = Instant::now();
         let r = f();

@@ -1,7 +1,7 @@
 //! Engine tests: the runtime API on both runtimes, and the simulator's
 //! timing by hand.
 
-use super::conformance::{check_runtimes, run_real, run_sim};
+use super::conformance::{check_runtimes, run_real, run_sim, run_sim_with};
 use super::sim::{self, SimSpec};
 use super::*;
 use crate::comm::{LinkModel, Message, Tier};
@@ -27,7 +27,9 @@ fn engine_primitives_agree_on_small_jobs() {
 #[test]
 fn engine_program_is_bit_reproducible_in_sim() {
     let topo = Topology { workers: 4, per_node: 2, server: true };
-    assert_eq!(run_sim(topo).unwrap(), run_sim(topo).unwrap());
+    let parallel = run_sim(topo).unwrap();
+    assert_eq!(parallel, run_sim(topo).unwrap());
+    assert_eq!(parallel, run_sim_with(topo, false).unwrap(), "sequential sim != parallel sim");
     // Without emulated links the real runtime still gives the same bits.
     let flat = Topology { workers: 3, per_node: 3, server: true };
     assert_eq!(run_sim(flat).unwrap(), run_real(flat).unwrap());

@@ -1,4 +1,4 @@
-//! The simulated cluster: real math, virtual time, one thread.
+//! The simulated cluster: real math, virtual time, one executor thread.
 //!
 //! Every participant is two actors: its compute actor (the strategy's
 //! future) and its communication actor (a loop running the participant's
@@ -8,8 +8,11 @@
 //! so the order in which things happen depends only on the cost model: the
 //! same seed gives the same bits, every run.
 //!
-//! - [`Ctx::compute`] runs the math at once and resumes the actor at
-//!   `now + cost / speed`.
+//! - [`Ctx::compute`] hands the math to a job thread (jobs.rs) and resumes
+//!   the actor at `now + cost / speed` with its result, so the math of
+//!   participants whose compute intervals overlap runs at once; with
+//!   [`SimSpec::parallel`] off (or one participant, or one core) it runs
+//!   at once on the executor's thread.
 //! - A collective (comm.rs) completes at `max(join times) + link cost`;
 //!   its math runs when the last member joins, with the in-process
 //!   backend's element recipe (ranks summed in order, Mean by division,
@@ -22,8 +25,11 @@
 //! the communication side (comm.rs) both work on.
 
 mod comm;
+mod jobs;
 mod spec;
 mod state;
+#[cfg(test)]
+mod tests;
 
 use super::{CommTask, Ctx, Topology, Work, WorkerTimes};
 use crate::metrics::{EventLog, Span};
@@ -70,9 +76,8 @@ impl Ctx for SimCtx {
         let st = self.state.borrow();
         Some(st.spec.cost(Work::MicroBatch, st.parts[self.rank].speed))
     }
-    async fn compute<R>(&mut self, work: Work, f: impl FnOnce() -> R) -> R {
-        let r = f();
-        let until = {
+    async fn compute<R: Send>(&mut self, work: Work, f: impl FnOnce() -> R + Send) -> R {
+        let (until, parallel) = {
             let mut st = self.state.borrow_mut();
             let dt = st.spec.cost(work, st.parts[self.rank].speed);
             let now = st.now;
@@ -85,10 +90,19 @@ impl Ctx for SimCtx {
                     Span::compute(self.rank, work.name(), now, now + dt).with_micro_batches(mb).with_round(part.round);
                 part.events.push(span);
             }
-            now + dt
+            (now + dt, dt > 0.0 && st.jobs.is_some())
         };
+        if !parallel {
+            let r = f();
+            sleep_until(&self.state, self.rank, Lane::Compute, until).await;
+            return r;
+        }
+        // The math runs on the pool while this participant sleeps; the
+        // others' events until `until` run meanwhile (jobs.rs says why the
+        // bits do not change).
+        let job = jobs::Job::spawn(self.state.borrow().jobs.as_ref().expect("checked above"), f);
         sleep_until(&self.state, self.rank, Lane::Compute, until).await;
-        r
+        job.finish()
     }
     fn start<T: CommTask>(&mut self, task: T) -> SimHandle<T::Output> {
         let mut st = self.state.borrow_mut();
@@ -197,6 +211,25 @@ async fn comm_actor(state: Rc<RefCell<State>>, rank: usize) {
     }
 }
 
+/// `LOWCOMM_SIM_SEQUENTIAL`: `1` runs every simulation sequentially (the
+/// fallback should the parallel simulator misbehave), `0` or unset leaves
+/// it to [`SimSpec::parallel`].
+fn sequential_from_env() -> Result<bool> {
+    parse_sequential(std::env::var("LOWCOMM_SIM_SEQUENTIAL").ok().as_deref())
+}
+
+/// The value of `LOWCOMM_SIM_SEQUENTIAL`, if set: whether it asks for the
+/// sequential simulator.
+fn parse_sequential(v: Option<&str>) -> Result<bool> {
+    match v {
+        None | Some("0") | Some("") => Ok(false),
+        Some("1") => Ok(true),
+        Some(v) => {
+            bail!("LOWCOMM_SIM_SEQUENTIAL={v}: use 1 (run the simulator sequentially) or 0 (parallel, the default)")
+        }
+    }
+}
+
 type Actor<'a, T> = Pin<Box<dyn Future<Output = Result<T>> + 'a>>;
 
 /// Runs every participant of `spec.topology` to completion. `make(ctx)`
@@ -206,6 +239,8 @@ where
     F: FnMut(SimCtx) -> Fut,
     Fut: Future<Output = Result<T>> + 'a,
 {
+    let mut spec = spec;
+    spec.parallel &= !sequential_from_env()?;
     let topo = spec.topology;
     topo.validate()?;
     let n = topo.participants();
@@ -215,6 +250,9 @@ where
     if !spec.start.is_empty() && spec.start.len() != n {
         bail!("sim: {} start clocks for {n} participants", spec.start.len());
     }
+    // Job threads for the computes, sized by the cores rayon would use
+    // (RAYON_NUM_THREADS included); none for one participant or one core.
+    let jobs = if spec.parallel { jobs::Pool::for_run(n, rayon::current_num_threads())? } else { None };
     let parts = (0..n)
         .map(|p| Part {
             speed: spec.speeds.get(p).copied().unwrap_or(1.0),
@@ -239,6 +277,7 @@ where
         groups: HashMap::new(),
         pool: Vec::new(),
         mail_seq: 0,
+        jobs,
     }));
     let mut compute: Vec<Option<Actor<'a, T>>> =
         (0..n).map(|rank| Some(Box::pin(make(SimCtx { rank, state: state.clone() })) as Actor<'a, T>)).collect();

@@ -27,6 +27,14 @@ pub struct SimSpec {
     pub flops_per_s: Option<f64>,
     /// Where each participant's clock starts (empty: at zero).
     pub start: StartClocks,
+    /// Run the math of participants whose virtual compute intervals
+    /// overlap at once, on `min(participants, cores)` job threads
+    /// (sim/jobs.rs); `false` runs every compute on the executor's thread,
+    /// one at a time, its kernels on all cores. The bits are the same
+    /// either way. Default `true` (issue 28: a faster simulator for
+    /// many workers); `LOWCOMM_SIM_SEQUENTIAL=1` in the environment forces
+    /// `false` for every run of the process.
+    pub parallel: bool,
 }
 
 impl SimSpec {
@@ -42,6 +50,7 @@ impl SimSpec {
             memory_bytes_per_s: None,
             flops_per_s: None,
             start: Vec::new(),
+            parallel: true,
         }
     }
 

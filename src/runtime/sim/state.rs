@@ -84,6 +84,9 @@ pub(super) struct State {
     pub pool: Vec<Vec<f32>>,
     /// Messages sent so far, for a deterministic tie-break.
     pub mail_seq: u64,
+    /// The job threads computes run on (jobs.rs); `None`: every compute
+    /// runs on the executor's thread.
+    pub jobs: Option<super::jobs::Pool>,
 }
 
 impl State {

@@ -1,6 +1,7 @@
 //! Equivalence tests that tie the strategies and runtimes together.
 
 mod diverged;
+mod parallel_sim;
 mod resume;
 mod stop;
 
@@ -54,6 +55,16 @@ pub(super) fn workers(world: usize, batch: usize) -> Vec<Worker> {
 
 pub(super) fn sim(world: usize) -> Runtime {
     Runtime::Sim(SimSpec::flat(world, 1.0, None))
+}
+
+/// `rt` with the simulator's computes run one at a time on the executor's
+/// thread ([`SimSpec::parallel`] off): the bits must not change. A real
+/// runtime is returned as it is.
+pub(super) fn sequential(rt: &Runtime) -> Runtime {
+    match rt {
+        Runtime::Sim(s) => Runtime::Sim(SimSpec { parallel: false, ..s.clone() }),
+        Runtime::Real(_) => rt.clone(),
+    }
 }
 
 fn real(world: usize) -> Runtime {
@@ -142,10 +153,13 @@ fn n_workers_equal_one_worker_with_n_times_the_batch() {
 
 #[test]
 fn sim_is_bit_reproducible() {
-    let run = || run_cluster(&Method::Zero1, &sim(4), workers(4, 1), &plan(3, 2, 1.0), &Hooks::default()).unwrap();
-    let (a, b) = (run(), run());
+    let run =
+        |rt: &Runtime| run_cluster(&Method::Zero1, rt, workers(4, 1), &plan(3, 2, 1.0), &Hooks::default()).unwrap();
+    let (a, b, c) = (run(&sim(4)), run(&sim(4)), run(&sequential(&sim(4))));
     assert_eq!(bits(&a[3].params), bits(&b[3].params));
     assert_eq!(a[2].times.total_s, b[2].times.total_s);
+    assert_eq!(bits(&a[3].params), bits(&c[3].params), "sequential sim != parallel sim");
+    assert_eq!(a[2].times, c[2].times);
 }
 
 #[test]

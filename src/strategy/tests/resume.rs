@@ -123,7 +123,10 @@ fn restarted(rt: &Runtime, parts: &[SavedPart]) -> Runtime {
 }
 
 fn check_resume(method: &Method, rt: &Runtime, budget: Option<u64>) {
-    let (whole, whole_sink) = run_to(method, rt, 6, 6, 3, vec![], None, budget);
+    // The whole run's simulator computes one at a time, the stopped and
+    // resumed runs' at once on the pool (`rt`'s default): resume and the
+    // parallel simulator are checked against the sequential bits together.
+    let (whole, whole_sink) = run_to(method, &sequential(rt), 6, 6, 3, vec![], None, budget);
     let (_, first) = run_to(method, rt, 6, 3, 0, vec![], None, budget);
     let parts = first.round(3);
     assert_eq!(parts.len(), world(rt), "{method}: a part per worker at the stop");
@@ -262,7 +265,7 @@ fn local_methods_stopped_inside_a_round_save_at_its_end_and_resume_bit_identical
     let link = LinkModel::flat(Tier { latency_s: 0.0, bandwidth_bytes_per_s: 4.0 * n / 2.5 });
     let rt = Runtime::Sim(SimSpec { link: Some(link), speeds: vec![1.0, 0.5], ..SimSpec::flat(2, 1.0, None) });
     for method in crate::strategy::local::tests::local_methods(2) {
-        let (whole, whole_sink) = run_to(&method, &rt, 6, 6, 3, vec![], None, None);
+        let (whole, whole_sink) = run_to(&method, &sequential(&rt), 6, 6, 3, vec![], None, None);
         assert!(whole_sink.round(3).is_empty() && whole_sink.round(4).len() == 2, "{method}");
         let (_, first) = run_to(&method, &rt, 6, 3, 0, vec![], None, None);
         let parts = first.round(4);
@@ -308,7 +311,7 @@ fn async_diloco_resumes_bit_identically_in_sim() {
         shards: Some(3),
         ..AsyncDilocoSettings::default()
     });
-    let (whole, whole_sink) = run_to(&method, &rt, 6, 6, 3, vec![], None, None);
+    let (whole, whole_sink) = run_to(&method, &sequential(&rt), 6, 6, 3, vec![], None, None);
     let (_, first) = run_to(&method, &rt, 6, 3, 0, vec![], None, None);
     let parts = first.round(3);
     assert_eq!(parts.len(), 3, "a part per worker and the server's");

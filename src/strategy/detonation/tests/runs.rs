@@ -50,7 +50,8 @@ fn demo_keeps_replicas_identical_and_sim_equals_real() {
         }
         let b = run(&demo(s.clone()), &Runtime::Real(RealSpec::flat(3)), 3, &p);
         assert_eq!(bits(&a[0].params), bits(&b[0].params), "{s:?}: sim != real");
-        assert_eq!(bits(&a[0].params), bits(&run(&demo(s), &sim_nodes(3, 3, None), 3, &p)[0].params), "reproducible");
+        let seq = crate::strategy::tests::sequential(&sim_nodes(3, 3, None));
+        assert_eq!(bits(&a[0].params), bits(&run(&demo(s), &seq, 3, &p)[0].params), "reproducible, sequential sim too");
         assert!(bits(&a[0].params) != bits(&workers(1, 2)[0].model.params), "it trained");
     }
 }

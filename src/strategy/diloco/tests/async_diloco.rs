@@ -110,6 +110,9 @@ fn async_diloco_is_reproducible_in_sim_and_completes_on_threads() {
     let b = run(&dn(2, 2, 0.0), &rt, 2, &p);
     assert_eq!(bits(&a[2].params), bits(&b[2].params));
     assert_eq!(a[2].times, b[2].times);
+    let c = run(&dn(2, 2, 0.0), &crate::strategy::tests::sequential(&rt), 2, &p);
+    assert_eq!(bits(&a[2].params), bits(&c[2].params), "sequential sim != parallel sim");
+    assert_eq!(a[2].times, c[2].times);
     // No grace period, worker 1 half as fast: worker 0 runs more rounds.
     assert!(a[0].optimizer_steps > a[1].optimizer_steps, "{} vs {}", a[0].optimizer_steps, a[1].optimizer_steps);
     assert!(a[2].updates[0] > a[2].updates[1], "{:?}", a[2].updates);
