@@ -65,7 +65,7 @@ const SETTINGS: [(&str, &[&str]); 13] = [
     ("co2", &["mode", "tau", "outer_lr", "outer_momentum", "penalty", "clip", "gap_penalty", "shard_outer"]),
     ("demo", demo_settings::KEYS),
     ("flexdemo", demo_settings::KEYS),
-    ("diloco", &["h", "outer", "outer_lr", "outer_momentum", "dn_buffer", "dn_c"]),
+    ("diloco", &["h", "outer", "outer_lr", "outer_momentum", "dn_buffer", "dn_c", "outer_wire", "error_feedback"]),
     (
         "async-diloco",
         &[

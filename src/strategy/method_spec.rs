@@ -29,9 +29,10 @@ impl Entry {
 /// `[methods.NAME]` section for this run only (e.g.
 /// `flexdemo:replicator=random:compression=0.05`), so one comparison can
 /// hold one method several ways. Values are TOML (`true`, `0.05`,
-/// `"random"`); a bare word is taken as a string.
+/// `"random"`); a bare word is taken as a string. A `:` inside double
+/// quotes is part of the value (`diloco:outer_wire="topk:64+2bit"`).
 fn variant(spec: &str) -> Result<Entry> {
-    let mut parts = spec.split(':');
+    let mut parts = split_outside_quotes(spec, ':').into_iter();
     let name = parts.next().unwrap_or_default().to_string();
     let mut settings = Vec::new();
     for kv in parts {
@@ -49,6 +50,23 @@ fn variant(spec: &str) -> Result<Entry> {
         bail!("--methods {spec}: `all` takes no settings; give them per method, e.g. --methods all,co2:tau=24");
     }
     Ok(Entry { spec: spec.to_string(), name, settings, implied: false })
+}
+
+/// `s` cut at every `sep` that is not inside double quotes.
+fn split_outside_quotes(s: &str, sep: char) -> Vec<&str> {
+    let (mut parts, mut start, mut quoted) = (Vec::new(), 0, false);
+    for (i, c) in s.char_indices() {
+        match c {
+            '"' => quoted = !quoted,
+            c if c == sep && !quoted => {
+                parts.push(&s[start..i]);
+                start = i + c.len_utf8();
+            }
+            _ => {}
+        }
+    }
+    parts.push(&s[start..]);
+    parts
 }
 
 /// The runs `specs` ask for, in order. `all` stands for every method of
@@ -130,6 +148,13 @@ mod tests {
 
     fn specs(s: &str) -> Vec<String> {
         s.split(',').map(String::from).collect()
+    }
+
+    #[test]
+    fn a_colon_inside_quotes_belongs_to_the_value() {
+        let e = expand(&specs("diloco:outer_wire=\"topk:64+2bit\":h=5")).unwrap();
+        let got: Vec<(String, String)> = e[0].settings.iter().map(|(k, v)| (k.clone(), v.to_string())).collect();
+        assert_eq!(got, [("outer_wire".into(), "\"topk:64+2bit\"".into()), ("h".into(), "5".into())]);
     }
 
     #[test]
