@@ -9,18 +9,9 @@ use std::fmt::Write;
 
 /// The machine: CPU model, logical CPUs, OS and architecture, host name.
 pub fn machine() -> String {
-    let cpu = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|t| {
-            t.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split(':').nth(1))
-                .map(|s| s.trim().to_string())
-        })
-        .unwrap_or_else(|| "unknown CPU".into());
-    let cores = std::thread::available_parallelism().map_or("unknown".into(), |c| c.to_string());
+    let cpu = crate::util::cpu_model().unwrap_or_else(|| "unknown CPU".into());
     let host = std::fs::read_to_string("/proc/sys/kernel/hostname").map_or("unknown".into(), |h| h.trim().to_string());
-    format!("{cpu}, {cores} logical CPUs, {} {}, host {host}", std::env::consts::OS, std::env::consts::ARCH)
+    format!("{cpu}, {}, host {host}", crate::util::cpus_and_os())
 }
 
 /// Now, as `YYYY-MM-DD HH:MM UTC` (days to civil date: H. Hinnant's algorithm).

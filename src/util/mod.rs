@@ -4,6 +4,19 @@ pub mod fsio;
 
 pub use fsio::{atomic_write, sha256_file, sha256_hex};
 
+/// This machine's CPU model (`model name` in /proc/cpuinfo), if known.
+pub fn cpu_model() -> Option<String> {
+    let info = std::fs::read_to_string("/proc/cpuinfo").ok()?;
+    let line = info.lines().find(|l| l.starts_with("model name"))?;
+    Some(line.split(':').nth(1)?.trim().to_string())
+}
+
+/// `"4 logical CPUs, linux x86_64"`: what every report says after the CPU model.
+pub fn cpus_and_os() -> String {
+    let cores = std::thread::available_parallelism().map_or("unknown".into(), |c| c.to_string());
+    format!("{cores} logical CPUs, {} {}", std::env::consts::OS, std::env::consts::ARCH)
+}
+
 /// A TOML parse error as one line naming where and what, e.g.
 /// ``line 2 (`stepz = 3`): unknown field `stepz`, expected one of ...``
 /// (toml's own multi-line rendering does not fit an `error:` line).

@@ -22,19 +22,10 @@ fn device_memory(cfg: &RunConfig) -> Option<f64> {
 /// The machine and the (simulated) cluster, as the report shows them.
 fn machine(cfg: &RunConfig, world: usize) -> Vec<(String, String)> {
     let p = &cfg.parallel;
-    let cpu = std::fs::read_to_string("/proc/cpuinfo")
-        .ok()
-        .and_then(|t| {
-            t.lines()
-                .find(|l| l.starts_with("model name"))
-                .and_then(|l| l.split(':').nth(1))
-                .map(|s| s.trim().to_string())
-        })
-        .unwrap_or_else(|| "unknown".into());
-    let cores = std::thread::available_parallelism().map_or("unknown".into(), |c| c.to_string());
+    let cpu = crate::util::cpu_model().unwrap_or_else(|| "unknown".into());
     let opt = |v: Option<String>| v.unwrap_or_else(|| "-".into());
     vec![
-        ("host".into(), format!("{cpu}, {cores} logical CPUs, {} {}", std::env::consts::OS, std::env::consts::ARCH)),
+        ("host".into(), format!("{cpu}, {}", crate::util::cpus_and_os())),
         (
             "runtime".into(),
             match p.runtime.as_str() {

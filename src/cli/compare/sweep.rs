@@ -131,7 +131,7 @@ pub fn configure(entries: Vec<Entry>, s: &Setup, notes: &mut Vec<String>) -> Res
 /// times the steps of those still to run; `None` before the first finishes.
 pub fn eta_s(finished: &[(f64, u64)], remaining_steps: u64) -> Option<f64> {
     let (secs, steps) = finished.iter().fold((0.0, 0u64), |(s, n), (t, k)| (s + t, n + k));
-    (steps > 0).then(|| secs / steps as f64 * remaining_steps as f64)
+    (steps > 0).then(|| crate::train::metrics::eta_s(secs, steps, remaining_steps))
 }
 
 /// The runs of a sweep, one after the other, with progress lines.
