@@ -245,6 +245,11 @@ pub struct TrainArgs {
     /// checkpoint, same shape and tokenizer; optimizer and steps start fresh.
     #[arg(long, value_parser = values::Utf8Path)]
     pub init_from: Option<PathBuf>,
+    /// Start from a local Hugging Face GPT-2 directory (config.json +
+    /// model.safetensors, e.g. from `export --hf` or `save_pretrained`): its
+    /// shape must be the run's (--n-layer ...) and its vocabulary the corpus'.
+    #[arg(long, value_parser = values::Utf8Path, conflicts_with = "init_from")]
+    pub init_from_hf: Option<PathBuf>,
     /// Evaluate every N steps.
     #[arg(long, allow_negative_numbers = true, value_parser = values::count_u64)]
     pub eval_every: Option<u64>,
