@@ -179,6 +179,11 @@ pub struct PrepareArgs {
     /// Take the vocabulary size from this model preset.
     #[arg(long, default_value = "nano")]
     pub preset: String,
+    /// Tokenize with this Hugging Face tokenizer.json (e.g. the model's you
+    /// start from with train --init-from-hf) instead of training a BPE; it
+    /// sets the vocabulary size and is copied into the corpus.
+    #[arg(long, value_parser = values::Utf8Path)]
+    pub tokenizer: Option<PathBuf>,
     /// Output directory [default: data/gutenberg-VOCAB, or data/custom-VOCAB with --input].
     #[arg(long)]
     pub out: Option<PathBuf>,

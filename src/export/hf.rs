@@ -90,8 +90,8 @@ pub fn export(ck: &Checkpoint, dir: &Path) -> Result<()> {
     atomic_write(&dir.join("tokenizer.json"), ck.tokenizer_json.as_bytes())?;
     let tok_cfg = json!({
         "tokenizer_class": "PreTrainedTokenizerFast",
-        "bos_token": crate::data::tokenizer::EOT_TOKEN,
-        "eos_token": crate::data::tokenizer::EOT_TOKEN,
+        "bos_token": tok.eot_token(),
+        "eos_token": tok.eot_token(),
         "model_max_length": cfg.ctx,
     });
     atomic_write(&dir.join("tokenizer_config.json"), serde_json::to_string_pretty(&tok_cfg)?.as_bytes())?;
