@@ -74,18 +74,7 @@ fn apply_flags(mut cfg: RunConfig, a: &TrainArgs) -> Result<RunConfig> {
         }
     }
     // Shape flags override the preset's fields (and the config's [model]).
-    let m = &mut cfg.model;
-    for (flag, field) in [
-        (a.vocab_size, &mut m.vocab_size),
-        (a.n_layer, &mut m.n_layer),
-        (a.n_embd, &mut m.n_embd),
-        (a.n_head, &mut m.n_head),
-        (a.ctx, &mut m.ctx),
-    ] {
-        if flag.is_some() {
-            *field = flag;
-        }
-    }
+    a.shape.over_section(&mut cfg.model);
     let t = &mut cfg.train;
     macro_rules! set {
         ($flag:expr, $field:expr) => {
