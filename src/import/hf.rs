@@ -1,5 +1,5 @@
 //! `--init-from-hf DIR`: a local Hugging Face GPT-2 directory (`config.json`
-//! + `model.safetensors`, as `save_pretrained` or `lowcomm export --hf`
+//! and `model.safetensors`, as `save_pretrained` or `lowcomm export --hf`
 //! write it) into our flat parameter layout.
 //!
 //! The inverse of [`crate::export::hf::to_gpt2`]: names lose the optional
