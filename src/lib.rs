@@ -11,6 +11,7 @@ pub mod cli;
 pub mod comm;
 pub mod data;
 pub mod export;
+pub mod import;
 pub mod metrics;
 pub mod model;
 pub mod optim;

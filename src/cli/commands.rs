@@ -20,9 +20,11 @@ fn summarize(names: &[String]) -> String {
 }
 
 pub fn prepare(a: PrepareArgs) -> Result<()> {
-    let vocab = match a.vocab_size {
-        Some(v) => v,
-        None => GptConfig::preset(&a.preset)?.vocab_size,
+    let tokenizer = a.tokenizer.as_deref().map(Tokenizer::load_external).transpose()?;
+    let vocab = match (a.vocab_size, &tokenizer) {
+        (Some(v), _) => v, // prepare refuses one that disagrees with --tokenizer
+        (None, Some(t)) => t.vocab_size(),
+        (None, None) => GptConfig::preset(&a.preset)?.vocab_size,
     };
     let out = a.out.unwrap_or_else(|| {
         if a.input.is_empty() {
@@ -38,6 +40,7 @@ pub fn prepare(a: PrepareArgs) -> Result<()> {
         val_fraction: a.val_fraction,
         cache_dir: a.cache_dir,
         force: a.force,
+        tokenizer,
     };
     let report = crate::data::prepare(&opts)?;
     println!("{report}");

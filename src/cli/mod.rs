@@ -7,6 +7,7 @@ mod compare;
 mod flag_rules;
 mod mpi;
 mod plan;
+mod shape;
 mod train_config;
 mod tune;
 
@@ -117,8 +118,13 @@ pub struct PlanArgs {
     /// A preset (nano, micro, small, gpt2, gpt-neo-125m, llama-7b), a parameter
     /// count in [1, 1e15] (`7.5e9`) or a Hugging Face config.json (GPT-2, GPT-Neo, Llama style).
     // Hyphen values reach the parser, which answers `-5` with the range.
-    #[arg(long, allow_hyphen_values = true)]
+    // `--preset` is train's name for the same choice.
+    #[arg(long, visible_alias = "preset", allow_hyphen_values = true)]
     pub model: String,
+    // Shape flags over --model's (a lowcomm preset or a GPT-2 config.json):
+    // --vocab-size, --n-layer, --n-embd, --n-head, --ctx.
+    #[command(flatten)]
+    pub shape: shape::ShapeArgs,
     /// Cluster profile (configs/clusters/*.toml); its `[timing]` model is replaced by --model.
     #[arg(long)]
     pub cluster: PathBuf,
@@ -179,6 +185,11 @@ pub struct PrepareArgs {
     /// Take the vocabulary size from this model preset.
     #[arg(long, default_value = "nano")]
     pub preset: String,
+    /// Tokenize with this Hugging Face tokenizer.json (e.g. the model's you
+    /// start from with train --init-from-hf) instead of training a BPE; it
+    /// sets the vocabulary size and is copied into the corpus.
+    #[arg(long, value_parser = values::Utf8Path)]
+    pub tokenizer: Option<PathBuf>,
     /// Output directory [default: data/gutenberg-VOCAB, or data/custom-VOCAB with --input].
     #[arg(long)]
     pub out: Option<PathBuf>,
@@ -201,21 +212,9 @@ pub struct TrainArgs {
     /// Model preset: nano, micro, small.
     #[arg(long)]
     pub preset: Option<String>,
-    /// Vocabulary size of the model, over the preset's (must match the corpus' tokenizer).
-    #[arg(long, allow_negative_numbers = true, value_parser = values::positive_usize)]
-    pub vocab_size: Option<usize>,
-    /// Transformer blocks, over the preset's.
-    #[arg(long, allow_negative_numbers = true, value_parser = values::positive_usize)]
-    pub n_layer: Option<usize>,
-    /// Residual-stream width, over the preset's (a multiple of --n-head).
-    #[arg(long, allow_negative_numbers = true, value_parser = values::positive_usize)]
-    pub n_embd: Option<usize>,
-    /// Attention heads, over the preset's.
-    #[arg(long, allow_negative_numbers = true, value_parser = values::positive_usize)]
-    pub n_head: Option<usize>,
-    /// Context length in tokens, over the preset's.
-    #[arg(long, allow_negative_numbers = true, value_parser = values::positive_usize)]
-    pub ctx: Option<usize>,
+    // Shape flags over the preset's (--vocab-size, --n-layer, --n-embd, --n-head, --ctx).
+    #[command(flatten)]
+    pub shape: shape::ShapeArgs,
     /// Total optimizer steps.
     #[arg(long, allow_negative_numbers = true, value_parser = values::positive_u64)]
     pub steps: Option<u64>,
@@ -245,6 +244,11 @@ pub struct TrainArgs {
     /// checkpoint, same shape and tokenizer; optimizer and steps start fresh.
     #[arg(long, value_parser = values::Utf8Path)]
     pub init_from: Option<PathBuf>,
+    /// Start from a local Hugging Face GPT-2 directory (config.json +
+    /// model.safetensors, e.g. from `export --hf` or `save_pretrained`): its
+    /// shape must be the run's (--n-layer ...) and its vocabulary the corpus'.
+    #[arg(long, value_parser = values::Utf8Path, conflicts_with = "init_from")]
+    pub init_from_hf: Option<PathBuf>,
     /// Evaluate every N steps.
     #[arg(long, allow_negative_numbers = true, value_parser = values::count_u64)]
     pub eval_every: Option<u64>,

@@ -17,9 +17,29 @@ fn grad_clip(v: Option<f64>) -> Result<f64> {
     Ok(c)
 }
 
+/// `--model` with the shape flags over it: they reshape a model that is
+/// lowcomm's GPT (a preset or a GPT-2 config.json), counted by its layout.
+fn model_spec(a: &PlanArgs) -> Result<ModelSpec> {
+    let model = ModelSpec::parse(&a.model)?;
+    if !a.shape.any() {
+        return Ok(model);
+    }
+    let Some(gpt) = &model.gpt else {
+        bail!(
+            "{}: shape flags reshape a lowcomm preset ({}) or a GPT-2 config.json, not --model {}; give one of those, or the parameter count",
+            a.shape.describe(),
+            crate::model::GptConfig::PRESETS.join(", "),
+            a.model
+        );
+    };
+    let cfg = a.shape.over(gpt);
+    cfg.validate()?;
+    Ok(ModelSpec::from_gpt(&format!("{} {}", a.model, a.shape.describe()), &cfg))
+}
+
 /// Runs `lowcomm plan`.
 pub fn plan(a: &PlanArgs) -> Result<()> {
-    let model = ModelSpec::parse(&a.model)?;
+    let model = model_spec(a)?;
     let profile = ClusterProfile::from_file(&a.cluster)?;
     let wire = match a.wire.as_deref() {
         None => None,
@@ -53,4 +73,32 @@ pub fn plan(a: &PlanArgs) -> Result<()> {
         println!("\nwrote {}", path.display());
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::super::{Cli, Command};
+    use super::*;
+    use crate::model::{GptConfig, ParamLayout};
+    use clap::Parser;
+
+    fn spec(args: &[&str]) -> Result<ModelSpec> {
+        let cli = Cli::try_parse_from([&["lowcomm", "plan", "--cluster", "c.toml"][..], args].concat()).unwrap();
+        let Command::Plan(a) = cli.command else { unreachable!() };
+        model_spec(&a)
+    }
+
+    #[test]
+    fn shape_flags_reshape_the_preset_and_count_its_layout() {
+        let m = spec(&["--preset", "micro", "--n-layer", "8"]).unwrap();
+        let want = GptConfig { n_layer: 8, ..GptConfig::micro() };
+        assert_eq!(m.params, ParamLayout::new(&want).len as f64);
+        assert_eq!(m.gpt, Some(want));
+        assert_eq!(m.name, "micro --n-layer 8");
+        assert_eq!(spec(&["--model", "micro"]).unwrap().params, ParamLayout::new(&GptConfig::micro()).len as f64);
+        let e = spec(&["--model", "7.5e9", "--n-layer", "8"]).unwrap_err().to_string();
+        assert!(e.starts_with("--n-layer 8: shape flags reshape") && e.contains("--model 7.5e9"), "{e}");
+        let e = spec(&["--model", "nano", "--n-head", "3"]).unwrap_err().to_string();
+        assert!(e.contains("multiple of model.n_head (3)"), "{e}");
+    }
 }

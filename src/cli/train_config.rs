@@ -74,18 +74,7 @@ fn apply_flags(mut cfg: RunConfig, a: &TrainArgs) -> Result<RunConfig> {
         }
     }
     // Shape flags override the preset's fields (and the config's [model]).
-    let m = &mut cfg.model;
-    for (flag, field) in [
-        (a.vocab_size, &mut m.vocab_size),
-        (a.n_layer, &mut m.n_layer),
-        (a.n_embd, &mut m.n_embd),
-        (a.n_head, &mut m.n_head),
-        (a.ctx, &mut m.ctx),
-    ] {
-        if flag.is_some() {
-            *field = flag;
-        }
-    }
+    a.shape.over_section(&mut cfg.model);
     let t = &mut cfg.train;
     macro_rules! set {
         ($flag:expr, $field:expr) => {
@@ -102,6 +91,9 @@ fn apply_flags(mut cfg: RunConfig, a: &TrainArgs) -> Result<RunConfig> {
     set!(a.eval_every, t.eval_every);
     if a.init_from.is_some() {
         t.init_from = a.init_from.clone();
+    }
+    if a.init_from_hf.is_some() {
+        t.init_from_hf = a.init_from_hf.clone();
     }
     if a.checkpoint_every.is_some() {
         t.checkpoint_every = a.checkpoint_every;
@@ -246,6 +238,15 @@ mod tests {
         assert_eq!(out(&["--preset", "nano", "--method", "acco"]), PathBuf::from("runs/nano-acco"));
         assert_eq!(out(&["--preset", "nano", "--workers", "2"]), PathBuf::from("runs/nano-ddp"));
         assert_eq!(out(&["--preset", "nano", "--method", "acco", "--out", "x"]), PathBuf::from("x"));
+    }
+
+    #[test]
+    fn init_from_hf_sets_its_key_and_not_next_to_init_from() {
+        let t = run_config_with(&train_args(&["--init-from-hf", "hf/gpt2"]), &[]).unwrap().0.train;
+        assert_eq!((t.init_from_hf, t.init_from), (Some(PathBuf::from("hf/gpt2")), None));
+        let both = ["lowcomm", "train", "--init-from-hf", "a", "--init-from", "b"];
+        let e = Cli::try_parse_from(both).unwrap_err().to_string();
+        assert!(e.contains("--init-from-hf") && e.contains("cannot be used with"), "{e}");
     }
 
     #[test]

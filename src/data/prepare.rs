@@ -33,6 +33,9 @@ pub struct PrepareOptions {
     pub cache_dir: PathBuf,
     /// Overwrite an existing prepared corpus in `out`.
     pub force: bool,
+    /// Tokenize with this tokenizer (`--tokenizer`, e.g. a Hugging Face
+    /// model's) instead of training one; `vocab_size` must be its size.
+    pub tokenizer: Option<Tokenizer>,
 }
 
 impl PrepareOptions {
@@ -45,6 +48,7 @@ impl PrepareOptions {
             val_fraction: DEFAULT_VAL_FRACTION,
             cache_dir: PathBuf::from(DEFAULT_CACHE_DIR),
             force: false,
+            tokenizer: None,
         }
     }
 }
@@ -90,6 +94,14 @@ impl fmt::Display for PrepareReport {
 pub fn prepare(opts: &PrepareOptions) -> Result<PrepareReport> {
     let started = Instant::now();
     let meta_path = opts.out.join(META_FILE);
+    if let Some(t) = opts.tokenizer.as_ref().filter(|t| t.vocab_size() != opts.vocab_size) {
+        bail!(
+            "vocab size {} disagrees with the given tokenizer's {} tokens: leave --vocab-size out with --tokenizer (the tokenizer sets it), or pass --vocab-size {}",
+            opts.vocab_size,
+            t.vocab_size(),
+            t.vocab_size()
+        );
+    }
     if !(opts.val_fraction > 0.0 && opts.val_fraction < 1.0) {
         bail!("validation fraction {} must be between 0 and 1 (exclusive)", opts.val_fraction);
     }
@@ -123,15 +135,19 @@ pub fn prepare(opts: &PrepareOptions) -> Result<PrepareReport> {
         docs.len()
     );
 
-    let tokenizer = Tokenizer::train(&train_texts, opts.vocab_size)?;
-    if tokenizer.vocab_size() < opts.vocab_size {
+    let tokenizer = match &opts.tokenizer {
+        Some(t) => t.clone(),
+        None => Tokenizer::train(&train_texts, opts.vocab_size)?,
+    };
+    if opts.tokenizer.is_none() && tokenizer.vocab_size() < opts.vocab_size {
         eprintln!(
             "warning: the corpus supports only {} tokens of the {} asked for (too few repeated pairs)",
             tokenizer.vocab_size(),
             opts.vocab_size
         );
     }
-    eprintln!("[{:5.1}s] trained tokenizer: {} tokens", started.elapsed().as_secs_f64(), tokenizer.vocab_size());
+    let how = if opts.tokenizer.is_some() { "given" } else { "trained" };
+    eprintln!("[{:5.1}s] {how} tokenizer: {} tokens", started.elapsed().as_secs_f64(), tokenizer.vocab_size());
 
     let train = encode_joined(&tokenizer, &train_texts);
     let val = encode_joined(&tokenizer, &val_texts);
@@ -258,6 +274,28 @@ mod tests {
         // --force rebuilds over an existing corpus.
         opts.force = true;
         prepare(&opts).unwrap();
+    }
+
+    #[test]
+    fn a_given_tokenizer_gives_the_files_of_the_run_that_trained_it() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut opts = PrepareOptions::new(dir.path().join("trained"), 300);
+        opts.inputs = vec![fixture()];
+        prepare(&opts).unwrap();
+        let tok = Tokenizer::load_external(&opts.out.join(TOKENIZER_FILE)).unwrap();
+        let mut given = PrepareOptions { out: dir.path().join("given"), tokenizer: Some(tok), ..opts.clone() };
+        prepare(&given).unwrap();
+        for f in [META_FILE, TRAIN_FILE, VAL_FILE, TOKENIZER_FILE] {
+            let (a, b) = (fs::read(opts.out.join(f)).unwrap(), fs::read(given.out.join(f)).unwrap());
+            assert!(a == b, "{f} differs");
+        }
+        given.vocab_size = 299;
+        given.force = true;
+        let e = prepare(&given).unwrap_err().to_string();
+        assert!(
+            e.contains("vocab size 299 disagrees with the given tokenizer's 300") && e.contains("--vocab-size 300"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -15,8 +15,11 @@ use tokenizers::models::TrainerWrapper;
 use tokenizers::pre_tokenizers::byte_level::ByteLevel;
 use tokenizers::AddedToken;
 
-/// The document separator token.
+/// The document separator token of the tokenizers trained here.
 pub const EOT_TOKEN: &str = "<|endoftext|>";
+/// Separators looked for, in order, in a tokenizer brought from elsewhere
+/// (`data prepare --tokenizer`): GPT-2's, Llama-3's, SentencePiece's, Gemma's.
+pub const SEPARATORS: [&str; 4] = [EOT_TOKEN, "<|end_of_text|>", "</s>", "<eos>"];
 /// Smallest vocabulary: the separator plus the 256 byte tokens.
 pub const MIN_VOCAB_SIZE: usize = 257;
 /// A merge is learned only for pairs seen at least this often, so a tiny
@@ -60,7 +63,9 @@ impl Tokenizer {
     }
 
     fn from_inner(inner: tokenizers::Tokenizer) -> Result<Tokenizer> {
-        let eot_id = inner.token_to_id(EOT_TOKEN).with_context(|| format!("no {EOT_TOKEN} token"))?;
+        let eot_id = SEPARATORS.iter().find_map(|t| inner.token_to_id(t)).with_context(|| {
+            format!("no document separator token (one of {}): add one as a special token", SEPARATORS.join(", "))
+        })?;
         Ok(Tokenizer { inner, eot_id })
     }
 
@@ -86,9 +91,23 @@ impl Tokenizer {
         self.inner.get_vocab_size(true)
     }
 
-    /// Id of the `<|endoftext|>` separator (0 for tokenizers trained here).
+    /// Id of the document separator (`<|endoftext|>`, 0 for tokenizers
+    /// trained here; the first of [`SEPARATORS`] a brought one has).
     pub fn eot_id(&self) -> u32 {
         self.eot_id
+    }
+
+    /// Text of the document separator token.
+    pub fn eot_token(&self) -> String {
+        self.inner.id_to_token(self.eot_id).unwrap_or_else(|| EOT_TOKEN.to_string())
+    }
+
+    /// Load a Hugging Face `tokenizer.json` made elsewhere (`data prepare
+    /// --tokenizer`); errors name the file and what it lacks.
+    pub fn load_external(path: &Path) -> Result<Tokenizer> {
+        let bytes = std::fs::read(path).with_context(|| format!("--tokenizer {}: cannot read it", path.display()))?;
+        Self::from_bytes(&bytes)
+            .map_err(|e| anyhow!("--tokenizer {}: not a usable Hugging Face tokenizer.json: {e:#}", path.display()))
     }
 
     /// The tokenizer as `tokenizer.json` text (HF format, loadable by any
@@ -187,6 +206,30 @@ mod tests {
         let text = "the lazy fox drinks café";
         assert_eq!(loaded.encode(text), tok.encode(text));
         assert_eq!(loaded.vocab_size(), tok.vocab_size());
+    }
+
+    /// A hand-written word-level tokenizer.json with vocabulary `words`.
+    fn word_level(words: &[&str]) -> String {
+        let vocab: Vec<String> = words.iter().enumerate().map(|(i, w)| format!("\"{w}\": {i}")).collect();
+        format!(
+            r#"{{"version":"1.0","truncation":null,"padding":null,"added_tokens":[],"normalizer":null,
+               "pre_tokenizer":{{"type":"Whitespace"}},"post_processor":null,"decoder":null,
+               "model":{{"type":"WordLevel","vocab":{{{}}},"unk_token":"[UNK]"}}}}"#,
+            vocab.join(",")
+        )
+    }
+
+    #[test]
+    fn a_brought_tokenizer_separates_documents_with_its_own_end_token() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = dir.path().join("tokenizer.json");
+        std::fs::write(&path, word_level(&["[UNK]", "a", "b", "</s>"])).unwrap();
+        let tok = Tokenizer::load_external(&path).unwrap();
+        assert_eq!((tok.eot_id(), tok.eot_token().as_str(), tok.vocab_size()), (3, "</s>", 4));
+        assert_eq!(tok.encode("b a"), [2, 1]);
+        std::fs::write(&path, word_level(&["[UNK]", "a", "b"])).unwrap();
+        let e = format!("{:#}", Tokenizer::load_external(&path).unwrap_err());
+        assert!(e.contains("--tokenizer") && e.contains("no document separator") && e.contains("</s>"), "{e}");
     }
 
     #[test]

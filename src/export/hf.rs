@@ -9,7 +9,8 @@
 //!   not written (transformers re-ties it).
 //! - Our GELU is the erf form: `activation_function = "gelu"`.
 //!
-//! Check it with `scripts/check_hf_export.py` (see docs/export.md).
+//! Check it with `scripts/check_hf_export.py` (see docs/export.md); read it
+//! back with `train --init-from-hf` ([`crate::import::hf`]).
 
 use crate::checkpoint::{write_f32_tensors_with_metadata, Checkpoint};
 use crate::data::Tokenizer;
@@ -23,18 +24,28 @@ use std::path::Path;
 /// Block matrices stored transposed by GPT-2's Conv1D.
 const CONV1D: [&str; 4] = ["attn.c_attn.weight", "attn.c_proj.weight", "mlp.c_fc.weight", "mlp.c_proj.weight"];
 
+/// Whether GPT-2 stores our tensor `name` transposed (a Conv1D weight).
+pub fn is_conv1d(name: &str) -> bool {
+    CONV1D.iter().any(|s| name.ends_with(s))
+}
+
+/// The `[cols, rows]` transpose of a row-major `[rows, cols]` matrix.
+pub fn transpose(data: &[f32], rows: usize, cols: usize) -> Vec<f32> {
+    let mut t = vec![0.0f32; data.len()];
+    for r in 0..rows {
+        for c in 0..cols {
+            t[c * rows + r] = data[r * cols + c];
+        }
+    }
+    t
+}
+
 /// The GPT-2 name, shape and data of one of our tensors.
 pub fn to_gpt2(spec: &TensorSpec, data: &[f32]) -> (String, Vec<usize>, Vec<f32>) {
     let name = format!("transformer.{}", spec.name);
-    if CONV1D.iter().any(|s| spec.name.ends_with(s)) {
+    if is_conv1d(&spec.name) {
         let (rows, cols) = (spec.shape[0], spec.shape[1]);
-        let mut t = vec![0.0f32; data.len()];
-        for r in 0..rows {
-            for c in 0..cols {
-                t[c * rows + r] = data[r * cols + c];
-            }
-        }
-        (name, vec![cols, rows], t)
+        (name, vec![cols, rows], transpose(data, rows, cols))
     } else {
         (name, spec.shape.clone(), data.to_vec())
     }
@@ -79,8 +90,8 @@ pub fn export(ck: &Checkpoint, dir: &Path) -> Result<()> {
     atomic_write(&dir.join("tokenizer.json"), ck.tokenizer_json.as_bytes())?;
     let tok_cfg = json!({
         "tokenizer_class": "PreTrainedTokenizerFast",
-        "bos_token": crate::data::tokenizer::EOT_TOKEN,
-        "eos_token": crate::data::tokenizer::EOT_TOKEN,
+        "bos_token": tok.eot_token(),
+        "eos_token": tok.eot_token(),
         "model_max_length": cfg.ctx,
     });
     atomic_write(&dir.join("tokenizer_config.json"), serde_json::to_string_pretty(&tok_cfg)?.as_bytes())?;

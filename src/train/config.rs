@@ -116,6 +116,12 @@ pub struct TrainSection {
     /// resuming (the checkpoint holds the model).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub init_from: Option<PathBuf>,
+    /// Start from the model of this local Hugging Face GPT-2 directory
+    /// (config.json + model.safetensors; `--init-from-hf`; see
+    /// `import::hf`): its shape must be the run's and its vocabulary the
+    /// corpus'; like `init_from` otherwise, and not together with it.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub init_from_hf: Option<PathBuf>,
 }
 
 impl Default for TrainSection {
@@ -136,6 +142,7 @@ impl Default for TrainSection {
             keep_checkpoints: 2,
             out_dir: PathBuf::from("runs/default"),
             init_from: None,
+            init_from_hf: None,
         }
     }
 }
@@ -310,6 +317,7 @@ impl RunConfig {
         let paths = [
             ("train.out_dir (--out)", Some(&t.out_dir)),
             ("train.init_from (--init-from)", t.init_from.as_ref()),
+            ("train.init_from_hf (--init-from-hf)", t.init_from_hf.as_ref()),
             ("data.dir (--data)", self.data.dir.as_ref()),
             ("parallel.cluster (--cluster)", self.parallel.cluster.as_ref()),
             ("parallel.trace (--trace)", self.parallel.trace.as_ref()),

@@ -53,12 +53,8 @@ impl Trainer {
         let mut sampler = WindowSampler::new(0..data.train.len(), seq_len, t.seed, 0)?;
         let (model, step, tokens_seen, wall_before) = match resume {
             None => {
-                let model = match &t.init_from {
-                    Some(from) => Gpt::from_params(
-                        model_cfg.clone(),
-                        super::warm_start::weights(from, &model_cfg, &data.tokenizer)?,
-                        t.seed,
-                    )?,
+                let model = match super::warm_start::initial(t, &model_cfg, &data.tokenizer)? {
+                    Some(params) => Gpt::from_params(model_cfg.clone(), params, t.seed)?,
                     None => Gpt::new(model_cfg.clone(), t.seed)?,
                 };
                 (model, 0, 0, 0.0)

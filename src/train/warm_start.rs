@@ -9,10 +9,26 @@
 //!   lowcomm train --preset micro --steps 2000 --out runs/pretrained
 //!   lowcomm train --preset micro --method diloco --workers 4 --init-from runs/pretrained
 
+use super::config::TrainSection;
 use crate::data::Tokenizer;
 use crate::model::GptConfig;
 use anyhow::{bail, Context, Result};
 use std::path::Path;
+
+/// The weights a fresh run starts from, if not its own initialisation:
+/// `train.init_from` (a lowcomm run or checkpoint) or `train.init_from_hf`
+/// (a Hugging Face directory, [`crate::import::hf`]), checked to fit a
+/// model of `model` trained with `tokenizer`.
+pub fn initial(t: &TrainSection, model: &GptConfig, tokenizer: &Tokenizer) -> Result<Option<Vec<f32>>> {
+    match (&t.init_from, &t.init_from_hf) {
+        (Some(_), Some(_)) => bail!(
+            "train.init_from (--init-from) and train.init_from_hf (--init-from-hf) are both set: give one, --init-from for a lowcomm run or --init-from-hf for a Hugging Face directory"
+        ),
+        (Some(from), None) => weights(from, model, tokenizer).map(Some),
+        (None, Some(dir)) => crate::import::hf::weights(dir, model, tokenizer).map(Some),
+        (None, None) => Ok(None),
+    }
+}
 
 /// The weights of the checkpoint at `path` (a run directory: its latest
 /// checkpoint; or a `checkpoints/step-N` directory), checked to fit a model

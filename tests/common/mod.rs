@@ -58,6 +58,7 @@ pub fn prepare_into(inputs: Vec<PathBuf>, out: &Path, vocab: usize) -> anyhow::R
         val_fraction: 0.05,
         cache_dir,
         force: false,
+        tokenizer: None,
     })
 }
 

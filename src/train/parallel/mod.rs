@@ -204,8 +204,10 @@ pub fn setup(cfg: RunConfig, opts: &RunOptions) -> Result<Setup> {
     let (mut data, _) = open_data(&cfg, &model_cfg)?;
     let tokens = Arc::new(std::mem::take(&mut data.train));
     let mut init = Gpt::new(model_cfg.clone(), t.seed)?;
-    if let (Some(from), None) = (&t.init_from, &opts.resume) {
-        init.params.copy_from_slice(&super::warm_start::weights(from, &model_cfg, &data.tokenizer)?);
+    if opts.resume.is_none() {
+        if let Some(params) = super::warm_start::initial(t, &model_cfg, &data.tokenizer)? {
+            init.params.copy_from_slice(&params);
+        }
     }
     if let Method::AsyncDiloco(a) = &method {
         crate::strategy::diloco::shards::check(tokens.len(), a.shard_count(world), world, a.fixed_shards, seq + 1)?;

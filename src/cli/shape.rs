@@ -1,0 +1,97 @@
+//! The model-shape flags (`--vocab-size`, `--n-layer`, `--n-embd`,
+//! `--n-head`, `--ctx`), one clap group shared by `train`, `compare`, `tune`
+//! and `plan`: each overrides the same field of the preset's (or config's) shape.
+
+use super::values;
+use crate::model::GptConfig;
+use crate::train::config::ModelSection;
+use clap::Args;
+
+/// Shape flags; unset ones keep the preset's value.
+#[derive(Args, Debug, Clone, Default)]
+pub struct ShapeArgs {
+    /// Vocabulary size of the model, over the preset's (must match the corpus' tokenizer).
+    #[arg(long, allow_negative_numbers = true, value_parser = values::positive_usize)]
+    pub vocab_size: Option<usize>,
+    /// Transformer blocks, over the preset's.
+    #[arg(long, allow_negative_numbers = true, value_parser = values::positive_usize)]
+    pub n_layer: Option<usize>,
+    /// Residual-stream width, over the preset's (a multiple of --n-head).
+    #[arg(long, allow_negative_numbers = true, value_parser = values::positive_usize)]
+    pub n_embd: Option<usize>,
+    /// Attention heads, over the preset's.
+    #[arg(long, allow_negative_numbers = true, value_parser = values::positive_usize)]
+    pub n_head: Option<usize>,
+    /// Context length in tokens, over the preset's.
+    #[arg(long, allow_negative_numbers = true, value_parser = values::positive_usize)]
+    pub ctx: Option<usize>,
+}
+
+impl ShapeArgs {
+    /// The flags as (flag, value), in the order above.
+    fn given(&self) -> [(&'static str, Option<usize>); 5] {
+        [
+            ("--vocab-size", self.vocab_size),
+            ("--n-layer", self.n_layer),
+            ("--n-embd", self.n_embd),
+            ("--n-head", self.n_head),
+            ("--ctx", self.ctx),
+        ]
+    }
+
+    /// Whether any shape flag is given.
+    pub fn any(&self) -> bool {
+        self.given().iter().any(|(_, v)| v.is_some())
+    }
+
+    /// The given flags as they were typed, e.g. `--n-layer 8 --ctx 32`.
+    pub fn describe(&self) -> String {
+        let set = self.given().into_iter().filter_map(|(f, v)| v.map(|v| format!("{f} {v}")));
+        set.collect::<Vec<_>>().join(" ")
+    }
+
+    /// Put the given flags into a config's `[model]` section.
+    pub fn over_section(&self, m: &mut ModelSection) {
+        for (flag, field) in [
+            (self.vocab_size, &mut m.vocab_size),
+            (self.n_layer, &mut m.n_layer),
+            (self.n_embd, &mut m.n_embd),
+            (self.n_head, &mut m.n_head),
+            (self.ctx, &mut m.ctx),
+        ] {
+            if flag.is_some() {
+                *field = flag;
+            }
+        }
+    }
+
+    /// `cfg` with the given flags applied (not validated).
+    pub fn over(&self, cfg: &GptConfig) -> GptConfig {
+        GptConfig {
+            vocab_size: self.vocab_size.unwrap_or(cfg.vocab_size),
+            n_layer: self.n_layer.unwrap_or(cfg.n_layer),
+            n_embd: self.n_embd.unwrap_or(cfg.n_embd),
+            n_head: self.n_head.unwrap_or(cfg.n_head),
+            ctx: self.ctx.unwrap_or(cfg.ctx),
+            dropout: cfg.dropout,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn given_flags_replace_only_their_fields() {
+        let s = ShapeArgs { n_layer: Some(8), ctx: Some(32), ..Default::default() };
+        let nano = GptConfig::nano();
+        let c = s.over(&nano);
+        assert_eq!((c.n_layer, c.ctx, c.n_embd, c.vocab_size), (8, 32, nano.n_embd, nano.vocab_size));
+        assert_eq!(s.describe(), "--n-layer 8 --ctx 32");
+        let mut m = ModelSection { n_layer: Some(3), n_head: Some(2), ..Default::default() };
+        s.over_section(&mut m);
+        assert_eq!((m.n_layer, m.n_head, m.ctx), (Some(8), Some(2), Some(32)));
+        assert!(s.any() && !ShapeArgs::default().any());
+    }
+}
