@@ -178,6 +178,19 @@ fn diloco_resumes_its_error_feedback_residual_bit_identically() {
 }
 
 #[test]
+fn streaming_diloco_resumes_its_fragments_and_the_outer_gradient_not_yet_sent() {
+    // h = 3, P = 2: fragment 0 leaves after step 1 and lands at 2 (tau 1),
+    // fragment 1 leaves at the stop (step 3): its outer gradient is saved
+    // unsent, with the local replica (alpha 0.5 keeps it off theta_old);
+    // with top-k + feedback each fragment's residual too.
+    let rt = Runtime::Sim(SimSpec::flat(2, 1.0, None));
+    let s = StreamingSettings { h: 3, fragments: 2, overlap: 1, mix: 0.5, ..StreamingSettings::default() };
+    check_resume(&Method::StreamingDiloco(s.clone()), &rt, None);
+    let outer_wire = Some("topk:16+2bit".parse().unwrap());
+    check_resume(&Method::StreamingDiloco(StreamingSettings { outer_wire, ..s }), &rt, None);
+}
+
+#[test]
 fn flexdemo_diloco_resumes_each_nodes_own_replica_on_two_nodes() {
     // 2 nodes x 2: diloco's nodes drift apart (no parameter averaging), so
     // the checkpoint's model (node 0's) is not node 1's; each worker
