@@ -14,7 +14,7 @@ use crate::runtime::cluster::ClusterProfile;
 use crate::strategy::detonation::settings::{DemoSettings, InnerKind, ReplicatorKind};
 use crate::strategy::{
     run_cluster, Co2Settings, DilocoSettings, DpuSettings, Hooks, LocalSgdSettings, Method, OverlapLocalSgdSettings,
-    Plan, Runtime, SlowMoSettings, Worker,
+    Plan, Runtime, SlowMoSettings, StreamingSettings, Worker,
 };
 use std::path::Path;
 use std::sync::Arc;
@@ -102,6 +102,24 @@ fn methods() -> Vec<Method> {
             error_feedback: false,
             ..DilocoSettings::default()
         }),
+        // Rounds of 4, two fragments leaving after steps 2 and 4: one step of
+        // overlap (hidden or not, by profile), none with sequential fragments.
+        Method::StreamingDiloco(StreamingSettings { h: 4, fragments: 2, overlap: 1, ..StreamingSettings::default() }),
+        Method::StreamingDiloco(StreamingSettings {
+            h: 4,
+            fragments: 2,
+            overlap: 0,
+            fragment_pattern: crate::strategy::diloco::fragments::FragmentPattern::Sequential,
+            outer_wire: Some("int8".parse().unwrap()),
+            ..StreamingSettings::default()
+        }),
+        Method::StreamingDiloco(StreamingSettings {
+            h: 4,
+            fragments: 2,
+            overlap: 1,
+            outer_wire: Some("fp4".parse().unwrap()),
+            ..StreamingSettings::default()
+        }),
         // DeMo over the world; FlexDeMo hybrid-sharded (chunk 4: the tiny
         // model has enough chunk rows for 8 shards per node), with each
         // replicator that exchanges every step, blocking and overlapped.
@@ -179,7 +197,9 @@ fn check_profile(prof: &ClusterProfile, clip: bool) -> f64 {
     let layout = crate::model::ParamLayout::new(&cfg);
     let mut worst = 0.0f64;
     for method in methods() {
-        let steps = ROUNDS * method.local_tau().unwrap_or(1);
+        // streaming-diloco's last round synchronises every fragment once more: one round past the window.
+        let rounds = ROUNDS + u64::from(matches!(method, Method::StreamingDiloco(_)));
+        let steps = rounds * method.local_tau().unwrap_or(1);
         let plan = Plan { grad_clip: if clip { 1.0 } else { 0.0 }, ..sim_plan(steps, wire, &layout) };
         let (sim_s, sim_mem, sim_bytes) = simulate(&method, &Runtime::Sim(spec.clone()), world, &plan);
         let costing = Costing { grad_clip: clip, ..sim_costing(spec.clone(), &plan, batch, &layout) };
