@@ -87,6 +87,9 @@ struct Flight<A, B> {
     wire: Wire<A, B>,
 }
 
+/// A flight under runtime `C`.
+type FlightOf<C> = Flight<<C as Ctx>::Handle<Vec<f32>>, <C as Ctx>::Handle<(Vec<u8>, Vec<u8>)>>;
+
 /// Everything a worker keeps across steps besides its replica.
 struct State {
     frags: Fragments,
@@ -108,13 +111,7 @@ impl State {
     }
 
     /// S6: starts fragment p's mean, landing after `lands` steps.
-    async fn send<C: Ctx>(
-        &mut self,
-        ctx: &mut C,
-        p: usize,
-        delta: Vec<f32>,
-        lands: u64,
-    ) -> Flight<C::Handle<Vec<f32>>, C::Handle<(Vec<u8>, Vec<u8>)>> {
+    async fn send<C: Ctx>(&mut self, ctx: &mut C, p: usize, delta: Vec<f32>, lands: u64) -> FlightOf<C> {
         let wire = match self.fs[p].sender.as_mut() {
             None => Wire::Dense(ctx.start(AllReduce::mean(Group::World, delta, self.wire))),
             Some((ef, _)) => Wire::Packed(start_compressed(ctx, ef, &delta).await, delta),
@@ -128,7 +125,7 @@ impl State {
         &mut self,
         ctx: &mut C,
         params: &mut [f32],
-        flights: &mut Vec<Flight<C::Handle<Vec<f32>>, C::Handle<(Vec<u8>, Vec<u8>)>>>,
+        flights: &mut Vec<FlightOf<C>>,
         done: Option<u64>,
         alpha: f32,
     ) {
