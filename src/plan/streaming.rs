@@ -56,16 +56,16 @@ pub(super) fn timing(net: &Net, c: &Costing, s: &StreamingSettings) -> Result<Ti
                 net.coll(Op::AllGather, world * wire.wire_bytes(np), 1, Group::World)
             }
         };
-        exposed += (x.s - s.overlap as f64 * step).max(0.0);
+        exposed += (x.s - s.overlap() as f64 * step).max(0.0);
         peak = peak.max(x.intra + x.inter);
         comm = comm + x;
     }
     let compute = s.h as f64 * step + local;
     let gap = s.h / s.fragments.max(1) as u64;
-    let exact = c.layout.is_some() && !s.same_offset && (s.overlap == 0 || s.overlap < gap);
+    let exact = c.layout.is_some() && !s.same_offset && (s.overlap() == 0 || s.overlap() < gap);
     let rule = format!(
         "up to tau = {} inner steps per fragment: each of the {} fragments' outer gradients runs behind the next tau steps, the rest is exposed; peak {:.0} bytes per synchronisation (the largest fragment), {:.0} per round",
-        s.overlap,
+        s.overlap(),
         s.fragments,
         peak,
         comm.intra + comm.inter

@@ -104,11 +104,16 @@ fn methods() -> Vec<Method> {
         }),
         // Rounds of 4, two fragments leaving after steps 2 and 4: one step of
         // overlap (hidden or not, by profile), none with sequential fragments.
-        Method::StreamingDiloco(StreamingSettings { h: 4, fragments: 2, overlap: 1, ..StreamingSettings::default() }),
         Method::StreamingDiloco(StreamingSettings {
             h: 4,
             fragments: 2,
-            overlap: 0,
+            overlap: Some(1),
+            ..StreamingSettings::default()
+        }),
+        Method::StreamingDiloco(StreamingSettings {
+            h: 4,
+            fragments: 2,
+            overlap: Some(0),
             fragment_pattern: crate::strategy::diloco::fragments::FragmentPattern::Sequential,
             outer_wire: Some("int8".parse().unwrap()),
             ..StreamingSettings::default()
@@ -116,7 +121,7 @@ fn methods() -> Vec<Method> {
         Method::StreamingDiloco(StreamingSettings {
             h: 4,
             fragments: 2,
-            overlap: 1,
+            overlap: Some(1),
             outer_wire: Some("fp4".parse().unwrap()),
             ..StreamingSettings::default()
         }),

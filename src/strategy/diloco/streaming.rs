@@ -212,7 +212,7 @@ pub async fn run<C: Ctx>(
     while rounds.range(t).0 < end {
         let (lo, hi) = rounds.range(t);
         for (p, delta) in std::mem::take(&mut pending) {
-            let f = st.send(ctx, p, delta, lo + s.overlap).await;
+            let f = st.send(ctx, p, delta, lo + s.overlap()).await;
             flights.push(f);
         }
         st.land(ctx, &mut w.model.params, &mut flights, Some(lo), s.mix).await;
@@ -222,7 +222,7 @@ pub async fn run<C: Ctx>(
             // S4-S6 (the round's end waits for its checkpoint, below), then S7-S10.
             for p in (0..st.frags.len()).filter(|&p| done < hi && done - lo == s.offset(p)) {
                 let delta = st.outer_gradient(ctx, p, &w.model.params).await;
-                let f = st.send(ctx, p, delta, done + s.overlap).await;
+                let f = st.send(ctx, p, delta, done + s.overlap()).await;
                 flights.push(f);
             }
             st.land(ctx, &mut w.model.params, &mut flights, Some(done), s.mix).await;

@@ -4,16 +4,19 @@
 //! The outer optimizer's keys mean what they mean for `diloco` (the same
 //! `OuterConfig`, the same checks; `dn` takes DiLoCo's N = workers and
 //! c = 0). Streaming adds the fragments P, the overlap tau and the mixing
-//! factor alpha:
+//! factor alpha. The paper's values are as read from its abstract and
+//! summaries (its full text was not at hand: docs/methods.md says what to
+//! check); torchft's from `torchft/local_sgd.py`:
 //!
 //! - `h = 100`: the paper's H for Streaming DiLoCo (DiLoCo's own paper
 //!   used 500, the async paper 50; ours for `diloco` is 50).
 //! - `fragments = 2`: the paper sizes fragments in blocks (a fixed number
 //!   of layers each, so P grows with depth); our presets have 2 to 6
 //!   blocks, and 2 is the most the smallest (nano) allows. Our choice.
-//! - `overlap = 1`: the paper's tau = 1 (one inner step of overlap already
-//!   hides the latency of a far link; larger tau costs loss). torchft's
-//!   `fragment_sync_delay` defaults to 0.
+//! - `overlap` unset: 1, the paper's tau = 1 (one inner step of overlap
+//!   already hides the latency of a far link; larger tau costs loss), or 0
+//!   where H leaves no room for it (tau x P < H: `compare --h 2` with two
+//!   fragments). torchft's `fragment_sync_delay` defaults to 0.
 //! - `mix = 0.5`: the paper's alpha (its ablation finds 0.5 best once
 //!   tau > 0; alpha = 0 is DiLoCo's "take the global value"). torchft's
 //!   `fragment_update_alpha` defaults to 0.
@@ -50,8 +53,10 @@ pub struct StreamingSettings {
     pub fragments: usize,
     /// Overlap tau: inner steps a fragment's outer gradient is in flight
     /// before its outer step; 0 <= tau and tau x P < H (it lands before the
-    /// next fragment leaves). Default 1 (the paper's).
-    pub overlap: u64,
+    /// next fragment leaves). Default unset: 1 (the paper's), 0 where
+    /// 1 x P >= H ([`StreamingSettings::overlap`]).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub overlap: Option<u64>,
     /// Mixing factor alpha in [0, 1]: on landing, theta_p = alpha
     /// theta_local_p + (1 - alpha) theta_outer_p. Default 0.5 (the paper's;
     /// torchft's default 0 takes the global value, as DiLoCo).
@@ -83,7 +88,7 @@ impl Default for StreamingSettings {
             outer_lr: o.lr,
             outer_momentum: o.momentum,
             fragments: 2,
-            overlap: 1,
+            overlap: None,
             mix: 0.5,
             fragment_pattern: FragmentPattern::Strided,
             outer_wire: None,
@@ -105,6 +110,11 @@ impl StreamingSettings {
             error_feedback: self.error_feedback,
             ..DilocoSettings::default()
         }
+    }
+
+    /// tau: `overlap`, or unset 1 (the paper's) where 1 x P < H, else 0.
+    pub fn overlap(&self) -> u64 {
+        self.overlap.unwrap_or(u64::from((self.fragments as u64) < self.h))
     }
 
     /// The inner step (1..=H, counted within the round) after which fragment
@@ -133,10 +143,10 @@ impl StreamingSettings {
                 self.h
             );
         }
-        if self.overlap * self.fragments as u64 >= self.h {
+        if self.overlap() * self.fragments as u64 >= self.h {
             bail!(
                 "{m}: overlap = {} with fragments = {} and h = {}: a fragment must land before the next leaves (overlap x fragments < h); set overlap <= {}, or raise h",
-                self.overlap,
+                self.overlap(),
                 self.fragments,
                 self.h,
                 (self.h - 1) / self.fragments as u64
@@ -174,7 +184,7 @@ pub fn parse(table: toml::Table) -> Result<StreamingSettings> {
 pub fn describe(s: &StreamingSettings, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
     f.write_str("streaming-diloco (")?;
     describe_round(&s.diloco(), f)?;
-    write!(f, ", {} {} fragments, overlap {}, mix {}", s.fragments, s.fragment_pattern.name(), s.overlap, s.mix)?;
+    write!(f, ", {} {} fragments, overlap {}, mix {}", s.fragments, s.fragment_pattern.name(), s.overlap(), s.mix)?;
     if let Some(w) = s.outer_wire {
         write!(f, ", outer_wire {w}{}", if s.error_feedback { " + error feedback" } else { "" })?;
     }
@@ -193,9 +203,13 @@ mod tests {
     fn defaults_and_offsets_spread_over_the_round() {
         let d = parse(toml::Table::new()).unwrap();
         assert_eq!(
-            (d.h, d.fragments, d.overlap, d.mix, d.fragment_pattern),
+            (d.h, d.fragments, d.overlap(), d.mix, d.fragment_pattern),
             (100, 2, 1, 0.5, FragmentPattern::Strided)
         );
+        // Unset overlap where H / P leaves no room for one step: 0, not an error.
+        let tight = parse("h = 2\nfragments = 2".parse().unwrap()).unwrap();
+        assert_eq!((tight.overlap, tight.overlap()), (None, 0));
+        assert_eq!(parse("h = 3\nfragments = 2".parse().unwrap()).unwrap().overlap(), 1);
         assert_eq!((d.outer, d.outer_lr, d.outer_momentum, d.outer_wire), (OuterKind::Nesterov, 0.7, 0.9, None));
         // t_p = floor((p + 1) H / P): H = 10, P = 3 gives 3, 6, 10; P = 1 gives H.
         let s = StreamingSettings { h: 10, fragments: 3, ..d.clone() };

@@ -184,7 +184,7 @@ fn streaming_diloco_resumes_its_fragments_and_the_outer_gradient_not_yet_sent() 
     // unsent, with the local replica (alpha 0.5 keeps it off theta_old);
     // with top-k + feedback each fragment's residual too.
     let rt = Runtime::Sim(SimSpec::flat(2, 1.0, None));
-    let s = StreamingSettings { h: 3, fragments: 2, overlap: 1, mix: 0.5, ..StreamingSettings::default() };
+    let s = StreamingSettings { h: 3, fragments: 2, overlap: Some(1), mix: 0.5, ..StreamingSettings::default() };
     check_resume(&Method::StreamingDiloco(s.clone()), &rt, None);
     let outer_wire = Some("topk:16+2bit".parse().unwrap());
     check_resume(&Method::StreamingDiloco(StreamingSettings { outer_wire, ..s }), &rt, None);

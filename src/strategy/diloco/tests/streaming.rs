@@ -11,7 +11,7 @@ use crate::strategy::tests::{bits, plan, sim, tiny, workers};
 use crate::strategy::*;
 
 fn streaming(h: u64, fragments: usize, overlap: u64, mix: f32) -> StreamingSettings {
-    StreamingSettings { h, fragments, overlap, mix, ..StreamingSettings::default() }
+    StreamingSettings { h, fragments, overlap: Some(overlap), mix, ..StreamingSettings::default() }
 }
 
 fn diloco_of(s: &StreamingSettings) -> Method {
