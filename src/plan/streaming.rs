@@ -41,23 +41,42 @@ pub(super) fn sizes(s: &StreamingSettings, c: &Costing) -> Result<Vec<usize>> {
     })
 }
 
+/// Bytes a worker sends in one synchronisation of fragment `np`'s size, and its link time.
+fn sync(net: &Net, c: &Costing, s: &StreamingSettings, np: usize) -> Xfer {
+    match s.outer_wire {
+        None => net.dense(Op::AllReduce, np, c.wire, Group::World),
+        Some(wire) => net.coll(Op::AllGather, c.workers() * wire.wire_bytes(np), 1, Group::World),
+    }
+}
+
+/// Peak bytes a worker sends at once: the largest fragment's synchronisation
+/// (with every offset equal, all of them).
+pub(super) fn peak_bytes(s: &StreamingSettings, c: &Costing) -> Result<f64> {
+    let net = Net { c };
+    let bytes = |np| {
+        let x = sync(&net, c, s, np);
+        x.intra + x.inter
+    };
+    let sizes = sizes(s, c)?;
+    Ok(match s.same_offset {
+        true => sizes.into_iter().map(bytes).sum(),
+        false => sizes.into_iter().map(bytes).fold(0.0, f64::max),
+    })
+}
+
 /// The row's timing (module docs).
 pub(super) fn timing(net: &Net, c: &Costing, s: &StreamingSettings) -> Result<Timing> {
     let (n, world, k) = (c.params, c.workers(), c.grad_accum.max(1) as f64);
     let step = k * net.mb() + net.work(Work::Optimizer { params: n });
     let ew = |name, elems| net.work(Work::Elementwise { name, elems });
-    let (mut local, mut exposed, mut comm, mut peak) = (0.0, 0.0, Xfer::default(), 0.0f64);
+    let (mut local, mut exposed, mut comm) = (0.0, 0.0, Xfer::default());
     for np in sizes(s, c)? {
         local += ew("diloco pseudo-gradient", np) + ew("diloco outer step", 3 * np) + ew("streaming mix", 3 * np);
-        let x = match s.outer_wire {
-            None => net.dense(Op::AllReduce, np, c.wire, Group::World),
-            Some(wire) => {
-                local += ew("diloco encode", 2 * np) + ew("diloco decode", 2 * world * np);
-                net.coll(Op::AllGather, world * wire.wire_bytes(np), 1, Group::World)
-            }
-        };
+        if s.outer_wire.is_some() {
+            local += ew("diloco encode", 2 * np) + ew("diloco decode", 2 * world * np);
+        }
+        let x = sync(net, c, s, np);
         exposed += (x.s - s.overlap() as f64 * step).max(0.0);
-        peak = peak.max(x.intra + x.inter);
         comm = comm + x;
     }
     let compute = s.h as f64 * step + local;
@@ -67,7 +86,7 @@ pub(super) fn timing(net: &Net, c: &Costing, s: &StreamingSettings) -> Result<Ti
         "up to tau = {} inner steps per fragment: each of the {} fragments' outer gradients runs behind the next tau steps, the rest is exposed; peak {:.0} bytes per synchronisation (the largest fragment), {:.0} per round",
         s.overlap(),
         s.fragments,
-        peak,
+        peak_bytes(s, c)?,
         comm.intra + comm.inter
     );
     Ok(Timing {
