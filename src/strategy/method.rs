@@ -86,21 +86,7 @@ const SETTINGS: [(&str, &[&str]); 14] = [
             "fixed_shards",
         ],
     ),
-    (
-        "streaming-diloco",
-        &[
-            "h",
-            "outer",
-            "outer_lr",
-            "outer_momentum",
-            "fragments",
-            "overlap",
-            "mix",
-            "fragment_pattern",
-            "outer_wire",
-            "error_feedback",
-        ],
-    ),
+    ("streaming-diloco", super::diloco::streaming_settings::KEYS),
 ];
 
 impl Method {

@@ -33,6 +33,20 @@ use crate::optim::{OuterConfig, OuterKind};
 use anyhow::{bail, Result};
 use serde::{Deserialize, Serialize};
 
+/// The keys of `[methods.streaming-diloco]`.
+pub const KEYS: &[&str] = &[
+    "h",
+    "outer",
+    "outer_lr",
+    "outer_momentum",
+    "fragments",
+    "overlap",
+    "mix",
+    "fragment_pattern",
+    "outer_wire",
+    "error_feedback",
+];
+
 /// Streaming DiLoCo's settings (`[methods.streaming-diloco]`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -218,6 +232,20 @@ mod tests {
         assert_eq!(StreamingSettings { h: 10, fragments: 3, same_offset: true, ..d }.offset(0), 10);
         let t = parse("fragment_pattern = \"sequential\"\nouter_wire = \"fp4\"\nmix = 0.0".parse().unwrap()).unwrap();
         assert_eq!((t.fragment_pattern, t.outer_wire, t.mix), (FragmentPattern::Sequential, Some(OuterWire::Fp4), 0.0));
+    }
+
+    #[test]
+    fn the_keys_method_rs_accepts_are_the_fields_and_round_trip() {
+        let s =
+            StreamingSettings { overlap: Some(2), outer_wire: Some(OuterWire::Fp4), ..StreamingSettings::default() };
+        let v = toml::Value::try_from(&s).unwrap();
+        let t = v.as_table().unwrap();
+        let mut got: Vec<&str> = t.keys().map(String::as_str).collect();
+        let mut want = KEYS.to_vec();
+        got.sort();
+        want.sort();
+        assert_eq!(got, want);
+        assert_eq!(parse(t.clone()).unwrap(), s);
     }
 
     #[test]
