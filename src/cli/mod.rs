@@ -281,7 +281,7 @@ pub struct TrainArgs {
     #[arg(long)]
     pub yes: bool,
     /// Data-parallel method: ddp, zero1, dpu, acco-wp, acco, local-sgd,
-    /// overlap-local-sgd, slowmo, co2, demo, flexdemo, diloco, async-diloco.
+    /// overlap-local-sgd, slowmo, co2, demo, flexdemo, diloco, async-diloco, streaming-diloco.
     /// Without it (and without parallel.method in --config), any of
     /// --workers, --nodes, --runtime, --backend, --cluster, --link, --speeds,
     /// --wire and --trace runs ddp; with none of them, the run is a single
@@ -351,11 +351,11 @@ pub struct TrainArgs {
     /// local-sgd, overlap-local-sgd, slowmo, co2: inner steps per outer round [default: 12].
     #[arg(long, allow_negative_numbers = true, value_parser = values::positive_u64)]
     pub tau: Option<u64>,
-    /// slowmo, co2, diloco, async-diloco: outer learning rate, > 0 [default: 1.0; co2 0.5; diloco 0.7;
+    /// slowmo, co2, diloco, async-diloco, streaming-diloco: outer learning rate, > 0 [default: 1.0; co2 0.5; diloco 0.7;
     /// async-diloco 0.2 with nesterov or sgd-momentum, else 0.7].
     #[arg(long, allow_negative_numbers = true, value_parser = values::finite_f64)]
     pub outer_lr: Option<f64>,
-    /// slowmo, co2, diloco, async-diloco: outer momentum beta, in [0, 1) [default: 0.5; co2 0; diloco 0.9];
+    /// slowmo, co2, diloco, async-diloco, streaming-diloco: outer momentum beta, in [0, 1) [default: 0.5; co2 0; diloco 0.9];
     /// not with --outer sgd (no momentum).
     #[arg(long, allow_negative_numbers = true, value_parser = values::finite_f64)]
     pub outer_momentum: Option<f64>,
@@ -374,10 +374,10 @@ pub struct TrainArgs {
     /// local-sgd: inner optimizer state at a sync: keep, reset or average [default: keep].
     #[arg(long)]
     pub inner_state: Option<String>,
-    /// diloco, async-diloco: inner steps per outer round H [default: 50].
+    /// diloco, async-diloco, streaming-diloco: inner steps per outer round H [default: 50; streaming-diloco 100].
     #[arg(long = "h", value_name = "H", allow_negative_numbers = true, value_parser = values::positive_u64)]
     pub h: Option<u64>,
-    /// diloco, async-diloco: outer optimizer: nesterov, sgd, sgd-momentum or dn (Delayed Nesterov) [default: nesterov].
+    /// diloco, async-diloco, streaming-diloco: outer optimizer: nesterov, sgd, sgd-momentum or dn (Delayed Nesterov) [default: nesterov].
     #[arg(long)]
     pub outer: Option<String>,
     /// diloco, async-diloco with --outer dn: Delayed Nesterov's buffer size N >= 1 [default: the number of workers].

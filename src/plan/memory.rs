@@ -90,6 +90,18 @@ pub fn memory(method: &Method, c: &Costing) -> Result<MemoryBytes> {
             };
             Copies { outer: (1 + s.outer.state_copies()) as f64 * nf + codec * nf, ..Copies::new(nf) }
         }
+        // DiLoCo's theta_old and outer state (per fragment, n in all) and codec buffers, plus the
+        // outer gradient in flight: training goes on, so it is its own buffer (the largest fragment).
+        Method::StreamingDiloco(s) => {
+            let codec = match s.outer_wire {
+                None => 0.0,
+                Some(_) if s.error_feedback => 3.0,
+                Some(_) => 2.0,
+            };
+            let sizes = super::streaming::sizes(s, c)?;
+            let comm = if s.same_offset { nf } else { sizes.into_iter().max().unwrap_or(0) as f64 };
+            Copies { comm, outer: (1 + s.outer.state_copies()) as f64 * nf + codec * nf, ..Copies::new(nf) }
+        }
         // Worker and server: plan_method takes async_diloco.rs's rows instead.
         Method::AsyncDiloco(_) => anyhow::bail!("async-diloco's memory is planned by plan::async_diloco"),
     };

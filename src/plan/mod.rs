@@ -18,6 +18,7 @@
 //!   work costs (`Net`, `Xfer`)
 //! - demo.rs: DeMo and FlexDeMo (shards, payloads, DCT FLOPs)
 //! - async_diloco.rs: async DiLoCo's bounds (asynchronous arrivals)
+//! - streaming.rs: Streaming DiLoCo's fragments, overlap and peak bytes
 //! - hetero.rs: workers of different speeds (`--speeds`)
 //! - rank.rs: the recommendation; table.rs: the printed table
 
@@ -29,6 +30,7 @@ pub mod model;
 pub mod net;
 pub mod rank;
 pub mod setup;
+pub mod streaming;
 pub mod table;
 #[cfg(test)]
 mod tests_hetero;

@@ -32,6 +32,7 @@ pub fn caveat(method: &str) -> &'static str {
         "dpu" | "acco-wp" => ", gradients one step stale",
         "local-sgd" | "overlap-local-sgd" | "slowmo" | "co2" => ", averages every tau steps (check the loss)",
         "diloco" => ", an outer step every H steps (check the loss)",
+        "streaming-diloco" => ", each fragment's outer step every H steps, tau steps late (check the loss)",
         "async-diloco" => ", an outer step per arriving pseudo-gradient, some stale (check the loss)",
         "demo" | "flexdemo" => ", compressed exchange (check the loss)",
         _ => "",

@@ -60,7 +60,7 @@ pub fn render(r: &Report) -> String {
     let _ = writeln!(s, "memory   {precision}; device memory {mem}");
     let _ = writeln!(
         s,
-        "batch    global batch = tokens per optimizer step over all {} workers: workers x micro-batches per worker x {} tokens; ddp, zero1, demo, flexdemo: grad accum ({}) micro-batches; dpu, acco-wp: those computed while one round runs; acco: 2 stages x those computed while each stage's round runs; local-update methods (local-sgd, overlap-local-sgd, slowmo, co2, diloco, async-diloco): per inner step",
+        "batch    global batch = tokens per optimizer step over all {} workers: workers x micro-batches per worker x {} tokens; ddp, zero1, demo, flexdemo: grad accum ({}) micro-batches; dpu, acco-wp: those computed while one round runs; acco: 2 stages x those computed while each stage's round runs; local-update methods (local-sgd, overlap-local-sgd, slowmo, co2, diloco, async-diloco, streaming-diloco): per inner step",
         r.workers, r.tokens_per_micro_batch, r.grad_accum
     );
     let _ = writeln!(s);

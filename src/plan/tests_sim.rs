@@ -4,7 +4,8 @@
 //! step/round must equal the simulated one up to rounding (1e-6) (measured in steady
 //! state, between the ends of the second and the last round of worker 0),
 //! its bytes per round inside and between nodes within 1% of those the run
-//! sends in that window, and its f32 memory equal to what the run measures.
+//! sends in that window (streaming-diloco's peak, one fragment's transfer,
+//! too), and its f32 memory equal to what the run measures.
 
 use super::{plan_method, Costing, Precision};
 use crate::data::sampler::shard_range;
@@ -14,7 +15,7 @@ use crate::runtime::cluster::ClusterProfile;
 use crate::strategy::detonation::settings::{DemoSettings, InnerKind, ReplicatorKind};
 use crate::strategy::{
     run_cluster, Co2Settings, DilocoSettings, DpuSettings, Hooks, LocalSgdSettings, Method, OverlapLocalSgdSettings,
-    Plan, Runtime, SlowMoSettings, Worker,
+    Plan, Runtime, SlowMoSettings, StreamingSettings, Worker,
 };
 use std::path::Path;
 use std::sync::Arc;
@@ -102,6 +103,29 @@ fn methods() -> Vec<Method> {
             error_feedback: false,
             ..DilocoSettings::default()
         }),
+        // Rounds of 4, two fragments leaving after steps 2 and 4: one step of
+        // overlap (hidden or not, by profile), none with sequential fragments.
+        Method::StreamingDiloco(StreamingSettings {
+            h: 4,
+            fragments: 2,
+            overlap: Some(1),
+            ..StreamingSettings::default()
+        }),
+        Method::StreamingDiloco(StreamingSettings {
+            h: 4,
+            fragments: 2,
+            overlap: Some(0),
+            fragment_pattern: crate::strategy::diloco::fragments::FragmentPattern::Sequential,
+            outer_wire: Some("int8".parse().unwrap()),
+            ..StreamingSettings::default()
+        }),
+        Method::StreamingDiloco(StreamingSettings {
+            h: 4,
+            fragments: 2,
+            overlap: Some(1),
+            outer_wire: Some("fp4".parse().unwrap()),
+            ..StreamingSettings::default()
+        }),
         // DeMo over the world; FlexDeMo hybrid-sharded (chunk 4: the tiny
         // model has enough chunk rows for 8 shards per node), with each
         // replicator that exchanges every step, blocking and overlapped.
@@ -146,13 +170,14 @@ fn methods() -> Vec<Method> {
 }
 
 /// Simulated seconds per round of worker 0 in steady state, its measured
-/// memory, and the bytes it sent per round inside nodes and between them.
+/// memory, the bytes it sent per round inside nodes and between them, and
+/// the most it sent in one transfer of that window (the peak).
 fn simulate(
     method: &Method,
     rt: &Runtime,
     world: usize,
     plan: &Plan,
-) -> (f64, crate::strategy::MemoryBytes, (f64, f64)) {
+) -> (f64, crate::strategy::MemoryBytes, (f64, f64), u64) {
     let reports = run_cluster(method, rt, workers(world, 2), plan, &Hooks::default()).unwrap();
     let r = &reports[0];
     let per = method.local_tau().unwrap_or(1) as usize;
@@ -161,9 +186,10 @@ fn simulate(
     let (from, to) = (end(2), end(ROUNDS as usize));
     // Bytes of the transfers started in the same window.
     let window = r.events.spans().iter().filter(|s| s.start_s >= from && s.start_s < to);
+    let peak = window.clone().map(|s| s.bytes).max().unwrap_or(0);
     let (intra, inter) = crate::metrics::Span::tier_totals(window);
     let per_round = |b: u64| b as f64 / (ROUNDS - 2) as f64;
-    ((to - from) / (ROUNDS - 2) as f64, r.memory, (per_round(intra), per_round(inter)))
+    ((to - from) / (ROUNDS - 2) as f64, r.memory, (per_round(intra), per_round(inter)), peak)
 }
 
 /// Plan against sim for every method of [`methods`] on `prof`, with the
@@ -179,9 +205,11 @@ fn check_profile(prof: &ClusterProfile, clip: bool) -> f64 {
     let layout = crate::model::ParamLayout::new(&cfg);
     let mut worst = 0.0f64;
     for method in methods() {
-        let steps = ROUNDS * method.local_tau().unwrap_or(1);
+        // streaming-diloco's last round synchronises every fragment once more: one round past the window.
+        let rounds = ROUNDS + u64::from(matches!(method, Method::StreamingDiloco(_)));
+        let steps = rounds * method.local_tau().unwrap_or(1);
         let plan = Plan { grad_clip: if clip { 1.0 } else { 0.0 }, ..sim_plan(steps, wire, &layout) };
-        let (sim_s, sim_mem, sim_bytes) = simulate(&method, &Runtime::Sim(spec.clone()), world, &plan);
+        let (sim_s, sim_mem, sim_bytes, sim_peak) = simulate(&method, &Runtime::Sim(spec.clone()), world, &plan);
         let costing = Costing { grad_clip: clip, ..sim_costing(spec.clone(), &plan, batch, &layout) };
         let p = plan_method(&method, &costing).unwrap();
         assert!(p.time.exact, "{method}");
@@ -210,6 +238,15 @@ fn check_profile(prof: &ClusterProfile, clip: bool) -> f64 {
             "{method} on {}: plan's bytes per round inside / between nodes {planned:?} vs the run's {sim_bytes:?}",
             prof.name
         );
+        // Streaming DiLoCo's point: its peak is one fragment's synchronisation, not the model's.
+        if let Method::StreamingDiloco(st) = &method {
+            let peak = super::streaming::peak_bytes(st, &costing).unwrap() / spec.comm_scale;
+            assert!(
+                near(peak, sim_peak as f64),
+                "{method} on {}: plan's peak {peak} vs the run's {sim_peak}",
+                prof.name
+            );
+        }
     }
     worst
 }

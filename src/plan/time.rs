@@ -189,6 +189,7 @@ pub fn timing(method: &Method, c: &Costing) -> Result<Timing> {
                 "none: the pseudo-gradient's average blocks, once every H steps",
             )
         }
+        Method::StreamingDiloco(s) => super::streaming::timing(&net, c, s)?,
         // Not a round: plan_method takes async_diloco.rs's bound instead.
         Method::AsyncDiloco(_) => anyhow::bail!("async-diloco is planned as a bound (plan::async_diloco), not a round"),
     })

@@ -16,6 +16,7 @@ use super::acco::settings::DpuSettings;
 use super::detonation::settings::{self as demo_settings, DemoSettings, InnerKind, ReplicatorKind};
 use super::diloco::async_settings::AsyncDilocoSettings;
 use super::diloco::settings::DilocoSettings;
+use super::diloco::streaming_settings::StreamingSettings;
 use super::faults::FaultPlan;
 use super::local::settings::{Co2Settings, LocalSgdSettings, OverlapLocalSgdSettings, SlowMoSettings};
 use anyhow::{bail, Result};
@@ -50,10 +51,13 @@ pub enum Method {
     /// Asynchronous DiLoCo: workers report to a parameter server that applies
     /// each pseudo-gradient on arrival (Algorithms 2-5).
     AsyncDiloco(AsyncDilocoSettings),
+    /// Streaming DiLoCo: fragments synchronised on their own offsets, with
+    /// overlap and mixing (arXiv 2501.18512).
+    StreamingDiloco(StreamingSettings),
 }
 
 /// Every method's name and the keys its `[methods.NAME]` section accepts.
-const SETTINGS: [(&str, &[&str]); 13] = [
+const SETTINGS: [(&str, &[&str]); 14] = [
     ("ddp", &[]),
     ("zero1", &[]),
     ("dpu", &["warmup_steps"]),
@@ -82,11 +86,12 @@ const SETTINGS: [(&str, &[&str]); 13] = [
             "fixed_shards",
         ],
     ),
+    ("streaming-diloco", super::diloco::streaming_settings::KEYS),
 ];
 
 impl Method {
     /// Names accepted on the command line, in the order `compare` runs them.
-    pub const NAMES: [&'static str; 13] = [
+    pub const NAMES: [&'static str; 14] = [
         "ddp",
         "zero1",
         "dpu",
@@ -100,6 +105,7 @@ impl Method {
         "flexdemo",
         "diloco",
         "async-diloco",
+        "streaming-diloco",
     ];
 
     /// The method's name, as on the command line.
@@ -118,6 +124,7 @@ impl Method {
             Method::FlexDemo(_) => "flexdemo",
             Method::Diloco(_) => "diloco",
             Method::AsyncDiloco(_) => "async-diloco",
+            Method::StreamingDiloco(_) => "streaming-diloco",
         }
     }
 
@@ -158,6 +165,7 @@ impl Method {
             "co2" => Method::Co2(super::local::settings::checked(parse(name, table)?)?),
             "diloco" => Method::Diloco(super::diloco::settings::parse(table)?),
             "async-diloco" => Method::AsyncDiloco(super::diloco::async_settings::parse(table)?),
+            "streaming-diloco" => Method::StreamingDiloco(super::diloco::streaming_settings::parse(table)?),
             "demo" | "flexdemo" => {
                 let s = demo_settings::parse(name, table)?;
                 if name == "demo" {
@@ -240,6 +248,7 @@ impl Method {
             Method::SlowMo(s) => Some(s.tau),
             Method::Co2(s) => Some(s.tau),
             Method::Diloco(s) => Some(s.h),
+            Method::StreamingDiloco(s) => Some(s.h),
             _ => None,
         }
     }
@@ -270,6 +279,7 @@ impl std::fmt::Display for Method {
             Method::Co2(s) => write!(f, "{s}"),
             Method::Diloco(s) => super::diloco::settings::describe(s, f),
             Method::AsyncDiloco(s) => super::diloco::async_settings::describe(s, f),
+            Method::StreamingDiloco(s) => super::diloco::streaming_settings::describe(s, f),
             m => f.write_str(m.name()),
         }
     }
@@ -304,6 +314,10 @@ pub fn table1_bytes(method: &Method, psi: f64, n: f64, k: f64) -> f64 {
         // Workers hold a replica, its gradient, theta_old and the inner
         // optimizer; the outer state lives on the server, not on a worker.
         AsyncDiloco(_) => 2.0 + 2.0 + 2.0 + k,
+        // Not in Table 1: DiLoCo's copies, plus the largest fragment's outer gradient in flight (a 1/P share).
+        StreamingDiloco(s) => {
+            2.0 + 2.0 + 2.0 * (1 + s.outer.state_copies()) as f64 + 2.0 / s.fragments.max(1) as f64 + k
+        }
     }
 }
 

@@ -20,6 +20,7 @@ pub use acco::settings::DpuSettings;
 pub use detonation::settings::{DemoSettings, InnerKind, ReplicatorKind};
 pub use diloco::async_settings::AsyncDilocoSettings;
 pub use diloco::settings::DilocoSettings;
+pub use diloco::streaming_settings::StreamingSettings;
 pub use diverged::Diverged;
 pub use faults::FaultRecord;
 pub use journal::{Checkpointing, Journal, Observer, PartSink, SavedPart, StepPoint, StrategyState};
@@ -88,6 +89,7 @@ pub async fn run_worker<C: Ctx>(
         Method::Co2(s) => local::co2::run(ctx, w, plan, s, &mut j).await?,
         Method::Diloco(s) => diloco::diloco::run(ctx, w, plan, s, &mut j).await?,
         Method::AsyncDiloco(_) => diloco::async_diloco::worker(ctx, w, plan, &mut j).await?,
+        Method::StreamingDiloco(s) => diloco::streaming::run(ctx, w, plan, s, &mut j).await?,
     };
     Ok(report(ctx, j, out, w.model.params.clone(), Vec::new(), Vec::new()))
 }

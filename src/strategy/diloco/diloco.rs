@@ -31,7 +31,7 @@
 //!   rounds of H, the last one possibly shorter.
 
 use super::settings::DilocoSettings;
-use crate::comm::codec::ErrorFeedback;
+use crate::comm::codec::{ErrorFeedback, OuterWire};
 use crate::optim::OuterOpt;
 use crate::runtime::{AllGatherBytes, AllReduce, Ctx, Group, Work};
 use crate::strategy::inner::{memory, Inner, Rounds};
@@ -48,21 +48,24 @@ pub fn pseudo_gradient(theta_i: &mut [f32], theta_old: &[f32]) {
     theta_i.iter_mut().zip(theta_old).for_each(|(x, old)| *x = old - *x);
 }
 
-/// Saves `outer` into `st` (`outer.NAME` tensors, `outer_steps`).
-pub(super) fn save_outer(outer: &OuterOpt, st: &mut StrategyState) {
+/// Saves `outer` into `st` (`{prefix}outer.NAME` tensors, `{prefix}outer_steps`;
+/// the prefix tells streaming DiLoCo's fragments apart, "" for one outer state).
+pub(super) fn save_outer(outer: &OuterOpt, st: &mut StrategyState, prefix: &str) {
     for (name, t) in outer.state_tensors() {
-        st.tensors.push((format!("outer.{name}"), t.to_vec()));
+        st.tensors.push((format!("{prefix}outer.{name}"), t.to_vec()));
     }
+    let steps = serde_json::json!(outer.steps_taken());
     if let Some(o) = st.scalars.as_object_mut() {
-        o.insert("outer_steps".into(), serde_json::json!(outer.steps_taken()));
+        o.insert(format!("{prefix}outer_steps"), steps);
     } else {
-        st.scalars = serde_json::json!({ "outer_steps": outer.steps_taken() });
+        st.scalars = serde_json::json!({ format!("{prefix}outer_steps"): steps });
     }
 }
 
-/// Restores what [`save_outer`] wrote.
-pub(super) fn restore_outer(outer: &mut OuterOpt, st: &StrategyState) -> Result<()> {
-    outer.load_state(st.count("outer_steps")?, |name| Ok(st.tensor(&format!("outer.{name}"))?.to_vec()))
+/// Restores what [`save_outer`] wrote under `prefix`.
+pub(super) fn restore_outer(outer: &mut OuterOpt, st: &StrategyState, prefix: &str) -> Result<()> {
+    let steps = st.count(&format!("{prefix}outer_steps"))?;
+    outer.load_state(steps, |name| Ok(st.tensor(&format!("{prefix}outer.{name}"))?.to_vec()))
 }
 
 /// Line 15 over compressed pseudo-gradients: `delta` (this worker's) is
@@ -70,11 +73,38 @@ pub(super) fn restore_outer(outer: &mut OuterOpt, st: &StrategyState) -> Result<
 /// their decoded values averaged in rank order (rank 0's first, as the
 /// all-reduce sums): `delta` becomes the mean.
 async fn compressed_mean<C: Ctx>(ctx: &mut C, ef: &mut ErrorFeedback, delta: &mut [f32], scratch: &mut [f32]) {
-    let (n, k) = (delta.len(), ctx.topology().workers);
-    let wire = ef.wire();
-    let bytes = ctx.compute(Work::Elementwise { name: "diloco encode", elems: 2 * n }, || ef.encode(delta)).await;
+    let h = start_compressed(ctx, ef, delta).await;
+    let (_, all) = ctx.wait(h).await;
+    decode_mean(ctx, ef.wire(), &all, delta, scratch).await;
+}
+
+/// The first half of [`compressed_mean`]: encodes `delta` with error
+/// feedback and starts the all-gather of every worker's message (streaming
+/// DiLoCo keeps training while it travels).
+pub(super) async fn start_compressed<C: Ctx>(
+    ctx: &mut C,
+    ef: &mut ErrorFeedback,
+    delta: &[f32],
+) -> C::Handle<(Vec<u8>, Vec<u8>)> {
+    let k = ctx.topology().workers;
+    let bytes =
+        ctx.compute(Work::Elementwise { name: "diloco encode", elems: 2 * delta.len() }, || ef.encode(delta)).await;
     let len = bytes.len();
-    let (_, all) = ctx.run(AllGatherBytes { group: Group::World, input: bytes, output: vec![0; k * len] }).await;
+    ctx.start(AllGatherBytes { group: Group::World, input: bytes, output: vec![0; k * len] })
+}
+
+/// The second half: `delta` becomes the mean of the gathered messages
+/// `all`, decoded and summed in rank order (rank 0's first, as the
+/// all-reduce sums), then divided by the workers.
+pub(super) async fn decode_mean<C: Ctx>(
+    ctx: &mut C,
+    wire: OuterWire,
+    all: &[u8],
+    delta: &mut [f32],
+    scratch: &mut [f32],
+) {
+    let (n, k) = (delta.len(), ctx.topology().workers);
+    let len = all.len() / k;
     ctx.compute(Work::Elementwise { name: "diloco decode", elems: 2 * k * n }, || {
         wire.decode(&all[..len], delta);
         for msg in all[len..].chunks_exact(len) {
@@ -106,7 +136,7 @@ pub async fn run<C: Ctx>(
     let mut t = 0;
     if let Some(st) = j.take_resumed() {
         inner.restore(&st)?;
-        restore_outer(&mut outer, &st)?;
+        restore_outer(&mut outer, &st, "")?;
         if let Some((ef, _)) = sender.as_mut().filter(|_| s.error_feedback) {
             ef.restore(st.tensor(RESIDUAL)?);
         }
@@ -137,7 +167,7 @@ pub async fn run<C: Ctx>(
         j.round_end(ctx, Some(w), hi, end, || {
             let mut st = StrategyState { model: replica_piece(rank, &theta), ..StrategyState::default() };
             inner.save(&mut st);
-            save_outer(&outer, &mut st);
+            save_outer(&outer, &mut st, "");
             if let Some((ef, _)) = sender.as_ref().filter(|_| s.error_feedback) {
                 st.tensors.push((RESIDUAL.into(), ef.residual().to_vec()));
             }

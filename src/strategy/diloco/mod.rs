@@ -10,7 +10,10 @@
 //! shards.rs          data shards on the server and their per-shard schedules (eqs. 2-3)
 //! server_state.rs    what the server checkpoints and resumes from
 //! membership.rs      the fault plan (strategy/faults.rs) injected into the worker and the server
+//! streaming.rs       Streaming DiLoCo (arXiv 2501.18512): fragments on their own offsets, overlap, mixing
+//! fragments.rs       its fragments: blocks dealt strided or sequential
 //! settings.rs        [methods.diloco]
+//! streaming_settings.rs  [methods.streaming-diloco]
 //! async_settings.rs  [methods.async-diloco]
 //! tests/             sync DiLoCo (mod.rs), async DiLoCo, its defaults against sync (defaults.rs), faults
 //! ```
@@ -20,11 +23,14 @@ pub mod async_settings;
 // The family is named for its paper's baseline; `diloco.rs` is that method.
 #[allow(clippy::module_inception)]
 pub mod diloco;
+pub mod fragments;
 pub mod membership;
 pub mod param_server;
 pub mod server_state;
 pub mod settings;
 pub mod shards;
+pub mod streaming;
+pub mod streaming_settings;
 
 #[cfg(test)]
 pub(crate) mod tests;

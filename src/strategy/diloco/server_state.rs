@@ -35,7 +35,7 @@ impl Progress {
     pub fn save(&self, theta: &[f32], outer: &OuterOpt) -> StrategyState {
         let mut st =
             StrategyState { model: Some(ModelPiece { offset: 0, values: theta.to_vec() }), ..Default::default() };
-        save_outer(outer, &mut st);
+        save_outer(outer, &mut st, "");
         if let Some(o) = st.scalars.as_object_mut() {
             o.insert("t_local".into(), serde_json::json!(self.t_local));
             o.insert("updates".into(), serde_json::json!(self.updates));
@@ -58,7 +58,7 @@ impl Progress {
             theta.len()
         );
         theta.copy_from_slice(&piece.values);
-        restore_outer(outer, st)?;
+        restore_outer(outer, st, "")?;
         let field = |key: &str| {
             st.scalars.get(key).cloned().with_context(|| format!("the server's checkpoint part lacks `{key}`"))
         };

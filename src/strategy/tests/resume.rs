@@ -72,7 +72,16 @@ pub(super) fn every_method() -> Vec<Method> {
         dn_c: 0.25,
         ..DilocoSettings::default()
     }));
+    v.push(Method::StreamingDiloco(streaming_at_the_stop()));
     v
+}
+
+/// Streaming DiLoCo with h = 3, P = 2, tau = 1: fragment 0 leaves after
+/// step 1 and lands at 2, fragment 1 leaves at the stop (step 3): its
+/// outer gradient is saved unsent, with the local replica (alpha 0.5
+/// keeps it off theta_old).
+fn streaming_at_the_stop() -> StreamingSettings {
+    StreamingSettings { h: 3, fragments: 2, overlap: Some(1), mix: 0.5, ..StreamingSettings::default() }
 }
 
 /// Runs `method` to round `end` of `steps`, checkpointing every `every`
@@ -175,6 +184,14 @@ fn diloco_resumes_its_error_feedback_residual_bit_identically() {
     let rt = Runtime::Sim(SimSpec::flat(2, 1.0, None));
     let outer_wire = Some("topk:16+2bit".parse().unwrap());
     check_resume(&Method::Diloco(DilocoSettings { h: 1, outer_wire, ..DilocoSettings::default() }), &rt, None);
+}
+
+#[test]
+fn streaming_diloco_resumes_each_fragments_error_feedback_residual() {
+    // every_method() has the plain one; with top-k + feedback each fragment's residual is state too.
+    let rt = Runtime::Sim(SimSpec::flat(2, 1.0, None));
+    let outer_wire = Some("topk:16+2bit".parse().unwrap());
+    check_resume(&Method::StreamingDiloco(StreamingSettings { outer_wire, ..streaming_at_the_stop() }), &rt, None);
 }
 
 #[test]

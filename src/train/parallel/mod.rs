@@ -216,6 +216,14 @@ pub fn setup(cfg: RunConfig, opts: &RunOptions) -> Result<Setup> {
     if let Method::Diloco(d) = &method {
         d.check_workers("diloco", world)?; // dn_c <= 1/N, N = the workers when dn_buffer is unset
     }
+    if let Method::StreamingDiloco(s) = &method {
+        // fragments <= the model's blocks, refused before anything is written
+        crate::strategy::diloco::fragments::Fragments::new(
+            &crate::model::ParamLayout::new(&model_cfg),
+            s.fragments,
+            s.fragment_pattern,
+        )?;
+    }
     let wire = match (&cfg.parallel.wire, &cfg.parallel.cluster) {
         (Some(w), _) => *w,
         (None, Some(c)) => crate::runtime::cluster::ClusterProfile::from_file(c)?.wire.unwrap_or(WireDtype::F32),

@@ -6,6 +6,7 @@ mod async_diloco;
 mod defaults;
 mod faults;
 mod outer_wire;
+mod streaming;
 
 use crate::comm::{LinkModel, Tier};
 use crate::optim::{OuterKind, OuterOpt};
