@@ -18,7 +18,7 @@
 //!   penalty adds x_{t-1,1} and x_{t,1}).
 
 use super::{Costing, Precision};
-use crate::comm::{padded_len, WireDtype};
+use crate::comm::{codec::sender_copies, padded_len, WireDtype};
 use crate::strategy::detonation::settings::DemoSettings;
 use crate::strategy::{MemoryBytes, Method};
 use anyhow::Result;
@@ -83,21 +83,13 @@ pub fn memory(method: &Method, c: &Costing) -> Result<MemoryBytes> {
         // pseudo-gradient reuses the replica's buffer.
         // A compressed outer_wire adds the staged message and a decode buffer, and the residual with error feedback.
         Method::Diloco(s) => {
-            let codec = match s.outer_wire {
-                None => 0.0,
-                Some(_) if s.error_feedback => 3.0,
-                Some(_) => 2.0,
-            };
+            let codec = sender_copies(s.outer_wire, s.error_feedback) as f64;
             Copies { outer: (1 + s.outer.state_copies()) as f64 * nf + codec * nf, ..Copies::new(nf) }
         }
         // DiLoCo's theta_old and outer state (per fragment, n in all) and codec buffers, plus the
         // outer gradient in flight: training goes on, so it is its own buffer (the largest fragment).
         Method::StreamingDiloco(s) => {
-            let codec = match s.outer_wire {
-                None => 0.0,
-                Some(_) if s.error_feedback => 3.0,
-                Some(_) => 2.0,
-            };
+            let codec = sender_copies(s.outer_wire, s.error_feedback) as f64;
             let sizes = super::streaming::sizes(s, c)?;
             let comm = if s.same_offset { nf } else { sizes.into_iter().max().unwrap_or(0) as f64 };
             Copies { comm, outer: (1 + s.outer.state_copies()) as f64 * nf + codec * nf, ..Copies::new(nf) }

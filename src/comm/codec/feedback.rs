@@ -12,6 +12,19 @@
 
 use super::OuterWire;
 
+/// Full-size f32 buffers a worker keeps to send its pseudo-gradient over
+/// `wire` (none when it travels uncompressed): what [`ErrorFeedback::new`]
+/// allocates (the staged message, plus the residual with feedback) and the
+/// buffer the others' messages are decoded into. The strategies' memory
+/// accounting and `plan`'s both count it from here.
+pub fn sender_copies(wire: Option<OuterWire>, error_feedback: bool) -> usize {
+    match wire {
+        None => 0,
+        Some(_) if error_feedback => 3,
+        Some(_) => 2,
+    }
+}
+
 /// One worker's compressed sender of pseudo-gradients, with its residual.
 #[derive(Clone, Debug)]
 pub struct ErrorFeedback {

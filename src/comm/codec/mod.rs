@@ -25,7 +25,7 @@ mod topk;
 
 use crate::comm::bf16::{from_bf16_bits, to_bf16_bits};
 use anyhow::{bail, Result};
-pub use feedback::ErrorFeedback;
+pub use feedback::{sender_copies, ErrorFeedback};
 
 /// Elements per chunk of the scaled and top-k codecs: one scale (or two
 /// magnitudes) per chunk, and top-k indices fit in 16 bits.

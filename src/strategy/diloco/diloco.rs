@@ -31,7 +31,7 @@
 //!   rounds of H, the last one possibly shorter.
 
 use super::settings::DilocoSettings;
-use crate::comm::codec::{ErrorFeedback, OuterWire};
+use crate::comm::codec::{sender_copies, ErrorFeedback, OuterWire};
 use crate::optim::OuterOpt;
 use crate::runtime::{AllGatherBytes, AllReduce, Ctx, Group, Work};
 use crate::strategy::inner::{memory, Inner, Rounds};
@@ -183,9 +183,7 @@ pub async fn run<C: Ctx>(
             n,
             &inner,
             0,
-            theta.len()
-                + outer.state_len()
-                + sender.as_ref().map_or(0, |_| if s.error_feedback { 3 * n } else { 2 * n }),
+            theta.len() + outer.state_len() + sender_copies(s.outer_wire, s.error_feedback) * n,
         ),
         model: replica_piece(rank, &theta),
     })

@@ -44,7 +44,7 @@
 use super::diloco::{decode_mean, pseudo_gradient, restore_outer, save_outer, start_compressed};
 use super::fragments::Fragments;
 use super::streaming_settings::StreamingSettings;
-use crate::comm::codec::ErrorFeedback;
+use crate::comm::codec::{sender_copies, ErrorFeedback};
 use crate::optim::OuterOpt;
 use crate::runtime::{AllReduce, Ctx, Group, Work};
 use crate::strategy::inner::{memory, Inner, Rounds};
@@ -264,7 +264,7 @@ pub async fn run<C: Ctx>(
     let theta = st.global(n);
     w.model.params.copy_from_slice(&theta);
     let outer_state: usize = st.fs.iter().map(|f| f.outer.state_len()).sum();
-    let codec = s.outer_wire.map_or(0, |_| if ef { 3 * n } else { 2 * n });
+    let codec = sender_copies(s.outer_wire, ef) * n;
     let in_flight = if s.same_offset { n } else { (0..st.frags.len()).map(|p| st.frags.size(p)).max().unwrap_or(0) };
     Ok(Outcome {
         exchange: None,
