@@ -49,11 +49,8 @@ pub fn prepare(a: PrepareArgs) -> Result<()> {
 
 pub fn train(a: TrainArgs) -> Result<()> {
     let (cfg, resume) = run_config(&a)?;
-    // Ctrl-C stops at a round boundary with a checkpoint (train/interrupt.rs); not under MPI.
-    let handler = match cfg.parallel.method.is_none() || cfg.parallel.backend == "local" {
-        true => Some(crate::train::interrupt::Handler::install()?),
-        false => None,
-    };
+    // Ctrl-C stops at a round boundary with a checkpoint (train/interrupt.rs; MPI ranks vote on it).
+    let handler = Some(crate::train::interrupt::Handler::install()?);
     let opts = RunOptions {
         resume: resume.as_ref().map(|r| r.checkpoint.clone()),
         stop_at: a.stop_at,

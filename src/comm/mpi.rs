@@ -146,6 +146,18 @@ impl MpiProcess {
         MpiComm::new(self.world.duplicate(), self.poll)
     }
 
+    /// The ranks' vote on a stop request (strategy/stop.rs), on a
+    /// communicator of its own; `None` unless MPI granted
+    /// `MPI_THREAD_MULTIPLE`: a participant may vote while its
+    /// communication thread is inside MPI.
+    pub fn flag_vote(&self) -> Option<FlagVote> {
+        (self.threading == Threading::Multiple).then(|| FlagVote {
+            comm: self.world.duplicate(),
+            poll: self.poll,
+            rank: self.rank(),
+        })
+    }
+
     /// This rank's view of the job as a [`Fabric`] (for the communication thread).
     pub fn fabric(&self) -> MpiFabric {
         MpiFabric::new(self.world.duplicate(), self.world.duplicate(), self.poll)
@@ -303,6 +315,40 @@ pub struct MpiComm {
 // collective); the threads that use MPI in turn (main, then communication
 // thread, then main) are ordered by the channel and join that hand it over.
 unsafe impl Send for MpiComm {}
+
+/// Whether any rank raised a flag: an all-reduce (max) of one byte per
+/// call, polled with the collective timeout like every collective.
+pub struct FlagVote {
+    comm: SimpleCommunicator,
+    poll: Poll,
+    rank: usize,
+}
+
+// SAFETY: as MpiComm's; and MpiProcess::flag_vote exists only under
+// MPI_THREAD_MULTIPLE, since the participant that votes may do so while its
+// communication thread is inside MPI. One participant per process votes, so
+// the vote's own calls never overlap (strategy/stop.rs holds a lock around it).
+unsafe impl Send for FlagVote {}
+unsafe impl Sync for FlagVote {}
+
+impl FlagVote {
+    /// This rank's flag in; whether any rank's was set out. Every rank
+    /// must call it the same number of times.
+    pub fn any_raised(&self, mine: bool) -> bool {
+        let (send, mut any) = (u8::from(mine), 0u8);
+        let op = mpi::collective::SystemOperation::max();
+        mpi::request::scope(|sc| {
+            MpiComm::complete(
+                &self.comm,
+                self.poll,
+                self.rank,
+                "stop vote",
+                self.comm.immediate_all_reduce_into(sc, &send, &mut any, op),
+            )
+        });
+        any != 0
+    }
+}
 
 fn grow<T: Copy + Default>(v: &mut Vec<T>, len: usize) -> &mut [T] {
     if v.len() < len {

@@ -149,6 +149,9 @@ pub struct Journal {
     sent: u64,
     /// Index in `points` of the first round held back by [`Journal::hold`].
     held: Option<usize>,
+    /// A boundary another participant decided this one stops at
+    /// ([`Journal::stop_at`]).
+    told_stop: Option<u64>,
     observer: Option<Arc<dyn Observer>>,
     checkpoints: Checkpointing,
     resumed: Option<SavedPart>,
@@ -175,6 +178,7 @@ impl Journal {
             faults: Vec::new(),
             sent: 0,
             held: None,
+            told_stop: None,
             observer,
             checkpoints,
             resumed,
@@ -262,10 +266,18 @@ impl Journal {
     }
 
     /// Whether the run stops at boundary `done` on request (before `end`).
-    fn stopping(&self, done: u64, end: u64) -> bool {
+    pub fn stopping(&self, done: u64, end: u64) -> bool {
         done < end
             && self.checkpoints.sink.is_some()
-            && self.checkpoints.stop.as_ref().is_some_and(|s| s.stops_at(done))
+            && (self.told_stop == Some(done) || self.checkpoints.stop.as_ref().is_some_and(|s| s.stops_at(done)))
+    }
+
+    /// Makes this participant stop at boundary `done` (its next
+    /// [`Journal::round_end`] there saves and ends with [`Stopped`]): for a
+    /// worker whose server decided the stop (async DiLoCo over MPI, where
+    /// the processes share no [`StopRequest`]).
+    pub fn stop_at(&mut self, done: u64) {
+        self.told_stop = Some(done);
     }
 
     /// A quiet boundary after `done` rounds (or steps) of a run that stops

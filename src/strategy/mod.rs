@@ -27,7 +27,7 @@ pub use journal::{Checkpointing, Journal, Observer, PartSink, SavedPart, StepPoi
 pub use local::settings::{Clip, Co2Settings, InnerState, LocalSgdSettings, OverlapLocalSgdSettings, SlowMoSettings};
 pub use method::{table1_bytes, Method};
 pub use outcome::{Budget, MemoryBytes, Outcome};
-pub use stop::StopRequest;
+pub use stop::{StopRequest, StopVote};
 pub use worker::{accumulate, assemble_model, replica_piece, ModelPiece, Plan, Worker, WorkerState};
 
 use crate::runtime::{real, sim, Ctx, WorkerTimes};

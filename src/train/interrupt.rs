@@ -6,13 +6,12 @@
 //! checkpoint, which is never half-written (checkpoints are written into a
 //! temporary directory renamed into place).
 //!
-//! `lowcomm train` installs the handler ([`Handler::install`]) for
-//! single-worker and in-process data-parallel runs; the flag it sets
-//! reaches every participant through `strategy::StopRequest`, which makes
-//! them agree on the boundary. MPI ranks keep the default handling (the
-//! launcher ends the job; a rank cannot agree on a boundary with the
-//! others without communicating): such a run resumes from its last
-//! periodic checkpoint. `compare` and library users install nothing.
+//! `lowcomm train` installs the handler ([`Handler::install`]); the flag
+//! it sets reaches every participant through `strategy::StopRequest`,
+//! which makes them agree on the boundary. Under MPI the launcher forwards
+//! the signal to every rank, and the ranks vote on it at each boundary
+//! (one byte, strategy/stop.rs), so they all stop at the same one; only
+//! rank 0 says so. `compare` and library users install nothing.
 
 use anyhow::{Context, Result};
 use signal_hook::consts::{SIGINT, SIGTERM};
@@ -46,6 +45,9 @@ impl Handler {
         std::thread::Builder::new().name("interrupt".into()).spawn(move || {
             while !d.load(Ordering::Relaxed) {
                 if f.load(Ordering::SeqCst) {
+                    if !first_rank() {
+                        return;
+                    }
                     eprintln!("\ninterrupt: stopping at the end of the current round to write a checkpoint (Ctrl-C again exits at once, losing the rounds since the last checkpoint)");
                     return;
                 }
@@ -71,6 +73,12 @@ impl Drop for Handler {
     }
 }
 
+/// Whether this process speaks for the run: not an MPI rank other than 0
+/// (the launchers' variables: MPICH's hydra, Open MPI), read before MPI starts.
+pub fn first_rank() -> bool {
+    ["PMI_RANK", "OMPI_COMM_WORLD_RANK"].iter().all(|v| std::env::var(v).map_or(true, |r| r == "0"))
+}
+
 /// Whether a stop was requested through `flag`.
 pub fn requested(flag: &Option<Arc<AtomicBool>>) -> bool {
     flag.as_ref().is_some_and(|f| f.load(Ordering::SeqCst))
@@ -89,6 +97,8 @@ pub struct Interrupted {
     pub step: u64,
     /// Of how many.
     pub steps: u64,
+    /// What the continuing command starts with (`mpirun -np 4 `), if not `lowcomm`.
+    pub launcher: Option<String>,
 }
 
 impl std::fmt::Display for Interrupted {
@@ -97,10 +107,11 @@ impl std::fmt::Display for Interrupted {
         match &self.checkpoint {
             Some(c) => write!(
                 f,
-                "interrupted: stopped at step {} of {} with a checkpoint ({}); continue the run with `lowcomm train --resume {dir}`",
+                "interrupted: stopped at step {} of {} with a checkpoint ({}); continue the run with `{}lowcomm train --resume {dir}`",
                 self.step,
                 self.steps,
-                c.display()
+                c.display(),
+                self.launcher.as_deref().unwrap_or("")
             ),
             None => write!(f, "interrupted before the run started: nothing was written to {}", self.run_dir.display()),
         }
@@ -120,10 +131,13 @@ mod tests {
             checkpoint: Some("my runs/a/checkpoints/step-000040".into()),
             step: 40,
             steps: 100,
+            launcher: None,
         };
         assert_eq!(
             i.to_string(),
             "interrupted: stopped at step 40 of 100 with a checkpoint (my runs/a/checkpoints/step-000040); continue the run with `lowcomm train --resume 'my runs/a'`"
         );
+        let mpi = Interrupted { launcher: Some("mpirun -np 4 ".into()), ..i };
+        assert!(mpi.to_string().ends_with("continue the run with `mpirun -np 4 lowcomm train --resume 'my runs/a'`"));
     }
 }

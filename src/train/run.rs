@@ -114,7 +114,9 @@ pub fn run(cfg: RunConfig, opts: &RunOptions) -> Result<RunSummary> {
         });
     }
     if requested(&opts.stop) {
-        return Err(Interrupted { run_dir: out, checkpoint: None, step: tr.step, steps: t.steps }.into());
+        return Err(
+            Interrupted { run_dir: out, checkpoint: None, step: tr.step, steps: t.steps, launcher: None }.into()
+        );
     }
     // Only now, with the config validated and the data open, so that a run
     // that cannot start creates and replaces nothing; held to the end.
@@ -164,7 +166,14 @@ pub fn run(cfg: RunConfig, opts: &RunOptions) -> Result<RunSummary> {
         if requested(&opts.stop) && r.step != end {
             let dir = tr.save_checkpoint()?;
             progress.finish();
-            return Err(Interrupted { run_dir: out, checkpoint: Some(dir), step: tr.step, steps: t.steps }.into());
+            return Err(Interrupted {
+                run_dir: out,
+                checkpoint: Some(dir),
+                step: tr.step,
+                steps: t.steps,
+                launcher: None,
+            }
+            .into());
         }
         if checkpoint_every > 0 && r.step % checkpoint_every == 0 && r.step != end {
             let dir = tr.save_checkpoint()?;

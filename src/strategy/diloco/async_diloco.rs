@@ -59,7 +59,8 @@
 //!   multiple of `--checkpoint-every`: the same unit as `--steps`), the
 //!   server hands out no more rounds, applies every update still out (as
 //!   at the end of the run), then, with every worker between rounds and
-//!   nothing in flight, tells all to save (SAVE, with the boundary), saves
+//!   nothing in flight, tells all to save (SAVE, with the boundary; SAVE_STOP
+//!   when the run stops there on request, which the server decides), saves
 //!   its own part (`server_state.rs`) and hands every worker a round, in
 //!   worker order. A run stopped there (`--stop-at`) drains the same way
 //!   and a resumed one starts by that hand-out, so 2N rounds == N + save +
@@ -99,6 +100,8 @@ const STOP: u32 = 3;
 const HELLO: u32 = 4;
 // 5 is membership.rs's LEFT.
 const SAVE: u32 = 6;
+/// SAVE, then stop (Ctrl-C: the server decided it, stop.rs); the same bytes as SAVE.
+const SAVE_STOP: u32 = 7;
 
 /// The worker side: inner rounds from whatever model the server sends.
 pub async fn worker<C: Ctx>(ctx: &mut C, w: &mut Worker, plan: &Plan, j: &mut Journal) -> Result<Outcome> {
@@ -126,7 +129,10 @@ pub async fn worker<C: Ctx>(ctx: &mut C, w: &mut Worker, plan: &Plan, j: &mut Jo
             if m.tag == STOP {
                 break;
             }
-            if m.tag == SAVE {
+            if m.tag == SAVE || m.tag == SAVE_STOP {
+                if m.tag == SAVE_STOP {
+                    j.stop_at(m.scalars[0] as u64);
+                }
                 w.use_own_shard()?;
                 j.round_end(ctx, Some(w), m.scalars[0] as u64, plan.end, || save(&inner)).await?;
                 continue;
@@ -362,8 +368,10 @@ pub async fn server<C: Ctx>(
             if let (Some(b), 0) = (saving, roster.out()) {
                 // Everyone is between rounds (a fault plan runs without checkpoints:
                 // parallel::fault_plan): the checkpoint, then rounds for all in worker order.
+                // The server alone decides a stop (stop.rs): the workers hear it here.
+                let tag = if j.stopping(b, plan.end) { SAVE_STOP } else { SAVE };
                 for to in 0..k {
-                    ctx.run(Send { to, msg: Message::new(SAVE).with_scalars(vec![b as f64]) }).await;
+                    ctx.run(Send { to, msg: Message::new(tag).with_scalars(vec![b as f64]) }).await;
                 }
                 j.round_end(ctx, None, b, plan.end, || p.save(&theta, &outer)).await?;
                 completed.sort_unstable();

@@ -292,6 +292,7 @@ pub fn run_parallel(cfg: RunConfig, opts: &RunOptions) -> Result<ParallelSummary
         checkpoint,
         step: s.resumed.as_ref().map_or(0, |r| r.round),
         steps: s.plan.steps,
+        launcher: None,
     };
     if super::interrupt::requested(&opts.stop) {
         return Err(interrupted(None).into());

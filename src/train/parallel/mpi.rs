@@ -28,7 +28,7 @@ use crate::metrics::{EventLog, Span};
 use crate::runtime::{Topology, WorkerTimes};
 use crate::strategy::{
     assemble_model, run_rank, Checkpointing, Hooks, MemoryBytes, ModelPiece, PartSink, Participant, Runtime, SavedPart,
-    StepPoint, WorkerReport,
+    StepPoint, StopRequest, StopVote, WorkerReport,
 };
 use crate::train::config::RunConfig;
 use crate::train::run::RunOptions;
@@ -91,7 +91,36 @@ pub fn init() -> Result<MpiProcess> {
 pub fn run_parallel_mpi(mpi: &MpiProcess, cfg: RunConfig, opts: &RunOptions) -> Result<Option<ParallelSummary>> {
     match run_rank_inner(mpi, cfg, opts) {
         Ok(s) => Ok(s),
+        // Stopped on request, every rank at one boundary: an orderly end.
+        Err(e) if e.is::<crate::train::interrupt::Interrupted>() => Err(e),
         Err(e) => mpi.abort(&format!("{e:#}")),
+    }
+}
+
+/// Ctrl-C (train/interrupt.rs) under MPI: the ranks vote at every boundary
+/// (strategy/stop.rs); under a server, the server (the last rank) decides
+/// alone and tells the workers. Without `MPI_THREAD_MULTIPLE` there is no
+/// vote, and the launcher's handling ends the job (a second Ctrl-C).
+fn stop_request(mpi: &MpiProcess, opts: &RunOptions, server: bool, last: bool) -> Option<Arc<StopRequest>> {
+    let flag = opts.stop.clone()?;
+    match (server, last) {
+        (true, true) => Some(StopRequest::new(flag)),
+        (true, false) => None,
+        (false, _) => {
+            let vote = mpi.flag_vote();
+            if vote.is_none() && mpi.rank() == 0 {
+                eprintln!("note: MPI grants only {:?} threading, so the ranks cannot vote on a Ctrl-C: it will not stop at a round boundary (a second one ends the job; docs/mpi.md)", mpi.threading);
+            }
+            vote.map(|v| StopRequest::voting(flag, Box::new(Vote(v))))
+        }
+    }
+}
+
+struct Vote(crate::comm::mpi::FlagVote);
+
+impl StopVote for Vote {
+    fn any(&self, mine: bool) -> bool {
+        self.0.any_raised(mine)
     }
 }
 
@@ -136,7 +165,7 @@ struct MpiSink {
     comm: Mutex<MpiComm>,
     /// Rank 0: the run's metrics, fed every participant's rounds from the parts.
     metrics: Option<Arc<super::log::RoundLog>>,
-    written: Mutex<Vec<PathBuf>>,
+    written: Mutex<Vec<(u64, PathBuf)>>,
 }
 
 impl MpiSink {
@@ -176,7 +205,7 @@ impl PartSink for MpiSink {
         }
         let model = assemble_model(self.n_params, parts.iter().filter_map(|p| p.state.model.clone()))?;
         let dir = self.id.finalize(staging, round, &model, &PartsSummary::of(&parts), names)?;
-        self.written.lock().unwrap_or_else(|e| e.into_inner()).push(dir);
+        self.written.lock().unwrap_or_else(|e| e.into_inner()).push((round, dir));
         Ok(())
     }
 }
@@ -284,18 +313,39 @@ fn run_rank_inner(mpi: &MpiProcess, mut cfg: RunConfig, opts: &RunOptions) -> Re
     let mut resumed = s.resumed_parts()?;
     let hooks = Hooks {
         observer: show.clone().map(|l| l as Arc<dyn crate::strategy::Observer>),
-        // No stop request: the ranks share no memory to agree on a boundary in (train/interrupt.rs).
         checkpoints: Checkpointing {
             every: super::checkpoint_every(&s.cfg, &s.method),
             sink: Some(sink.clone()),
-            stop: None,
+            stop: stop_request(mpi, opts, server, rank == size - 1),
         },
         resumed: std::mem::take(&mut resumed),
     };
     // Align the ranks' clocks (each span is timed from its process's start).
     mpi.barrier();
-    let report = run_rank(&s.method, &spec, Box::new(mpi.fabric()), participant, &s.plan, &hooks)?;
+    let ran = run_rank(&s.method, &spec, Box::new(mpi.fabric()), participant, &s.plan, &hooks);
     drop(hooks);
+    let report = match ran {
+        // Every rank stopped at the same boundary, after its part of the checkpoint there.
+        Err(e) if crate::runtime::is_stopped(&e) => {
+            drop(show.map(|l| Arc::into_inner(l).map(|l| l.finish())));
+            drop(metrics);
+            let sink = Arc::into_inner(sink).expect("the run is over: one owner left");
+            if let Some(log) = sink.metrics {
+                Arc::into_inner(log).expect("the run is over: one owner left").finish()?;
+            }
+            let written = sink.written.into_inner().unwrap_or_else(|e| e.into_inner()).last().cloned();
+            // Every rank ends with it (status 130 whichever exit the launcher reports); rank 0 says it.
+            return Err(crate::train::interrupt::Interrupted {
+                run_dir: s.cfg.train.out_dir.clone(),
+                step: written.as_ref().map_or(s.resumed.as_ref().map_or(0, |r| r.round), |(round, _)| *round),
+                checkpoint: written.map(|(_, d)| d),
+                steps: s.plan.steps,
+                launcher: Some(format!("mpirun -np {size} ")),
+            }
+            .into());
+        }
+        r => r?,
+    };
     let wire = ReportWire {
         rank,
         points: report.points.clone(),
@@ -351,7 +401,7 @@ fn run_rank_inner(mpi: &MpiProcess, mut cfg: RunConfig, opts: &RunOptions) -> Re
         .into_inner()
         .unwrap_or_else(|e| e.into_inner())
         .last()
-        .cloned()
+        .map(|(_, d)| d.clone())
         .context("the run ended without writing its final checkpoint")?;
     finish(s, reports, log, checkpoint).map(Some)
 }
