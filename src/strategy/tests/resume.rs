@@ -73,6 +73,8 @@ pub(super) fn every_method() -> Vec<Method> {
         ..DilocoSettings::default()
     }));
     v.push(Method::StreamingDiloco(streaming_at_the_stop()));
+    // Eager updates: each fragment's others' share (E3) is state at the stop.
+    v.push(Method::StreamingDiloco(StreamingSettings { eager: true, ..streaming_at_the_stop() }));
     v
 }
 
