@@ -25,6 +25,9 @@
 //! - `outer_wire` unset: the run's wire dtype, as `diloco` (the paper
 //!   sends 4-bit E3M0: `outer_wire = "fp4"`; unset keeps a comparison with
 //!   `diloco` about fragments and overlap only).
+//! - `eager = false`: the Streaming DiLoCo paper's overlap; `true` is the
+//!   eager updates of Kale, Douillard et al. (arXiv 2502.12996), as
+//!   streaming.rs adapts them to tau steps (E1-E3).
 
 use super::fragments::FragmentPattern;
 use super::settings::{check_outer_name, describe_round, DilocoSettings};
