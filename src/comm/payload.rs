@@ -8,6 +8,7 @@
 //!
 //! ```text
 //! Message:  tag u32 | wire u8 | 3 pad | n_scalars u32 | n_values u32 | scalars f64 x n | values (f32 or bf16) x n
+//!           (wire code 2: the values are `packed` bytes, n_values of them: a codec's message, comm/codec)
 //! Sparse:   indices (u8, u16 or u32 each) x k | values (f32 or bf16) x k      (k and the widths are agreed in advance)
 //! ```
 //! All little-endian.
@@ -31,6 +32,9 @@ pub struct Message {
     pub values: Vec<f32>,
     /// How `values` travel.
     pub wire: WireDtype,
+    /// Bytes packed by a codec (comm/codec: a compressed pseudo-gradient),
+    /// sent as they are; a message carries these or `values`, not both.
+    pub packed: Vec<u8>,
 }
 
 impl Message {
@@ -52,9 +56,15 @@ impl Message {
         self
     }
 
+    /// Adds bytes a codec packed; they travel as they are (no `values`).
+    pub fn with_packed(mut self, packed: Vec<u8>) -> Message {
+        self.packed = packed;
+        self
+    }
+
     /// Bytes this message occupies on the wire.
     pub fn wire_len(&self) -> usize {
-        MESSAGE_HEADER + 8 * self.scalars.len() + self.values.len() * self.wire.bytes_per_elem()
+        MESSAGE_HEADER + 8 * self.scalars.len() + self.values.len() * self.wire.bytes_per_elem() + self.packed.len()
     }
 
     /// Rounds the values to what the wire carries (a no-op for f32).
@@ -66,18 +76,21 @@ impl Message {
 
     /// Appends the encoding (module docs) to `out`.
     pub fn encode(&self, out: &mut Vec<u8>) {
+        assert!(self.packed.is_empty() || self.values.is_empty(), "a message carries values or packed bytes, not both");
         out.reserve(self.wire_len());
         out.extend_from_slice(&self.tag.to_le_bytes());
         out.push(match self.wire {
+            _ if !self.packed.is_empty() => 2,
             WireDtype::F32 => 0,
             WireDtype::Bf16 => 1,
         });
         out.extend_from_slice(&[0; 3]);
         out.extend_from_slice(&(self.scalars.len() as u32).to_le_bytes());
-        out.extend_from_slice(&(self.values.len() as u32).to_le_bytes());
+        out.extend_from_slice(&((self.values.len() + self.packed.len()) as u32).to_le_bytes());
         for s in &self.scalars {
             out.extend_from_slice(&s.to_le_bytes());
         }
+        out.extend_from_slice(&self.packed);
         match self.wire {
             WireDtype::F32 => self.values.iter().for_each(|v| out.extend_from_slice(&v.to_le_bytes())),
             WireDtype::Bf16 => self.values.iter().for_each(|v| out.extend_from_slice(&to_bf16_bits(*v).to_le_bytes())),
@@ -88,19 +101,23 @@ impl Message {
     pub fn decode(bytes: &[u8]) -> Result<Message> {
         ensure!(bytes.len() >= MESSAGE_HEADER, "message of {} bytes is shorter than its header", bytes.len());
         let u32_at = |i: usize| u32::from_le_bytes(bytes[i..i + 4].try_into().expect("4 bytes"));
-        let wire = match bytes[4] {
-            0 => WireDtype::F32,
-            1 => WireDtype::Bf16,
+        let (wire, packed) = match bytes[4] {
+            0 => (WireDtype::F32, false),
+            1 => (WireDtype::Bf16, false),
+            2 => (WireDtype::F32, true),
             other => bail!("message has unknown wire dtype code {other}"),
         };
         let (ns, nv) = (u32_at(8) as usize, u32_at(12) as usize);
-        let want = MESSAGE_HEADER + 8 * ns + nv * wire.bytes_per_elem();
+        let want = MESSAGE_HEADER + 8 * ns + nv * if packed { 1 } else { wire.bytes_per_elem() };
         ensure!(bytes.len() == want, "message is {} bytes but its header says {want}", bytes.len());
         let mut at = MESSAGE_HEADER;
         let scalars = (0..ns)
             .map(|i| f64::from_le_bytes(bytes[at + 8 * i..at + 8 * i + 8].try_into().expect("8 bytes")))
             .collect();
         at += 8 * ns;
+        if packed {
+            return Ok(Message { tag: u32_at(0), scalars, values: Vec::new(), wire, packed: bytes[at..].to_vec() });
+        }
         let values = match wire {
             WireDtype::F32 => {
                 bytes[at..].chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().expect("4"))).collect()
@@ -109,7 +126,7 @@ impl Message {
                 bytes[at..].chunks_exact(2).map(|c| from_bf16_bits(u16::from_le_bytes([c[0], c[1]]))).collect()
             }
         };
-        Ok(Message { tag: u32_at(0), scalars, values, wire })
+        Ok(Message { tag: u32_at(0), scalars, values, wire, packed: Vec::new() })
     }
 }
 
@@ -262,6 +279,17 @@ mod tests {
         let mut b = Vec::new();
         m.encode(&mut b);
         assert_eq!(b.len(), 16 + 24 + 12);
+        assert_eq!(b.len(), m.wire_len());
+        assert_eq!(Message::decode(&b).unwrap(), m);
+    }
+
+    #[test]
+    fn packed_bytes_travel_as_they_are_and_count_one_byte_each() {
+        // An int8 pseudo-gradient of 3 values: a 4-byte scale and 3 codes.
+        let m = Message::new(2).with_scalars(vec![5.0]).with_packed(vec![0, 0, 128, 63, 127, 192, 1]);
+        let mut b = Vec::new();
+        m.encode(&mut b);
+        assert_eq!((b.len(), b[4]), (16 + 8 + 7, 2), "wire code 2, n_values = the bytes");
         assert_eq!(b.len(), m.wire_len());
         assert_eq!(Message::decode(&b).unwrap(), m);
     }

@@ -107,7 +107,10 @@ impl OuterConfig {
     }
 }
 
-/// An outer optimizer with its state over `n` parameters.
+/// An outer optimizer with its state over `n` parameters. Cloned by
+/// streaming DiLoCo's eager updates for a stand-in step that leaves the
+/// true state untouched.
+#[derive(Clone)]
 pub struct OuterOpt {
     cfg: OuterConfig,
     /// Momentum m (empty for sgd).

@@ -10,8 +10,10 @@
 //!
 //! ```text
 //! H_w     = H, or with DyLU floor(s_w / max s x H) (eq. 6, the engine's dylu_steps)
-//! T_w     = msg (model fetch) + [H_w (K mb + opt(n)) + pg(n)] / s_w + msg (pseudo-gradient send) + out
-//! serve   = out + msg                      the server's work per update (its sends are serial)
+//! T_w     = msg (model fetch) + [H_w (K mb + opt(n)) + pg(n) + enc] / s_w + upd (pseudo-gradient send) + dec + out
+//! serve   = dec + out + msg                the server's work per update (its sends are serial)
+//! upd     = msg, or with a compressed outer_wire one message of wire_bytes(n) packed bytes;
+//! enc, dec = ew(2n) each with a compressed outer_wire (the worker encodes, the server decodes), else 0
 //! lower:  cycle_w >= T_w                   nobody queues
 //! server: sum_w 1 / cycle_w <= 1 / serve   it applies and answers one update at a time
 //! upper:  cycle_w <= T_w + grace + (N - 1) serve   its group waits out the grace period, then
@@ -29,7 +31,9 @@
 //! Memory: a worker holds its replica, gradients, the inner optimizer's
 //! state and the model its round started from (`theta_old`, counted as
 //! outer state as sync DiLoCo counts its theta; the pseudo-gradient reuses
-//! the replica's buffer); the server holds theta and the outer optimizer's
+//! the replica's buffer), with a compressed outer_wire its staged message
+//! and error-feedback residual (comm::codec::sender_copies less the decode
+//! buffer, which is the server's message buffer); the server holds theta and the outer optimizer's
 //! state (Nesterov's momentum, DN's buffer), shown in `server`.
 //!
 //! `tests_sim.rs` runs the method in the simulator and checks that every
@@ -37,6 +41,7 @@
 
 use super::rank::gb;
 use super::{Costing, MethodPlan, Precision};
+use crate::comm::codec::{sender_copies, OuterWire};
 use crate::comm::payload::MESSAGE_HEADER;
 use crate::runtime::Work;
 use crate::strategy::diloco::param_server::dylu_steps;
@@ -52,6 +57,21 @@ fn message_s(c: &Costing, n: usize) -> f64 {
     c.spec.link.as_ref().map_or(0.0, |l| l.message_s(bytes, false))
 }
 
+/// Bytes of one pseudo-gradient message of `n` values before the simulator's
+/// scaling: its scalar and the values in the wire dtype, or the codec's packed bytes.
+fn update_body(c: &Costing, wire: Option<OuterWire>, n: usize) -> f64 {
+    match wire {
+        None => (n as f64 * c.spec.comm_scale).round() * c.wire.bytes_per_elem() as f64,
+        Some(w) => (w.wire_bytes(n) as f64 * c.spec.comm_scale).round(),
+    }
+}
+
+/// Seconds of one pseudo-gradient message to the server (module docs: upd).
+fn update_s(c: &Costing, wire: Option<OuterWire>, n: usize) -> f64 {
+    let bytes = MESSAGE_HEADER + 8 + update_body(c, wire, n) as usize;
+    c.spec.link.as_ref().map_or(0.0, |l| l.message_s(bytes, false))
+}
+
 /// Worker and server memory (module docs), in `c.precision` (mixed: as memory.rs, values in bf16, K = 4 + 4 s).
 pub fn memory(s: &DilocoSettings, c: &Costing) -> Result<(MemoryBytes, MemoryBytes)> {
     let n = c.params as f64;
@@ -63,7 +83,7 @@ pub fn memory(s: &DilocoSettings, c: &Costing) -> Result<(MemoryBytes, MemoryByt
         grads: b(small * n),
         comm_buffers: 0,
         optimizer: b(opt_k * n),
-        outer: b(small * n),
+        outer: b(small * n * (1 + sender_copies(s.outer_wire, s.error_feedback).saturating_sub(1)) as f64),
     };
     let server = MemoryBytes {
         params: b(small * n),
@@ -97,21 +117,29 @@ pub fn cycles(s: &AsyncDilocoSettings, c: &Costing) -> Cycles {
     let k = c.grad_accum.max(1) as f64;
     let cost = |w: Work| c.spec.cost(w, 1.0);
     let msg = message_s(c, n);
+    let upd = if s.outer_wire.is_some() { update_s(c, s.outer_wire, n) } else { msg };
     let out = cost(Work::Elementwise { name: "async-diloco outer step", elems: 3 * n });
     let step = k * cost(Work::MicroBatch) + cost(Work::Optimizer { params: n });
     let pg = cost(Work::Elementwise { name: "diloco pseudo-gradient", elems: n });
-    let serve = out + msg;
+    let (enc, dec) = match s.outer_wire {
+        None => (0.0, 0.0),
+        Some(_) => (
+            cost(Work::Elementwise { name: "diloco encode", elems: 2 * n }),
+            cost(Work::Elementwise { name: "diloco decode", elems: 2 * n }),
+        ),
+    };
+    let serve = dec + out + msg;
     let speeds: Vec<f64> = if c.spec.speeds.len() == world { c.spec.speeds.clone() } else { vec![1.0; world] };
     // DyLU's steps from the speeds the simulator runs at (in sim the measured speeds are these).
     let steps = if s.dylu { dylu_steps(&speeds, s.h) } else { vec![s.h; world] };
-    let local: Vec<f64> = steps.iter().map(|&h| h as f64 * step + pg).collect();
+    let local: Vec<f64> = steps.iter().map(|&h| h as f64 * step + pg + enc).collect();
     // `grace = "auto"` with DyLU: one inner step of the slowest worker.
     let grace = s.grace_s(Some(step / speeds.iter().cloned().fold(f64::INFINITY, f64::min)));
     let bounds = speeds
         .iter()
         .zip(&local)
         .map(|(sp, local)| {
-            let t_w = msg + local / sp + msg + out;
+            let t_w = msg + local / sp + upd + dec + out;
             (t_w, t_w + grace + (world as f64 - 1.0) * serve)
         })
         .collect();
@@ -124,6 +152,7 @@ pub fn plan(s: &AsyncDilocoSettings, c: &Costing) -> Result<MethodPlan> {
     let n = c.params;
     let k = c.grad_accum.max(1) as f64;
     let Cycles { bounds, serve, msg, local, steps, speeds, grace } = cycles(s, c);
+    let upd = if s.outer_wire.is_some() { update_s(c, s.outer_wire, n) } else { msg };
     let tokens: Vec<f64> = steps.iter().map(|&h| h as f64 * k * c.tokens_per_micro_batch as f64).collect();
     let most = tokens.iter().cloned().fold(0.0, f64::max);
     let best = bounds.iter().zip(&tokens).map(|((lo, _), t)| t / lo).sum::<f64>().min(most / serve);
@@ -135,7 +164,11 @@ pub fn plan(s: &AsyncDilocoSettings, c: &Costing) -> Result<MethodPlan> {
     let compute_s = world / speeds.iter().zip(&local).map(|(sp, local)| sp / local).sum::<f64>();
     let (worker, server) = memory(&s.diloco(), c)?;
     let total = worker.total() as f64;
-    let bytes = (MESSAGE_HEADER + 8 + n * c.wire.bytes_per_elem()) as f64;
+    // What a worker sends per round: its pseudo-gradient, as values or packed by the codec.
+    let bytes = match s.outer_wire {
+        None => (MESSAGE_HEADER + 8 + n * c.wire.bytes_per_elem()) as f64,
+        Some(w) => (MESSAGE_HEADER + 8 + w.wire_bytes(n)) as f64,
+    };
     let rule = format!(
         "bound (asynchronous arrivals are not analytical): a worker's cycle is at least fetch + {} steps + send + outer step, the server answers one update per outer step + model send, so the mean cycle is at least {round_s:.4} s; worker 0's is at most {upper_s:.4} s when {}every other update is served first; tokens/s between {worst:.0} and {best:.0}",
         if s.dylu { "its DyLU" } else { "H" },
@@ -146,7 +179,7 @@ pub fn plan(s: &AsyncDilocoSettings, c: &Costing) -> Result<MethodPlan> {
         steps: s.h,
         micro_batches: steps.iter().sum::<u64>() as f64 / world * k,
         compute_s,
-        comm_s: 2.0 * msg,
+        comm_s: msg + upd,
         exposed_s: (round_s - compute_s).max(0.0),
         bytes_intra: 0.0,
         bytes_inter: bytes,
@@ -158,10 +191,14 @@ pub fn plan(s: &AsyncDilocoSettings, c: &Costing) -> Result<MethodPlan> {
     let mut p = MethodPlan {
         method: NAME.to_string(),
         label: format!(
-            "{NAME} (H {}, outer {:?}{}{})",
+            "{NAME} (H {}, outer {:?}{}{}{})",
             s.h,
             s.outer,
             if s.dylu { ", dylu" } else { "" },
+            match s.outer_wire {
+                Some(w) => format!(", outer_wire {w}{}", if s.error_feedback { " + error feedback" } else { "" }),
+                None => String::new(),
+            },
             if grace > 0.0 { format!(", grace {grace:.4} s") } else { String::new() }
         ),
         memory: worker,
@@ -216,6 +253,27 @@ mod tests {
         // Mixed: bf16 values, K = 12 bytes of optimizer state per parameter.
         let (w, _) = memory(&s.diloco(), &costing(4, Precision::Mixed)).unwrap();
         assert_eq!((w.params, w.optimizer), (2_000_000, 12_000_000));
+    }
+
+    #[test]
+    fn a_compressed_update_sends_the_codecs_bytes_and_holds_its_buffers() {
+        // int8 on 1e6 values: 245 chunks of 4096 (the last 576), 4 bytes of scale each.
+        let s = AsyncDilocoSettings { h: 10, outer_wire: Some(OuterWire::Int8), ..AsyncDilocoSettings::default() };
+        let c = costing(4, Precision::F32);
+        let packed = 1_000_000 + 4 * 245;
+        assert_eq!(OuterWire::Int8.wire_bytes(1_000_000), packed);
+        let p = plan(&s, &c).unwrap();
+        assert_eq!(p.time.bytes_inter, (16 + 8 + packed) as f64);
+        // The cycle: the model fetch dense, the update packed (no costed elementwise work here).
+        let msg = 1e-3 + (16.0 + 8.0 + 4e6) / 1.25e8;
+        let upd = 1e-3 + (16.0 + 8.0 + packed as f64) / 1.25e8;
+        assert!((p.time.round_s - (msg + 5.0 + upd)).abs() < 1e-12, "{}", p.time.round_s);
+        assert!(p.label.contains("outer_wire int8 + error feedback"), "{}", p.label);
+        // Worker: theta_old, the staged message and the residual; without feedback no residual.
+        let (w, sv) = memory(&s.diloco(), &c).unwrap();
+        assert_eq!((w.outer, sv.outer), (3 * 4_000_000, 4_000_000));
+        let plain = AsyncDilocoSettings { error_feedback: false, ..s };
+        assert_eq!(memory(&plain.diloco(), &c).unwrap().0.outer, 2 * 4_000_000);
     }
 
     #[test]

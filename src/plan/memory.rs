@@ -91,8 +91,11 @@ pub fn memory(method: &Method, c: &Costing) -> Result<MemoryBytes> {
         Method::StreamingDiloco(s) => {
             let codec = sender_copies(s.outer_wire, s.error_feedback) as f64;
             let sizes = super::streaming::sizes(s, c)?;
-            let comm = if s.same_offset { nf } else { sizes.into_iter().max().unwrap_or(0) as f64 };
-            Copies { comm, outer: (1 + s.outer.state_copies()) as f64 * nf + codec * nf, ..Copies::new(nf) }
+            let largest = sizes.into_iter().max().unwrap_or(0) as f64;
+            let comm = if s.same_offset { nf } else { largest };
+            // Eager: the others' share (n), and g~, theta~ and the outer state's copy of the fragment in flight.
+            let eager = if s.eager { nf + largest * (2 + s.outer.state_copies()) as f64 } else { 0.0 };
+            Copies { comm, outer: (1 + s.outer.state_copies()) as f64 * nf + codec * nf + eager, ..Copies::new(nf) }
         }
         // Worker and server: plan_method takes async_diloco.rs's rows instead.
         Method::AsyncDiloco(_) => anyhow::bail!("async-diloco's memory is planned by plan::async_diloco"),

@@ -6,6 +6,10 @@
 //! local_p = ew(n_p) pseudo-gradient + ew(3 n_p) outer step + ew(3 n_p) mix
 //!           [+ ew(2 n_p) encode + ew(2 N n_p) decode with a compressed outer_wire]
 //! comm_p = AR(n_p) in the wire dtype, or AG(N wire_bytes(n_p)) compressed
+//! eager:  local_p += ew(2 n_p) stand-in gradient + ew(3 n_p) stand-in step + ew(4 n_p) correction
+//!         (the mix then runs at S6, with the stand-in),
+//!         and the stand-in step and its mix (and, compressed, the stand-in
+//!         gradient) run while comm_p travels: they hide it as the tau steps do
 //! ```
 //!
 //! A fragment's outer gradient starts after its pseudo-gradient (and
@@ -75,15 +79,24 @@ pub(super) fn timing(net: &Net, c: &Costing, s: &StreamingSettings) -> Result<Ti
         if s.outer_wire.is_some() {
             local += ew("diloco encode", 2 * np) + ew("diloco decode", 2 * world * np);
         }
+        // Eager updates (strategy/diloco/streaming.rs, E1-E3): the work done while the average travels.
+        let mut in_flight = 0.0;
+        if s.eager {
+            let (g, standin) = (ew("eager stand-in", 2 * np), ew("eager stand-in step", 3 * np));
+            // The mix moves to S6; at landing the correction replaces it.
+            local += g + standin + ew("eager correction", 4 * np);
+            in_flight = standin + ew("streaming mix", 3 * np) + if s.outer_wire.is_some() { g } else { 0.0 };
+        }
         let x = sync(net, c, s, np);
-        exposed += (x.s - s.overlap() as f64 * step).max(0.0);
+        exposed += (x.s - s.overlap() as f64 * step - in_flight).max(0.0);
         comm = comm + x;
     }
     let compute = s.h as f64 * step + local;
     let gap = s.h / s.fragments.max(1) as u64;
     let exact = c.layout.is_some() && !s.same_offset && (s.overlap() == 0 || s.overlap() < gap);
     let rule = format!(
-        "up to tau = {} inner steps per fragment: each of the {} fragments' outer gradients runs behind the next tau steps, the rest is exposed; peak {:.0} bytes per synchronisation (the largest fragment), {:.0} per round",
+        "{}up to tau = {} inner steps per fragment: each of the {} fragments' outer gradients runs behind the next tau steps, the rest is exposed; peak {:.0} bytes per synchronisation (the largest fragment), {:.0} per round",
+        if s.eager { "eager updates (a stand-in step while the average travels, corrected when it lands); " } else { "" },
         s.overlap(),
         s.fragments,
         peak_bytes(s, c)?,

@@ -126,6 +126,22 @@ fn methods() -> Vec<Method> {
             outer_wire: Some("fp4".parse().unwrap()),
             ..StreamingSettings::default()
         }),
+        // Eager updates, dense and compressed: the stand-in's work hides the link too.
+        Method::StreamingDiloco(StreamingSettings {
+            h: 4,
+            fragments: 2,
+            overlap: Some(1),
+            eager: true,
+            ..StreamingSettings::default()
+        }),
+        Method::StreamingDiloco(StreamingSettings {
+            h: 4,
+            fragments: 2,
+            overlap: Some(1),
+            eager: true,
+            outer_wire: Some("int8".parse().unwrap()),
+            ..StreamingSettings::default()
+        }),
         // DeMo over the world; FlexDeMo hybrid-sharded (chunk 4: the tiny
         // model has enough chunk rows for 8 shards per node), with each
         // replicator that exchanges every step, blocking and overlapped.
@@ -297,6 +313,8 @@ fn async_diloco_cycles_lie_within_the_plans_bounds_and_its_memory_is_exact() {
     // H = 6 so that DyLU's floor(s_w / max s x H) differs between the speeds below (6, 3, 4).
     let plain = crate::strategy::AsyncDilocoSettings { h: 2 * TAU, ..Default::default() };
     let dylu = crate::strategy::AsyncDilocoSettings { dylu: true, ..plain.clone() };
+    // Compressed updates with error feedback: the packed bytes travel, the server decodes.
+    let int8 = crate::strategy::AsyncDilocoSettings { outer_wire: Some("int8".parse().unwrap()), ..plain.clone() };
     for prof in [profile("a100-4x8-100g.toml"), profile("tcp-4x1-10g.toml")] {
         let world = prof.workers();
         let uneven: Vec<f64> = (0..world).map(|w| [1.0, 0.5, 0.8][w % 3]).collect();
@@ -309,7 +327,7 @@ fn async_diloco_cycles_lie_within_the_plans_bounds_and_its_memory_is_exact() {
             // A grace period of half the fastest worker's shortest cycle: groups form and wait.
             let grace = 0.5 * super::async_diloco::cycles(&plain, &costing).bounds[0].0;
             let graced = crate::strategy::AsyncDilocoSettings { grace: Some(grace), ..plain.clone() };
-            for s in [&plain, &dylu, &graced] {
+            for s in [&plain, &dylu, &graced, &int8] {
                 let method = Method::AsyncDiloco(s.clone());
                 let at = format!("{method} on {} at speeds {:?}", prof.name, &speeds[..3.min(world)]);
                 let reports =

@@ -84,6 +84,8 @@ const SETTINGS: [(&str, &[&str]); 14] = [
             "dylu",
             "shards",
             "fixed_shards",
+            "outer_wire",
+            "error_feedback",
         ],
     ),
     ("streaming-diloco", super::diloco::streaming_settings::KEYS),

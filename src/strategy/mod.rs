@@ -88,7 +88,7 @@ pub async fn run_worker<C: Ctx>(
         Method::SlowMo(s) => local::slowmo::run(ctx, w, plan, s, &mut j).await?,
         Method::Co2(s) => local::co2::run(ctx, w, plan, s, &mut j).await?,
         Method::Diloco(s) => diloco::diloco::run(ctx, w, plan, s, &mut j).await?,
-        Method::AsyncDiloco(_) => diloco::async_diloco::worker(ctx, w, plan, &mut j).await?,
+        Method::AsyncDiloco(s) => diloco::async_diloco::worker(ctx, w, plan, s, &mut j).await?,
         Method::StreamingDiloco(s) => diloco::streaming::run(ctx, w, plan, s, &mut j).await?,
     };
     Ok(report(ctx, j, out, w.model.params.clone(), Vec::new(), Vec::new()))

@@ -68,6 +68,13 @@
 //!   slowest worker's round (the paper does not checkpoint; we chose
 //!   consistency over that wait). Workers save their inner state (kept
 //!   across rounds, App. 10.1) with the sampler back on their own shard.
+//! - A compressed pseudo-gradient (`outer_wire`, comm/codec, as `diloco`'s):
+//!   the worker encodes delta with its error-feedback residual and sends
+//!   the packed bytes (the message's size is what travels); the server
+//!   decodes them to f32 and steps in f32 (line 17 unchanged). `"f32"`
+//!   through this path is the dense message bit for bit. The residual is
+//!   the worker's state (in its checkpoint part); a worker that crashes
+//!   comes back with none, as with fresh inner state.
 //! - Workers that leave and join (`--faults`, membership.rs): a worker
 //!   whose crash time passes drops its round and sends a LEFT notice; the
 //!   server stops waiting for it, and answers its hello at its join time
@@ -85,6 +92,7 @@ use super::membership::{Lifeline, Roster, LEFT};
 use super::param_server::{arrival_weight, dylu_steps, Grace, Speeds};
 use super::server_state::Progress;
 use super::shards::{RoundOrder, ShardRound, Shards};
+use crate::comm::codec::{sender_copies, ErrorFeedback, OuterWire};
 use crate::comm::{Message, WireDtype};
 use crate::optim::OuterOpt;
 use crate::runtime::{Ctx, RecvAny, Send, Work};
@@ -103,9 +111,35 @@ const SAVE: u32 = 6;
 /// SAVE, then stop (Ctrl-C: the server decided it, stop.rs); the same bytes as SAVE.
 const SAVE_STOP: u32 = 7;
 
+/// The worker's checkpoint tensor holding its error-feedback residual.
+const RESIDUAL: &str = "outer_wire.residual";
+
+/// The worker's compressed sender (`outer_wire` set), fresh.
+pub(crate) fn sender(s: &AsyncDilocoSettings, n: usize) -> Option<ErrorFeedback> {
+    s.outer_wire.map(|wire| ErrorFeedback::new(wire, s.error_feedback, n))
+}
+
+/// The server's side of [`sender`]: a packed pseudo-gradient of `n`
+/// values, decoded to f32.
+pub(crate) fn decoded(wire: OuterWire, packed: &[u8], n: usize) -> Result<Vec<f32>> {
+    let want = wire.wire_bytes(n);
+    ensure!(packed.len() == want, "server: an {wire} update of {} bytes, {want} expected", packed.len());
+    let mut delta = vec![0.0; n];
+    wire.decode(packed, &mut delta);
+    Ok(delta)
+}
+
 /// The worker side: inner rounds from whatever model the server sends.
-pub async fn worker<C: Ctx>(ctx: &mut C, w: &mut Worker, plan: &Plan, j: &mut Journal) -> Result<Outcome> {
+pub async fn worker<C: Ctx>(
+    ctx: &mut C,
+    w: &mut Worker,
+    plan: &Plan,
+    s: &AsyncDilocoSettings,
+    j: &mut Journal,
+) -> Result<Outcome> {
     let n = w.model.num_params();
+    // A compressed outer_wire: the encoder with its residual (module docs).
+    let mut ef = sender(s, n);
     let Some(server) = ctx.topology().server_rank() else { bail!("async-diloco needs a server participant") };
     let mut inner = Inner::new(plan, n)?;
     // The fault plan's side of this worker (membership.rs): when it crashes and joins.
@@ -115,12 +149,20 @@ pub async fn worker<C: Ctx>(ctx: &mut C, w: &mut Worker, plan: &Plan, j: &mut Jo
     let hello = |speed: f64| Message::new(HELLO).with_scalars(vec![speed, tokens]);
     match j.take_resumed() {
         // Resumed between rounds: the server knows this worker already.
-        Some(st) => inner.restore(&st)?,
+        Some(st) => {
+            inner.restore(&st)?;
+            if let Some(e) = ef.as_mut().filter(|_| s.error_feedback) {
+                e.restore(st.tensor(RESIDUAL)?);
+            }
+        }
         None => ctx.run(Send { to: server, msg: hello(ctx.speed()) }).await,
     }
-    let save = |inner: &Inner| {
+    let save = |inner: &Inner, ef: &Option<ErrorFeedback>| {
         let mut st = StrategyState::default();
         inner.save(&mut st);
+        if let Some(e) = ef.as_ref().filter(|_| s.error_feedback) {
+            st.tensors.push((RESIDUAL.into(), e.residual().to_vec()));
+        }
         st
     };
     loop {
@@ -134,7 +176,7 @@ pub async fn worker<C: Ctx>(ctx: &mut C, w: &mut Worker, plan: &Plan, j: &mut Jo
                     j.stop_at(m.scalars[0] as u64);
                 }
                 w.use_own_shard()?;
-                j.round_end(ctx, Some(w), m.scalars[0] as u64, plan.end, || save(&inner)).await?;
+                j.round_end(ctx, Some(w), m.scalars[0] as u64, plan.end, || save(&inner, &ef)).await?;
                 continue;
             }
             ensure!(m.tag == MODEL && m.values.len() == n, "worker {}: unexpected message {}", ctx.rank(), m.tag);
@@ -169,8 +211,15 @@ pub async fn worker<C: Ctx>(ctx: &mut C, w: &mut Worker, plan: &Plan, j: &mut Jo
                     pseudo_gradient(&mut delta, &theta_old)
                 })
                 .await;
-                let msg =
-                    Message::new(UPDATE).with_scalars(vec![steps as f64, loss, per_step]).with_values(delta, plan.wire);
+                let msg = Message::new(UPDATE).with_scalars(vec![steps as f64, loss, per_step]);
+                let msg = match ef.as_mut() {
+                    None => msg.with_values(delta, plan.wire),
+                    Some(e) => {
+                        let work = Work::Elementwise { name: "diloco encode", elems: 2 * n };
+                        let packed = ctx.compute(work, || e.encode(&delta)).await;
+                        msg.with_packed(packed)
+                    }
+                };
                 ctx.run(Send { to: server, msg }).await;
                 j.sent_update();
                 j.settle(true);
@@ -185,12 +234,21 @@ pub async fn worker<C: Ctx>(ctx: &mut C, w: &mut Worker, plan: &Plan, j: &mut Jo
             break;
         }
         inner = Inner { steps: inner.steps, ..Inner::new(plan, n)? };
+        ef = sender(s, n);
         ctx.run(Send { to: server, msg: hello(ctx.speed()) }).await;
     }
     w.use_own_shard()?;
-    j.round_end(ctx, Some(w), plan.end, plan.end, || save(&inner)).await?;
-    // theta_old, the model this round started from, is held beside the replica.
-    Ok(Outcome { exchange: None, optimizer_steps: inner.steps, memory: memory(n, &inner, 0, n), model: None })
+    j.round_end(ctx, Some(w), plan.end, plan.end, || save(&inner, &ef)).await?;
+    // theta_old, the model this round started from, is held beside the replica;
+    // a compressed wire adds the staged message and the residual (no decode
+    // buffer: the server decodes, into the buffer a dense update arrives in).
+    let codec = sender_copies(s.outer_wire, s.error_feedback).saturating_sub(1);
+    Ok(Outcome {
+        exchange: None,
+        optimizer_steps: inner.steps,
+        memory: memory(n, &inner, 0, n + codec * n),
+        model: None,
+    })
 }
 
 /// What the server ends with: the run's model, and the updates it applied
@@ -336,13 +394,22 @@ pub async fn server<C: Ctx>(
                 false
             }
             Some((from, m)) => {
-                ensure!(m.tag == UPDATE && m.values.len() == n, "server: unexpected message {} from {from}", m.tag);
+                ensure!(m.tag == UPDATE, "server: unexpected message {} from {from}", m.tag);
                 p.speeds.measure(from, m.scalars[2]);
                 // Algorithm 5 line 8, Algorithm 2 line 16 (a group opening takes the grace period now due).
                 grace.set_next(s.grace_s(p.speeds.slowest_step_s(|w| roster.up(w))));
                 grace.admit(ctx.now());
                 // Line 17: sync(theta, w.update) = OuterOpt(theta, a delta), on arrival.
-                let mut delta = m.values;
+                let mut delta = match s.outer_wire {
+                    None => {
+                        ensure!(m.values.len() == n, "server: an update of {} values for {n}", m.values.len());
+                        m.values
+                    }
+                    Some(wire) => {
+                        let work = Work::Elementwise { name: "diloco decode", elems: 2 * n };
+                        ctx.compute(work, || decoded(wire, &m.packed, n)).await?
+                    }
+                };
                 ctx.compute(Work::Elementwise { name: "async-diloco outer step", elems: 3 * n }, || {
                     if a != 1.0 {
                         delta.iter_mut().for_each(|x| *x *= a);

@@ -28,6 +28,7 @@
 //! synchronous DiLoCo on one worker, run over point-to-point messages.
 
 use super::settings::DilocoSettings;
+use crate::comm::codec::OuterWire;
 use crate::optim::{OuterConfig, OuterKind};
 use anyhow::{bail, Result};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
@@ -90,6 +91,17 @@ pub struct AsyncDilocoSettings {
     /// covering grace period give sync DiLoCo. Flag `--fixed-shards`.
     /// Default false (eq. 2).
     pub fixed_shards: bool,
+    /// How each worker's pseudo-gradient travels to the server, as
+    /// `diloco`'s key: unset (the default) as values in the run's wire dtype;
+    /// `"f32"`, `"bf16"`, `"int8"`, `"fp4"` or `"topk:K+2bit"` packed by
+    /// comm/codec (the bytes that travel are the codec's), decoded by the
+    /// server, whose outer step runs in f32.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub outer_wire: Option<OuterWire>,
+    /// With `outer_wire` set: each worker keeps a residual of what its
+    /// messages left out and adds it to its next pseudo-gradient (error
+    /// feedback). Default true, as `diloco`.
+    pub error_feedback: bool,
 }
 
 /// Async DiLoCo's default outer lr with nesterov and sgd-momentum, at the
@@ -191,6 +203,8 @@ impl Default for AsyncDilocoSettings {
             dylu: false,
             shards: None,
             fixed_shards: false,
+            outer_wire: None,
+            error_feedback: d.error_feedback,
         }
     }
 }
@@ -234,7 +248,8 @@ impl AsyncDilocoSettings {
             outer_momentum: self.outer_momentum,
             dn_buffer: self.dn_buffer,
             dn_c: self.dn_c,
-            ..DilocoSettings::default()
+            outer_wire: self.outer_wire,
+            error_feedback: self.error_feedback,
         }
     }
 
@@ -278,10 +293,14 @@ pub fn describe(s: &AsyncDilocoSettings, f: &mut std::fmt::Formatter<'_>) -> std
     }
     f.write_str(if s.dylu { ", dylu" } else { "" })?;
     match (s.shards, s.fixed_shards) {
-        (_, true) => f.write_str(", fixed shards)"),
-        (Some(n), false) => write!(f, ", {n} shards)"),
-        (None, false) => f.write_str(")"),
+        (_, true) => f.write_str(", fixed shards")?,
+        (Some(n), false) => write!(f, ", {n} shards")?,
+        (None, false) => (),
     }
+    if let Some(w) = s.outer_wire {
+        write!(f, ", outer_wire {w}{}", if s.error_feedback { " + error feedback" } else { "" })?;
+    }
+    f.write_str(")")
 }
 
 #[cfg(test)]
@@ -316,6 +335,10 @@ mod tests {
         // A compare spec's `weight=1` and `grace=auto` arrive as TOML values: an integer, a text.
         assert_eq!(parse("weight = 1\ngrace = \"auto\"".parse().unwrap()).unwrap().weight, Weight::One);
         assert_eq!(parse("weight = 1.0\ngrace = 2".parse().unwrap()).unwrap().grace, Some(2.0));
+        // The codec keys: diloco's, passed on with the rest.
+        assert_eq!((d.outer_wire, d.error_feedback), (None, true));
+        let c = parse("outer_wire = \"int8\"\nerror_feedback = false".parse().unwrap()).unwrap();
+        assert_eq!((c.diloco().outer_wire, c.diloco().error_feedback), (Some(OuterWire::Int8), false));
         for (text, needles) in [
             ("h = 0", &["[methods.async-diloco]: h must be at least 1", "h = 50"][..]),
             ("dn_buffer = 0", &["[methods.async-diloco]: dn_buffer must be at least 1", "--dn-buffer 4"]),
@@ -334,6 +357,7 @@ mod tests {
             ("outer = \"adam\"", &["outer \"adam\" does not exist", "--outer dn"]),
             ("dylu = 1", &["[methods.async-diloco]:"]),
             ("shards = 0", &["[methods.async-diloco]: shards must be at least 1", "--shards 4"]),
+            ("outer_wire = \"fp8\"", &["[methods.async-diloco]:", "use f32, bf16, int8, fp4 or topk:K+2bit"]),
         ] {
             let e = err(text);
             for n in needles {

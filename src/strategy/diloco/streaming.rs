@@ -40,6 +40,50 @@
 //!   fragment's staged message and decode buffer (and residual), and the
 //!   outer gradient in flight (the largest fragment; P of them with every
 //!   offset equal), which cannot reuse the replica: training goes on.
+//!
+//! Eager updates (`eager = true`; Kale, Douillard et al., "Eager Updates
+//! For Overlapped Communication and Computation in DiLoCo", arXiv
+//! 2502.12996). The paper overlaps a whole outer step: at round t worker
+//! m, holding its fresh Delta_m^(t) and the average Delta^(t-1) that just
+//! landed, steps with Delta_m^(t) / M + (Delta^(t-1) - Delta_m^(t-1) / M),
+//! its own share fresh and the others' one round old. Here the average is
+//! in flight for tau steps only, so that stand-in bridges those steps and
+//! is replaced by the average when it lands:
+//!
+//! ```text
+//! at S6, fragment p, k workers (others_p = 0 before its first landing):
+//!     g~ = delta_{i,p} / k + others_p                              E1 stand-in for Delta_p
+//!     theta~ = OuterOpt_p(theta_old_p, g~) on a copy of the state   E1 the stand-in step
+//!     theta_{i,p} = alpha theta_{i,p} + (1 - alpha) theta~         S9 at once, not tau steps later
+//! at S7, when Delta_p lands:
+//!     theta_outer_p = OuterOpt_p(theta_old_p, Delta_p)             S8 the true step, as without eager
+//!     theta_{i,p} += (1 - alpha) (theta_outer_p - theta~)          E2 correct to the average
+//!     others_p = Delta_p - delta_{i,p} / k                         E3 the others' share, for E1 next time
+//! ```
+//!
+//! E1-E3 are our labels: the paper's own text (its algorithm and equation
+//! numbers) was not reachable while writing this, only summaries of it
+//! that give E1's form (docs/methods.md says so). Our decisions:
+//! - delta_{i,p} in E1 and E3 is this worker's share as the others
+//!   receive it: with a compressed `outer_wire`, what its message decodes
+//!   to (so with one worker the stand-in is still exactly the average).
+//! - The correction E2 (ours, as the issue asks): the paper lets each
+//!   worker's outer state run on its own stand-ins, so replicas' outer
+//!   states differ by their own shares; here theta_old and OuterOpt's
+//!   state only ever see the true average (S8), equal on every worker, so
+//!   checkpoints, resume and the run's end stay DiLoCo's. The stand-in
+//!   moves the local replica only, for tau steps.
+//! - With one worker the stand-in is the average (others_p = 0 exactly,
+//!   delta / 1 = delta), E2 adds nothing, and the run is the one where the
+//!   average lands at once (tau = 0): a test.
+//! - tau >= 1 (settings): at tau = 0 the average lands at once.
+//! - The paper's "1-outer-step" overlap (the average in flight for a whole
+//!   round, tau = H) is not offered: tau x P < H keeps one fragment in
+//!   flight; P = 1 with tau = H - 1 is the nearest.
+//! - The end of the run sends without a stand-in (the global value is
+//!   taken). others_p is state: saved per fragment at each checkpoint
+//!   (nothing is in flight then). Memory: others (n) and, for the
+//!   fragment in flight, g~, theta~ and the copied outer state.
 
 use super::diloco::{decode_mean, pseudo_gradient, restore_outer, save_outer, start_compressed};
 use super::fragments::Fragments;
@@ -63,6 +107,28 @@ pub fn mix(local: &mut [f32], outer: &[f32], alpha: f32) {
     }
 }
 
+/// E1: `g` becomes the stand-in `own / k + others` for the average of k
+/// workers' outer gradients, `own` this worker's and `others` the others'
+/// share of the last average (zero before one landed). With k = 1 and
+/// `others` = 0 it is `own` (up to the sign of a zero).
+pub fn standin(g: &mut [f32], own: &[f32], others: &[f32], k: usize) {
+    let k = k as f32;
+    g.iter_mut().zip(own).zip(others).for_each(|((g, o), r)| *g = o / k + r);
+}
+
+/// E2: `local += (1 - alpha) (outer - standin)`: the local replica, mixed
+/// at S6 with the stand-in step `standin`, as if it had been mixed with
+/// the true step `outer`. Where the two agree nothing is touched (one
+/// worker's run keeps its bits, the sign of a zero included).
+pub fn correct(local: &mut [f32], outer: &[f32], standin: &[f32], alpha: f32) {
+    for ((x, o), s) in local.iter_mut().zip(outer).zip(standin) {
+        let c = (1.0 - alpha) * (o - s);
+        if c != 0.0 {
+            *x += c;
+        }
+    }
+}
+
 /// One fragment's outer state, the same on every worker.
 struct Fragment {
     /// theta_old_p: the fragment's global value since its last landing (S10).
@@ -71,6 +137,9 @@ struct Fragment {
     outer: OuterOpt,
     /// A compressed outer_wire: the sender with its residual, and a decode buffer.
     sender: Option<(ErrorFeedback, Vec<f32>)>,
+    /// Eager: the others' share of the last landed average (E3); while this
+    /// fragment is in flight, minus this worker's own share (E3 adds the average).
+    others: Vec<f32>,
 }
 
 /// An outer gradient in flight: the all-reduce's handle, or the
@@ -85,6 +154,8 @@ struct Flight<A, B> {
     p: usize,
     lands: u64,
     wire: Wire<A, B>,
+    /// Eager: the stand-in step theta~ the local replica was mixed with (E1), and alpha.
+    standin: Option<(Vec<f32>, f32)>,
 }
 
 /// A flight under runtime `C`.
@@ -95,6 +166,8 @@ struct State {
     frags: Fragments,
     fs: Vec<Fragment>,
     wire: crate::comm::WireDtype,
+    /// Workers k (E1's divisor).
+    workers: usize,
 }
 
 impl State {
@@ -110,13 +183,69 @@ impl State {
         delta
     }
 
-    /// S6: starts fragment p's mean, landing after `lands` steps.
-    async fn send<C: Ctx>(&mut self, ctx: &mut C, p: usize, delta: Vec<f32>, lands: u64) -> FlightOf<C> {
-        let wire = match self.fs[p].sender.as_mut() {
-            None => Wire::Dense(ctx.start(AllReduce::mean(Group::World, delta, self.wire))),
-            Some((ef, _)) => Wire::Packed(start_compressed(ctx, ef, &delta).await, delta),
+    /// S6: starts fragment p's mean, landing after `lands` steps; with
+    /// `eager` = Some(alpha) the stand-in step is mixed into `params` at once (E1).
+    async fn send<C: Ctx>(
+        &mut self,
+        ctx: &mut C,
+        p: usize,
+        delta: Vec<f32>,
+        lands: u64,
+        params: &mut [f32],
+        eager: Option<f32>,
+    ) -> FlightOf<C> {
+        let np = delta.len();
+        let k = self.workers;
+        // E1's stand-in gradient from this worker's share as the others
+        // receive it (the raw delta dense, what the codec sent compressed);
+        // others_p then holds minus that share, and E3 adds the average.
+        let standin_gradient = |others: &mut Vec<f32>, own: &[f32]| {
+            let mut g = vec![0.0; np];
+            standin(&mut g, own, others, k);
+            others.iter_mut().zip(own).for_each(|(r, d)| *r = -(d / k as f32));
+            g
         };
-        Flight { p, lands, wire }
+        let work = Work::Elementwise { name: "eager stand-in", elems: 2 * np };
+        let f = &mut self.fs[p];
+        let (wire, g) = match (f.sender.as_mut(), eager) {
+            (None, None) => (Wire::Dense(ctx.start(AllReduce::mean(Group::World, delta, self.wire))), None),
+            (None, Some(_)) => {
+                let others = &mut f.others;
+                let g = ctx.compute(work, || standin_gradient(others, &delta)).await;
+                (Wire::Dense(ctx.start(AllReduce::mean(Group::World, delta, self.wire))), Some(g))
+            }
+            (Some((ef, _)), eager) => {
+                let h = start_compressed(ctx, ef, &delta).await;
+                let g = match eager {
+                    None => None,
+                    Some(_) => {
+                        let (others, sent) = (&mut f.others, ef.sent());
+                        Some(ctx.compute(work, || standin_gradient(others, sent)).await)
+                    }
+                };
+                (Wire::Packed(h, delta), g)
+            }
+        };
+        let mut standin_step = None;
+        if let (Some(g), Some(alpha)) = (g, eager) {
+            // E1 on copies: theta_old_p and OuterOpt_p see only the true average (S8).
+            let f = &self.fs[p];
+            let (mut theta, mut outer) = (f.theta.clone(), f.outer.clone());
+            ctx.compute(Work::Elementwise { name: "eager stand-in step", elems: 3 * np }, || {
+                outer.step(&mut theta, &g)
+            })
+            .await;
+            let frags = &self.frags;
+            ctx.compute(Work::Elementwise { name: "streaming mix", elems: 3 * np }, || {
+                let mut local = vec![0.0; np];
+                frags.gather(p, params, &mut local);
+                mix(&mut local, &theta, alpha);
+                frags.scatter(p, &local, params);
+            })
+            .await;
+            standin_step = Some((theta, alpha));
+        }
+        Flight { p, lands, wire, standin: standin_step }
     }
 
     /// S8-S10 for every flight due by `done` steps (all of them with
@@ -130,7 +259,7 @@ impl State {
         alpha: f32,
     ) {
         while flights.first().is_some_and(|f| done.is_none_or(|d| f.lands <= d)) {
-            let Flight { p, wire, .. } = flights.remove(0);
+            let Flight { p, wire, standin, .. } = flights.remove(0);
             let f = &mut self.fs[p];
             let mut avg = match wire {
                 Wire::Dense(h) => ctx.wait(h).await,
@@ -146,12 +275,27 @@ impl State {
             ctx.compute(Work::Elementwise { name: "diloco outer step", elems: 3 * np }, || outer.step(theta, &avg))
                 .await;
             let frags = &self.frags;
-            ctx.compute(Work::Elementwise { name: "streaming mix", elems: 3 * np }, || {
-                frags.gather(p, params, &mut avg);
-                mix(&mut avg, theta, alpha);
-                frags.scatter(p, &avg, params);
-            })
-            .await;
+            match standin {
+                None => {
+                    ctx.compute(Work::Elementwise { name: "streaming mix", elems: 3 * np }, || {
+                        frags.gather(p, params, &mut avg);
+                        mix(&mut avg, theta, alpha);
+                        frags.scatter(p, &avg, params);
+                    })
+                    .await
+                }
+                // E2 and E3 (module docs).
+                Some((standin_theta, alpha)) => {
+                    let others = &mut f.others;
+                    ctx.compute(Work::Elementwise { name: "eager correction", elems: 4 * np }, || {
+                        others.iter_mut().zip(&avg).for_each(|(r, a)| *r += a);
+                        frags.gather(p, params, &mut avg);
+                        correct(&mut avg, theta, &standin_theta, alpha);
+                        frags.scatter(p, &avg, params);
+                    })
+                    .await
+                }
+            }
         }
     }
 
@@ -187,10 +331,13 @@ pub async fn run<C: Ctx>(
             let mut theta = vec![0.0; np];
             frags.gather(p, &w.model.params, &mut theta);
             let sender = s.outer_wire.map(|wire| (ErrorFeedback::new(wire, ef, np), vec![0.0; np]));
-            Fragment { theta, outer: OuterOpt::new(cfg, np), sender }
+            let others = vec![0.0; if s.eager { np } else { 0 }];
+            Fragment { theta, outer: OuterOpt::new(cfg, np), sender, others }
         })
         .collect();
-    let mut st = State { frags, fs, wire: plan.wire };
+    let mut st = State { frags, fs, wire: plan.wire, workers: ctx.topology().workers };
+    // Eager: the alpha of E1's stand-in (module docs).
+    let eager = s.eager.then_some(s.mix);
     // Outer gradients computed at a round's end, started after its checkpoint.
     let mut pending: Vec<(usize, Vec<f32>)> = Vec::new();
     let mut t = 0;
@@ -200,6 +347,9 @@ pub async fn run<C: Ctx>(
             restore_outer(&mut f.outer, &saved, &format!("f{p}."))?;
             if let Some((e, _)) = f.sender.as_mut().filter(|_| ef) {
                 e.restore(saved.tensor(&format!("f{p}.residual"))?);
+            }
+            if s.eager {
+                f.others.copy_from_slice(saved.tensor(&format!("f{p}.others"))?);
             }
             if let Ok(d) = saved.tensor(&format!("f{p}.pending")) {
                 pending.push((p, d.to_vec()));
@@ -212,7 +362,7 @@ pub async fn run<C: Ctx>(
     while rounds.range(t).0 < end {
         let (lo, hi) = rounds.range(t);
         for (p, delta) in std::mem::take(&mut pending) {
-            let f = st.send(ctx, p, delta, lo + s.overlap()).await;
+            let f = st.send(ctx, p, delta, lo + s.overlap(), &mut w.model.params, eager).await;
             flights.push(f);
         }
         st.land(ctx, &mut w.model.params, &mut flights, Some(lo), s.mix).await;
@@ -222,7 +372,7 @@ pub async fn run<C: Ctx>(
             // S4-S6 (the round's end waits for its checkpoint, below), then S7-S10.
             for p in (0..st.frags.len()).filter(|&p| done < hi && done - lo == s.offset(p)) {
                 let delta = st.outer_gradient(ctx, p, &w.model.params).await;
-                let f = st.send(ctx, p, delta, done + s.overlap()).await;
+                let f = st.send(ctx, p, delta, done + s.overlap(), &mut w.model.params, eager).await;
                 flights.push(f);
             }
             st.land(ctx, &mut w.model.params, &mut flights, Some(done), s.mix).await;
@@ -232,7 +382,7 @@ pub async fn run<C: Ctx>(
             st.land(ctx, &mut w.model.params, &mut flights, None, s.mix).await;
             for p in 0..st.frags.len() {
                 let delta = st.outer_gradient(ctx, p, &w.model.params).await;
-                let f = st.send(ctx, p, delta, hi).await;
+                let f = st.send(ctx, p, delta, hi, &mut w.model.params, None).await;
                 flights.push(f);
             }
             st.land(ctx, &mut w.model.params, &mut flights, None, 0.0).await;
@@ -251,6 +401,9 @@ pub async fn run<C: Ctx>(
                 if let Some((e, _)) = f.sender.as_ref().filter(|_| ef) {
                     saved.tensors.push((format!("f{p}.residual"), e.residual().to_vec()));
                 }
+                if s.eager {
+                    saved.tensors.push((format!("f{p}.others"), f.others.clone()));
+                }
             }
             for (p, d) in &pending {
                 saved.tensors.push((format!("f{p}.pending"), d.clone()));
@@ -265,11 +418,14 @@ pub async fn run<C: Ctx>(
     w.model.params.copy_from_slice(&theta);
     let outer_state: usize = st.fs.iter().map(|f| f.outer.state_len()).sum();
     let codec = sender_copies(s.outer_wire, ef) * n;
-    let in_flight = if s.same_offset { n } else { (0..st.frags.len()).map(|p| st.frags.size(p)).max().unwrap_or(0) };
+    let largest = (0..st.frags.len()).map(|p| st.frags.size(p)).max().unwrap_or(0);
+    let in_flight = if s.same_offset { n } else { largest };
+    // Eager: others (n), and for the fragment in flight g~, theta~ and OuterOpt_p's copy.
+    let eager_bufs = if s.eager { n + largest * (2 + s.outer.state_copies()) } else { 0 };
     Ok(Outcome {
         exchange: None,
         optimizer_steps: inner.steps,
-        memory: memory(n, &inner, in_flight, n + outer_state + codec),
+        memory: memory(n, &inner, in_flight, n + outer_state + codec + eager_bufs),
         model: replica_piece(rank, &theta),
     })
 }

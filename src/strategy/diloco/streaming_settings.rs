@@ -25,6 +25,9 @@
 //! - `outer_wire` unset: the run's wire dtype, as `diloco` (the paper
 //!   sends 4-bit E3M0: `outer_wire = "fp4"`; unset keeps a comparison with
 //!   `diloco` about fragments and overlap only).
+//! - `eager = false`: the Streaming DiLoCo paper's overlap; `true` is the
+//!   eager updates of Kale, Douillard et al. (arXiv 2502.12996), as
+//!   streaming.rs adapts them to tau steps (E1-E3).
 
 use super::fragments::FragmentPattern;
 use super::settings::{check_outer_name, describe_round, DilocoSettings};
@@ -45,6 +48,7 @@ pub const KEYS: &[&str] = &[
     "fragment_pattern",
     "outer_wire",
     "error_feedback",
+    "eager",
 ];
 
 /// Streaming DiLoCo's settings (`[methods.streaming-diloco]`).
@@ -87,6 +91,14 @@ pub struct StreamingSettings {
     /// With `outer_wire` set: a residual per fragment (error feedback).
     /// Default true, as `diloco`.
     pub error_feedback: bool,
+    /// Eager updates (Kale, Douillard et al., arXiv 2502.12996): while a
+    /// fragment's averaged outer gradient is in flight (the tau overlap
+    /// steps), each worker applies a stand-in made of its own fresh outer
+    /// gradient and the others' last landed share, and corrects to the
+    /// average when it lands (streaming.rs, E1-E3). Needs tau >= 1 (with
+    /// tau = 0 the average lands at once and eager changes nothing).
+    /// Default false (the Streaming DiLoCo paper's plain overlap).
+    pub eager: bool,
     /// Test knob, not a key: every fragment on offset 0 (all at the round's
     /// end), which with tau = 0 is DiLoCo with one outer step per fragment.
     #[serde(skip)]
@@ -107,6 +119,7 @@ impl Default for StreamingSettings {
             fragment_pattern: FragmentPattern::Strided,
             outer_wire: None,
             error_feedback: true,
+            eager: false,
             same_offset: false,
         }
     }
@@ -166,6 +179,13 @@ impl StreamingSettings {
                 (self.h - 1) / self.fragments as u64
             );
         }
+        if self.eager && self.overlap() == 0 {
+            bail!(
+                "{m}: eager = true needs overlap >= 1 (the stand-in is applied while the average is in flight; with overlap 0 it lands at once), got overlap 0 with h = {} and fragments = {}; set overlap = 1, or eager = false",
+                self.h,
+                self.fragments
+            );
+        }
         if !(0.0..=1.0).contains(&self.mix) {
             bail!(
                 "{m}: mix must be in [0, 1] (0 takes the global value, 1 keeps the local one), got {}, e.g. mix = 0.5",
@@ -199,6 +219,9 @@ pub fn describe(s: &StreamingSettings, f: &mut std::fmt::Formatter<'_>) -> std::
     f.write_str("streaming-diloco (")?;
     describe_round(&s.diloco(), f)?;
     write!(f, ", {} {} fragments, overlap {}, mix {}", s.fragments, s.fragment_pattern.name(), s.overlap(), s.mix)?;
+    if s.eager {
+        f.write_str(", eager")?;
+    }
     if let Some(w) = s.outer_wire {
         write!(f, ", outer_wire {w}{}", if s.error_feedback { " + error feedback" } else { "" })?;
     }
@@ -236,8 +259,12 @@ mod tests {
 
     #[test]
     fn the_keys_method_rs_accepts_are_the_fields_and_round_trip() {
-        let s =
-            StreamingSettings { overlap: Some(2), outer_wire: Some(OuterWire::Fp4), ..StreamingSettings::default() };
+        let s = StreamingSettings {
+            overlap: Some(2),
+            outer_wire: Some(OuterWire::Fp4),
+            eager: true,
+            ..StreamingSettings::default()
+        };
         let v = toml::Value::try_from(&s).unwrap();
         let t = v.as_table().unwrap();
         let mut got: Vec<&str> = t.keys().map(String::as_str).collect();
@@ -263,6 +290,8 @@ mod tests {
                 &["fragment_pattern \"zigzag\" does not exist: choose one of strided, sequential"],
             ),
             ("same_offset = true", &["unknown field `same_offset`"]),
+            ("eager = true\noverlap = 0", &["eager = true needs overlap >= 1", "set overlap = 1"]),
+            ("eager = true\nh = 2\nfragments = 2", &["eager = true needs overlap >= 1"]),
         ] {
             let e = err(text);
             for n in needles {

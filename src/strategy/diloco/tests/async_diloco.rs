@@ -273,3 +273,103 @@ fn per_shard_schedules_follow_each_shards_steps_to_the_floor_and_no_further() {
         assert_eq!(t.lr(n.max(t.total_steps)), sched.min_lr, "clamped at the floor");
     }
 }
+
+fn with_wire(m: &Method, wire: &str, error_feedback: bool) -> Method {
+    let Method::AsyncDiloco(s) = m else { unreachable!() };
+    let outer_wire = Some(wire.parse().unwrap());
+    Method::AsyncDiloco(AsyncDilocoSettings { outer_wire, error_feedback, ..s.clone() })
+}
+
+#[test]
+fn an_f32_outer_wire_is_async_diloco_bit_for_bit_and_sends_the_same_bytes() {
+    // Heterogeneous speeds, DyLU, DN: the arrival order matters, and the
+    // packed f32 message is as long as the dense one, so nothing moves.
+    let p = sgd_plan(8);
+    let rt = sim_speeds(vec![1.0, 0.5, 0.25]);
+    let plain = Method::AsyncDiloco(AsyncDilocoSettings {
+        h: 4,
+        outer: OuterKind::Dn,
+        dylu: true,
+        ..AsyncDilocoSettings::default()
+    });
+    let a = run(&plain, &rt, 3, &p);
+    let b = run(&with_wire(&plain, "f32", true), &rt, 3, &p);
+    for (x, y) in a.iter().zip(&b) {
+        assert_eq!(bits(&x.params), bits(&y.params), "participant {}", x.rank);
+        assert_eq!(x.times, y.times, "participant {}: the same clocks and bytes", x.rank);
+    }
+    assert_eq!(a[3].updates, b[3].updates);
+}
+
+#[test]
+fn an_int8_outer_wire_lands_within_its_bound_and_sends_its_own_bytes() {
+    // One worker, one round, outer SGD at lr 1 (weight 1/k = 1): the server
+    // ends on theta0 - decode(encode(delta)), the f32 run on theta0 - delta:
+    // apart by at most each chunk's absmax / 254 (int8's stated bound).
+    let p = sgd_plan(2);
+    let rt = Runtime::Sim(SimSpec::flat(1, 1.0, None));
+    let sgd = Method::AsyncDiloco(AsyncDilocoSettings {
+        h: 2,
+        outer: OuterKind::Sgd,
+        outer_lr: Some(1.0),
+        ..AsyncDilocoSettings::default()
+    });
+    let f32_run = run(&sgd, &rt, 1, &p);
+    let int8_run = run(&with_wire(&sgd, "int8", false), &rt, 1, &p);
+    let theta0 = workers(1, 2).remove(0).model.params;
+    let (exact, got) = (&f32_run[1].params, &int8_run[1].params);
+    let chunk = crate::comm::codec::CHUNK;
+    let mut moved = false;
+    for (c, start) in (0..theta0.len()).step_by(chunk).enumerate() {
+        let end = (start + chunk).min(theta0.len());
+        let s = (start..end).map(|i| (theta0[i] - exact[i]).abs()).fold(0f32, f32::max);
+        for i in start..end {
+            let d = (got[i] - exact[i]).abs();
+            assert!(d <= s / 254.0 * 1.01 + 1e-6, "chunk {c}, element {i}: {d} off, chunk absmax {s}");
+            moved |= d > 0.0;
+        }
+    }
+    assert!(moved, "int8 rounded nothing");
+    // The update travels as int8: a header, three scalars and the packed bytes.
+    let n = theta0.len();
+    let sent: u64 = int8_run[0].events.spans().iter().filter(|s| s.name == "send").map(|s| s.bytes).sum();
+    let int8 = crate::comm::codec::OuterWire::Int8.wire_bytes(n);
+    let hello = crate::comm::payload::MESSAGE_HEADER + 16;
+    assert_eq!(sent, (hello + crate::comm::payload::MESSAGE_HEADER + 24 + int8) as u64);
+}
+
+#[test]
+fn the_worker_keeps_its_residual_and_the_server_decodes_what_was_sent() {
+    // Error feedback on async DiLoCo's worker with top-1 of 3 (hand numbers,
+    // as comm/codec's test): what the server decodes plus the residual is
+    // every pseudo-gradient sent so far.
+    use crate::strategy::diloco::async_diloco::{decoded, sender};
+    let s = AsyncDilocoSettings { outer_wire: Some("topk:1+2bit".parse().unwrap()), ..AsyncDilocoSettings::default() };
+    let mut ef = sender(&s, 3).unwrap();
+    let wire = s.outer_wire.unwrap();
+    // Round 1: delta (1, 2, 3): 3 travels, (1, 2, 0) stays.
+    let got = decoded(wire, &ef.encode(&[1.0, 2.0, 3.0]), 3).unwrap();
+    assert_eq!((&got[..], ef.residual()), (&[0.0, 0.0, 3.0][..], &[1.0, 2.0, 0.0][..]));
+    // Round 2: delta (1, 0, 0) + (1, 2, 0) = (2, 2, 0): the tie goes to index 0; (0, 2, 0) stays.
+    let got2 = decoded(wire, &ef.encode(&[1.0, 0.0, 0.0]), 3).unwrap();
+    assert_eq!((&got2[..], ef.residual()), (&[2.0, 0.0, 0.0][..], &[0.0, 2.0, 0.0][..]));
+    // Sent (2, 0, 3) + residual (0, 2, 0) = deltas (2, 2, 3).
+    // A message of the wrong size is refused with what was expected.
+    let e = decoded(wire, &[0; 3], 3).unwrap_err().to_string();
+    assert!(e.contains("topk:1+2bit update of 3 bytes"), "{e}");
+    // Without feedback nothing is kept.
+    let plain = AsyncDilocoSettings { error_feedback: false, ..s };
+    assert!(sender(&plain, 3).unwrap().residual().is_empty());
+    assert!(sender(&AsyncDilocoSettings::default(), 3).is_none());
+}
+
+#[test]
+fn a_compressed_worker_holds_its_staged_message_and_residual() {
+    let n = crate::model::ParamLayout::new(&crate::strategy::tests::tiny()).len;
+    let p = sgd_plan(2);
+    let rt = Runtime::Sim(SimSpec::flat(2, 1.0, None));
+    let plain = Method::AsyncDiloco(AsyncDilocoSettings { h: 2, ..AsyncDilocoSettings::default() });
+    let outer = |m: &Method| run(m, &rt, 2, &p)[0].memory.outer;
+    assert_eq!(outer(&with_wire(&plain, "int8", false)), outer(&plain) + 4 * n);
+    assert_eq!(outer(&with_wire(&plain, "int8", true)), outer(&plain) + 2 * 4 * n);
+}

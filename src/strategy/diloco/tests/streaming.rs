@@ -151,3 +151,104 @@ fn more_fragments_than_blocks_stops_the_run_with_the_fix() {
     let e = format!("{e:#}");
     assert!(e.contains("fragments = 3, but the model has 2 transformer blocks"), "{e}");
 }
+
+fn eager(h: u64, fragments: usize, overlap: u64, mix: f32) -> StreamingSettings {
+    StreamingSettings { eager: true, ..streaming(h, fragments, overlap, mix) }
+}
+
+#[test]
+fn eager_with_one_worker_is_the_run_whose_average_lands_at_once() {
+    // One worker: the stand-in (E1) is the average, the correction (E2)
+    // adds nothing, so tau = 1 with eager updates is tau = 0 without them,
+    // to the bit, dense and through a lossy codec (the stand-in uses what
+    // the message decodes to).
+    let p = plan(8, 1, 1.0);
+    for outer_wire in [None, Some("int8".parse().unwrap())] {
+        let at_once = StreamingSettings { outer_wire, ..streaming(4, 2, 0, 0.5) };
+        let with_eager = StreamingSettings { outer_wire, ..eager(4, 2, 1, 0.5) };
+        let a = run(&Method::StreamingDiloco(at_once), &sim(1), 1, &p).remove(0);
+        let b = run(&Method::StreamingDiloco(with_eager.clone()), &sim(1), 1, &p).remove(0);
+        assert_eq!(bits(&a.params), bits(&b.params), "{outer_wire:?}");
+        let loss = |r: &WorkerReport| r.points.iter().map(|q| q.loss).collect::<Vec<_>>();
+        assert_eq!(loss(&a), loss(&b), "{outer_wire:?}: the local replica between landings too");
+        // Without eager, tau = 1 is another run (the step lands one inner step late).
+        let late = run(&Method::StreamingDiloco(StreamingSettings { eager: false, ..with_eager }), &sim(1), 1, &p);
+        assert_ne!(loss(&a), loss(&late[0]), "{outer_wire:?}");
+    }
+}
+
+#[test]
+fn one_eager_round_with_two_workers_by_hand() {
+    use crate::optim::OuterConfig;
+    use crate::strategy::diloco::streaming::{correct, standin};
+    // A fragment of 2 values, outer SGD at lr 1 (theta -= g), alpha 0.5, k = 2.
+    let sgd = OuterConfig { kind: OuterKind::Sgd, lr: 1.0, ..OuterConfig::default() };
+    let theta_old = [1.0, 2.0];
+    // Worker i's replica at S5, its delta = theta_old - local, and the others'
+    // share of the last average (E3 of the round before).
+    let local = [[0.5, 2.5], [0.75, 1.5]];
+    let delta = [[0.5, -0.5], [0.25, 0.5]];
+    let others = [[0.25, 0.0], [0.0, 0.25]];
+    // E1: g~ = delta / 2 + others; theta~ = theta_old - g~; S9: alpha local + (1 - alpha) theta~.
+    let want_g = [[0.5, -0.25], [0.125, 0.5]];
+    let want_standin = [[0.5, 2.25], [0.875, 1.5]];
+    let want_mixed = [[0.5, 2.375], [0.8125, 1.5]];
+    // Lands: Delta = mean = (0.375, 0); theta_outer = (0.625, 2).
+    let avg = [0.375, 0.0];
+    let mut theta = theta_old;
+    OuterOpt::new(sgd, 2).step(&mut theta, &avg);
+    assert_eq!(theta, [0.625, 2.0]);
+    // Worker 0 took one inner step of (+0.125, 0) in flight; worker 1 none.
+    let moved = [[0.125, 0.0], [0.0, 0.0]];
+    // E2: += 0.5 (theta_outer - theta~), which is the mix with the true step plus the steps in flight.
+    let want_corrected = [[0.6875, 2.25], [0.6875, 1.75]];
+    // E3: others = Delta - delta / 2: each worker's is the other one's share, delta_j / 2.
+    let want_others = [[0.125, 0.25], [0.25, -0.25]];
+    for i in 0..2 {
+        let mut g = [0.0; 2];
+        standin(&mut g, &delta[i], &others[i], 2);
+        assert_eq!(g, want_g[i], "worker {i}: E1");
+        let mut th = theta_old;
+        OuterOpt::new(sgd, 2).step(&mut th, &g);
+        assert_eq!(th, want_standin[i], "worker {i}: the stand-in step");
+        let mut x = local[i];
+        mix(&mut x, &th, 0.5);
+        assert_eq!(x, want_mixed[i], "worker {i}: S9 at once");
+        x[0] += moved[i][0];
+        correct(&mut x, &theta, &th, 0.5);
+        assert_eq!(x, want_corrected[i], "worker {i}: E2");
+        let mut as_if = local[i];
+        mix(&mut as_if, &theta, 0.5);
+        assert_eq!([as_if[0] + moved[i][0], as_if[1]], x, "worker {i}: as if the average had landed at once");
+        let o: Vec<f32> = avg.iter().zip(&delta[i]).map(|(a, d)| a - d / 2.0).collect();
+        assert_eq!(o, want_others[i], "worker {i}: E3");
+        assert_eq!(o, delta[1 - i].map(|d| d / 2.0), "worker {i}: the other's share");
+    }
+}
+
+#[test]
+fn eager_keeps_the_global_model_equal_and_sim_gives_reals_bits() {
+    let p = plan(8, 1, 1.0);
+    let fp4 = StreamingSettings { outer_wire: Some("fp4".parse().unwrap()), ..eager(4, 2, 1, 0.5) };
+    for m in [Method::StreamingDiloco(eager(4, 2, 1, 0.5)), Method::StreamingDiloco(fp4)] {
+        let a = run(&m, &sim(2), 2, &p);
+        let b = run(&m, &Runtime::Real(RealSpec::flat(2)), 2, &p);
+        assert_eq!(bits(&a[0].params), bits(&a[1].params), "{m}: replicas end on theta_old");
+        assert_eq!(bits(&a[0].params), bits(&b[0].params), "{m}: sim != real");
+    }
+    let plain = run(&Method::StreamingDiloco(streaming(4, 2, 1, 0.5)), &sim(2), 2, &p);
+    let with_eager = run(&Method::StreamingDiloco(eager(4, 2, 1, 0.5)), &sim(2), 2, &p);
+    assert_ne!(bits(&plain[0].params), bits(&with_eager[0].params), "eager updates changed nothing");
+}
+
+#[test]
+fn eager_memory_counts_the_others_share_and_the_stand_in() {
+    let layout = crate::model::ParamLayout::new(&tiny());
+    let n = layout.len;
+    let f = Fragments::new(&layout, 2, FragmentPattern::Strided).unwrap();
+    let largest = f.size(0).max(f.size(1));
+    let p = plan(4, 1, 0.0);
+    let mem = |s: StreamingSettings| run(&Method::StreamingDiloco(s), &sim(2), 2, &p)[0].memory;
+    // Nesterov: others (n), and g~, theta~ and the copied momentum of the largest fragment.
+    assert_eq!(mem(eager(3, 2, 1, 0.5)).outer, mem(streaming(3, 2, 1, 0.5)).outer + 4 * (n + 3 * largest));
+}
