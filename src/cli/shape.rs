@@ -73,7 +73,7 @@ impl ShapeArgs {
             n_embd: self.n_embd.unwrap_or(cfg.n_embd),
             n_head: self.n_head.unwrap_or(cfg.n_head),
             ctx: self.ctx.unwrap_or(cfg.ctx),
-            dropout: cfg.dropout,
+            ..cfg.clone()
         }
     }
 }

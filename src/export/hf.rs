@@ -105,7 +105,7 @@ mod tests {
 
     #[test]
     fn conv1d_weights_are_transposed_and_renamed() {
-        let l = ParamLayout::new(&GptConfig { vocab_size: 8, n_embd: 4, n_layer: 1, n_head: 2, ctx: 3, dropout: 0.0 });
+        let l = ParamLayout::new(&GptConfig::gpt2(8, 4, 1, 2, 3));
         let spec = l.get("h.0.attn.c_attn.weight").unwrap(); // ours [12, 4]
         let data: Vec<f32> = (0..48).map(|i| i as f32).collect();
         let (name, shape, t) = to_gpt2(spec, &data);

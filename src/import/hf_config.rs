@@ -42,17 +42,16 @@ pub fn parse(name: &str, text: &str) -> Result<GptConfig> {
         size(field)?.ok_or_else(|| anyhow::anyhow!("{name}: missing field `{field}` (e.g. \"{field}\": {example})"))
     };
     let n_embd = need("n_embd", "768")?;
-    let cfg = GptConfig {
-        vocab_size: need("vocab_size", "50257")?,
+    let cfg = GptConfig::gpt2(
+        need("vocab_size", "50257")?,
         n_embd,
-        n_layer: need("n_layer", "12")?,
-        n_head: need("n_head", "12")?,
-        ctx: match size("n_positions")? {
+        need("n_layer", "12")?,
+        need("n_head", "12")?,
+        match size("n_positions")? {
             Some(t) => t,
             None => need("n_ctx", "1024")?,
         },
-        dropout: 0.0,
-    };
+    );
     if let Some(i) = size("n_inner")?.filter(|&i| i != 4 * n_embd) {
         bail!(
             "{name}: n_inner {i} is not supported: lowcomm's MLP is 4 * n_embd = {} wide (\"n_inner\": null)",

@@ -22,7 +22,7 @@ fn bits(v: &[f32]) -> Vec<u32> {
 #[test]
 fn the_transformers_fixture_gives_transformers_logits() {
     let HfModel { config, params, tokenizer_json } = load(&fixture()).unwrap();
-    assert_eq!(config, GptConfig { vocab_size: 64, n_embd: 16, n_layer: 2, n_head: 2, ctx: 16, dropout: 0.0 });
+    assert_eq!(config, GptConfig::gpt2(64, 16, 2, 2, 16));
     assert!(tokenizer_json.is_none());
     let want: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(fixture().join("logits.json")).unwrap()).unwrap();
@@ -43,7 +43,7 @@ fn the_transformers_fixture_gives_transformers_logits() {
 
 #[test]
 fn import_inverts_export_bit_for_bit() {
-    let cfg = GptConfig { vocab_size: 8, n_embd: 4, n_layer: 2, n_head: 2, ctx: 3, dropout: 0.0 };
+    let cfg = GptConfig::gpt2(8, 4, 2, 2, 3);
     let model = Gpt::new(cfg.clone(), 7).unwrap();
     let layout = ParamLayout::new(&cfg);
     let tensors: Vec<NamedTensor> =

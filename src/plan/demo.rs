@@ -284,7 +284,7 @@ mod tests {
 
     #[test]
     fn with_a_layout_the_shards_are_the_engines() {
-        let cfg = GptConfig { vocab_size: 37, n_embd: 16, n_layer: 2, n_head: 2, ctx: 8, dropout: 0.0 };
+        let cfg = GptConfig::gpt2(37, 16, 2, 2, 8);
         let layout = ParamLayout::new(&cfg);
         let n = layout.len;
         let c = costing(4, 2, Some(layout.clone()), n);

@@ -198,7 +198,7 @@ impl ModelSpec {
         let gpt = match (kind.as_str(), size("vocab_size"), size("n_embd"), size("n_layer"), size("n_head")) {
             ("gpt2", Some(vocab_size), Some(n_embd), Some(n_layer), Some(n_head)) => {
                 let ctx = t as usize;
-                Some(GptConfig { vocab_size, n_embd, n_layer, n_head, ctx, dropout: 0.0 })
+                Some(GptConfig::gpt2(vocab_size, n_embd, n_layer, n_head, ctx))
                     .filter(|c| ParamLayout::new(c).len as f64 == params)
             }
             _ => None,
@@ -250,7 +250,11 @@ mod tests {
     #[test]
     fn bad_models_are_named_with_an_example() {
         let e = |s: &str| ModelSpec::parse(s).unwrap_err().to_string();
-        assert!(e("huge").contains("give a preset (nano, micro, small, gpt2"), "{}", e("huge"));
+        assert!(
+            e("huge").contains("give a preset (nano, micro, small, llama-nano, llama-micro, llama-small, gpt2"),
+            "{}",
+            e("huge")
+        );
         assert!(e("0").contains("e.g. --model 7.5e9"));
         let dir = std::env::temp_dir().join(format!("lowcomm-plan-model-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
