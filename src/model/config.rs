@@ -143,6 +143,16 @@ impl GptConfig {
         Self::llama_of(Self::small())
     }
 
+    /// This shape in `arch`'s blocks: to llama it keeps the llama fields
+    /// (unset: plain multi-head attention, Llama's MLP rule, tied head); to
+    /// GPT-2 it clears them.
+    pub fn with_arch(self, arch: Arch) -> Self {
+        match arch {
+            Arch::Llama => Self { arch, ..self },
+            Arch::Gpt2 => Self { arch, n_kv_head: None, ffn_hidden: None, tie_head: true, ..self },
+        }
+    }
+
     /// Names of the presets, for help texts and errors.
     pub const PRESETS: [&'static str; 6] = ["nano", "micro", "small", "llama-nano", "llama-micro", "llama-small"];
 

@@ -4,7 +4,7 @@
 //! the node's shards only at DeMo's chunk rows (detonation/shard.rs), and
 //! DeMo's payload is `sum over chunks of k_c` (index, value) pairs packed
 //! with the narrowest index that fits the widest chunk (detonation/demo.rs).
-//! With the model's layout known (a lowcomm preset or a GPT-2 config.json)
+//! With the model's layout known (a lowcomm preset or a GPT-2 or Llama config.json)
 //! the plan cuts the same shards and counts the same pairs and DCT FLOPs,
 //! so the row is the simulator's time and the run's memory (tests_sim.rs).
 //! Without it (a bare parameter count, a Llama config) the row is an
