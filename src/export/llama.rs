@@ -58,16 +58,20 @@ pub fn config_json(cfg: &GptConfig, eot: u32) -> Value {
 
 /// Write the Hugging Face directory for a llama checkpoint.
 pub fn export(ck: &Checkpoint, dir: &Path) -> Result<()> {
-    let cfg = &ck.state.model;
+    let tok = Tokenizer::from_json(&ck.tokenizer_json)?;
+    write_model(&ck.state.model, &ck.params, tok.eot_id(), dir)?;
+    write_tokenizer(ck, &tok, dir)
+}
+
+/// `model.safetensors` and `config.json` of a llama `cfg` with `params`.
+pub fn write_model(cfg: &GptConfig, params: &[f32], eot: u32, dir: &Path) -> Result<()> {
     let layout = ParamLayout::new(cfg);
     let names: Vec<String> = layout.tensors.iter().map(hf_name).collect();
     let views: Vec<(&str, Vec<usize>, &[f32])> = (layout.tensors.iter().zip(&names))
-        .map(|(t, n)| (n.as_str(), t.shape.clone(), &ck.params[t.range.clone()]))
+        .map(|(t, n)| (n.as_str(), t.shape.clone(), &params[t.range.clone()]))
         .collect();
     let meta = HashMap::from([("format".to_string(), "pt".to_string())]);
     write_f32_tensors_with_metadata(&dir.join("model.safetensors"), &views, Some(meta))?;
-    let tok = Tokenizer::from_json(&ck.tokenizer_json)?;
-    let config = config_json(cfg, tok.eot_id());
-    atomic_write(&dir.join("config.json"), serde_json::to_string_pretty(&config)?.as_bytes())?;
-    write_tokenizer(ck, &tok, dir)
+    let config = config_json(cfg, eot);
+    atomic_write(&dir.join("config.json"), serde_json::to_string_pretty(&config)?.as_bytes())
 }
