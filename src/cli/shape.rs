@@ -6,6 +6,7 @@
 use super::values;
 use crate::model::{Arch, GptConfig};
 use crate::train::config::ModelSection;
+use clap::builder::TypedValueParser;
 use clap::Args;
 
 /// Shape flags; unset ones keep the preset's value.
@@ -13,7 +14,7 @@ use clap::Args;
 pub struct ShapeArgs {
     /// Block architecture, over the preset's: gpt2 or llama (RMSNorm,
     /// rotary positions, SwiGLU, no biases; see docs/bring-your-own.md).
-    #[arg(long, value_parser = parse_arch)]
+    #[arg(long, value_parser = clap::builder::PossibleValuesParser::new(["gpt2", "llama"]).map(|s| parse_arch(&s)))]
     pub arch: Option<Arch>,
     /// Vocabulary size of the model, over the preset's (must match the corpus' tokenizer).
     #[arg(long, allow_negative_numbers = true, value_parser = values::positive_usize)]
@@ -35,8 +36,9 @@ pub struct ShapeArgs {
     pub ctx: Option<usize>,
 }
 
-fn parse_arch(s: &str) -> Result<Arch, String> {
-    s.parse().map_err(|e: anyhow::Error| e.to_string())
+/// One of the values clap's list admits.
+fn parse_arch(s: &str) -> Arch {
+    s.parse().expect("clap admits gpt2 and llama only")
 }
 
 impl ShapeArgs {
