@@ -15,9 +15,10 @@ use super::layout::ParamLayout;
 use super::llama;
 use super::ops::{attention, embedding, gelu, layernorm, matmul, residual, xent};
 use super::profile::Timer;
+use super::random::{dropout_backward, dropout_forward, dropout_mask, fill_normal};
 use super::GptConfig;
 use anyhow::{bail, Result};
-use rand::{Rng, SeedableRng};
+use rand::SeedableRng;
 use rand_pcg::Pcg64;
 use std::ops::Range;
 
@@ -401,52 +402,4 @@ fn two_mut<'a>(buf: &'a mut [f32], a: &Range<usize>, b: &Range<usize>) -> (&'a m
 
 fn mean(x: &[f32]) -> f32 {
     (x.iter().map(|&v| v as f64).sum::<f64>() / x.len() as f64) as f32
-}
-
-/// Inverted dropout: keep with probability 1-p and scale by 1/(1-p), so
-/// evaluation needs no rescaling. The mask is saved for the backward.
-fn dropout_forward(x: &mut [f32], mask: &mut [f32], p: f32, rng: &mut Pcg64) {
-    if let Some(mask) = dropout_mask(mask, x.len(), p, rng) {
-        for (x, m) in x.iter_mut().zip(mask) {
-            *x *= m;
-        }
-    }
-}
-
-/// Draw dropout's keep-and-scale factors (`0` or `1/(1-p)`) for `len`
-/// values into `mask`, in order from `rng`; `None` (and no draws) when off.
-fn dropout_mask<'a>(mask: &'a mut [f32], len: usize, p: f32, rng: &mut Pcg64) -> Option<&'a [f32]> {
-    if p <= 0.0 {
-        return None;
-    }
-    let keep = 1.0 / (1.0 - p);
-    for m in &mut mask[..len] {
-        *m = if rng.random::<f32>() < p { 0.0 } else { keep };
-    }
-    Some(&mask[..len])
-}
-
-/// Gradient through dropout: `dy * mask`, or `dy` itself when off.
-fn dropout_backward<'a>(scratch: &'a mut [f32], dy: &'a [f32], mask: &[f32], on: bool) -> &'a [f32] {
-    if !on {
-        return dy;
-    }
-    for ((s, d), m) in scratch.iter_mut().zip(dy).zip(mask) {
-        *s = d * m;
-    }
-    scratch
-}
-
-/// Fill with N(0, std^2) by Box-Muller: two uniforms -> two normals.
-fn fill_normal(out: &mut [f32], std: f32, rng: &mut Pcg64) {
-    for pair in out.chunks_mut(2) {
-        let u1: f64 = 1.0 - rng.random::<f64>(); // (0, 1]: log is finite
-        let u2: f64 = rng.random::<f64>();
-        let r = (-2.0 * u1.ln()).sqrt();
-        let th = 2.0 * std::f64::consts::PI * u2;
-        pair[0] = (r * th.cos()) as f32 * std;
-        if let Some(x) = pair.get_mut(1) {
-            *x = (r * th.sin()) as f32 * std;
-        }
-    }
 }

@@ -9,6 +9,7 @@ pub mod layout;
 pub mod llama;
 pub mod ops;
 pub mod profile;
+mod random;
 #[cfg(test)]
 mod tests;
 
