@@ -29,7 +29,7 @@ fn main() -> anyhow::Result<()> {
     println!("|---|---|---|---|---|");
     for preset in presets.split(',') {
         let (cfg, b) = bench_shape(preset)?;
-        let d = Dims { b, t: cfg.ctx, c: cfg.n_embd, heads: cfg.n_head };
+        let d = Dims::mha(b, cfg.ctx, cfg.n_embd, cfg.n_head);
         let (n, probs) = (b * d.t, b * d.heads * d.t * d.t);
         let qkv: Vec<f32> = (0..n * 3 * d.c).map(|i| (i as f32 * 0.618).sin()).collect();
         let dout: Vec<f32> = (0..n * d.c).map(|i| (i as f32 * 0.271).sin()).collect();

@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Rewrite the golden loss curves in tests/fixtures/golden/ (the tiny model, and the
-# same at ctx 96: three attention query blocks) from the current code; then
+# Rewrite the golden loss curves in tests/fixtures/golden/ (the tiny model, the
+# same at ctx 96: three attention query blocks, and the same shape in llama
+# blocks) from the current code; then
 # `git status` shows whether an intended-neutral change moved any bits.
 # Only after an intended change to the math; say why in the commit.
 set -euo pipefail

@@ -1,6 +1,8 @@
 //! Golden loss curves (torchtitan style): 30 steps of the tiny model on the
 //! committed fixture, at its context of 32 and at 96 (several attention
-//! query blocks), must reproduce the checked-in per-step losses.
+//! query blocks), and of the same shape in llama blocks (`llama-nano`
+//! shrunk alike, 4 heads on 2 key/value heads), must reproduce the
+//! checked-in per-step losses.
 //!
 //! Regenerate after an intended change to the math (and say why in the
 //! commit): `bash scripts/regen_golden.sh`.
@@ -12,6 +14,7 @@ use std::path::Path;
 
 const GOLDEN: &str = "tests/fixtures/golden/tiny_loss_curve.json";
 const GOLDEN_CTX96: &str = "tests/fixtures/golden/tiny_ctx96_loss_curve.json";
+const GOLDEN_LLAMA: &str = "tests/fixtures/golden/tiny_llama_loss_curve.json";
 const STEPS: u64 = 30;
 /// On one machine the run is bit-reproducible; across CPUs the GEMM kernels
 /// (AVX-512 vs AVX2) sum in another order, which moves losses by far less
@@ -21,7 +24,16 @@ const TOLERANCE: f64 = 5e-3;
 
 #[test]
 fn loss_curve_matches_golden() {
-    check_golden(GOLDEN, None);
+    check_golden(GOLDEN, None, false);
+}
+
+/// The llama blocks (RMSNorm, rotary positions, SwiGLU, grouped-query
+/// attention, no biases) on the tiny shape: preset `llama-nano` with
+/// tiny_config's overrides and 4 heads, so that its 2 key/value heads are
+/// shared by 2 query heads each.
+#[test]
+fn llama_loss_curve_matches_golden() {
+    check_golden(GOLDEN_LLAMA, None, true);
 }
 
 /// The same at a context of 96 tokens: three of attention's 32-row query
@@ -32,10 +44,10 @@ fn loss_curve_matches_golden() {
 /// to 32 unnoticed, as the 32-token curve could not see it.
 #[test]
 fn loss_curve_across_attention_blocks_matches_golden() {
-    check_golden(GOLDEN_CTX96, Some(96));
+    check_golden(GOLDEN_CTX96, Some(96), false);
 }
 
-fn check_golden(fixture: &str, ctx: Option<usize>) {
+fn check_golden(fixture: &str, ctx: Option<usize>, llama: bool) {
     let tmp = tempdir();
     let run = tmp.path().join("run");
     let mut cfg = tiny_config(corpus(), &run);
@@ -43,14 +55,21 @@ fn check_golden(fixture: &str, ctx: Option<usize>) {
     if let Some(ctx) = ctx {
         cfg.model.ctx = Some(ctx);
     }
+    if llama {
+        cfg.model.preset = Some("llama-nano".into());
+        cfg.model.n_head = Some(4);
+        let m = cfg.model.resolve().unwrap();
+        assert_eq!((m.kv_heads(), m.ffn_width()), (2, 192), "llama-nano's 2 KV heads, MLP 8 x 64 / 3 -> 192");
+    }
     lowcomm::train::run(cfg, &quiet()).unwrap();
     let losses: Vec<f64> = records(&read_metrics(&run), "train").iter().map(|r| r["loss"].as_f64().unwrap()).collect();
     assert_eq!(losses.len() as u64, STEPS);
     let path = Path::new(env!("CARGO_MANIFEST_DIR")).join(fixture);
     if std::env::var_os("LOWCOMM_REGEN_GOLDEN").is_some() {
         let what = format!(
-            "per-step training loss of tests/common tiny_config{} (30 steps) on tests/fixtures/tiny-shakespeare-macbeth.txt",
-            ctx.map_or(String::new(), |c| format!(" with ctx {c}"))
+            "per-step training loss of tests/common tiny_config{}{} (30 steps) on tests/fixtures/tiny-shakespeare-macbeth.txt",
+            ctx.map_or(String::new(), |c| format!(" with ctx {c}")),
+            if llama { " with preset llama-nano and n_head 4" } else { "" }
         );
         let doc = serde_json::json!({ "what": what, "generated_by": "bash scripts/regen_golden.sh", "loss": losses });
         std::fs::write(&path, serde_json::to_string_pretty(&doc).unwrap() + "\n").unwrap();

@@ -123,12 +123,14 @@ pub fn run(preset: &str, steps: usize, warmup: usize) -> Result<(Vec<Row>, f64)>
 
 /// The GEMM shape of a matmul label, ` [m x k] x [k x n]` (forward shapes).
 fn shape(label: &str, cfg: &GptConfig, n: usize) -> String {
-    let (c, v) = (cfg.n_embd, cfg.vocab_size);
+    let (c, v, f) = (cfg.n_embd, cfg.vocab_size, cfg.ffn_width());
     let (k, o) = match label.split_whitespace().nth(1) {
-        Some("qkv") if label.starts_with("matmul") => (c, 3 * c),
+        Some("qkv") if label.starts_with("matmul") => (c, c + 2 * cfg.kv_width()),
         Some("attn-proj") => (c, c),
         Some("fc") => (c, 4 * c),
         Some("fc-proj") => (4 * c, c),
+        Some("gate-up") => (c, 2 * f),
+        Some("down") => (f, c),
         Some("lm-head") => (c, v),
         _ => return String::new(),
     };

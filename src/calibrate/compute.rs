@@ -263,7 +263,7 @@ mod tests {
 
     #[test]
     fn every_cost_is_measured_positive_on_two_threads() {
-        let model = GptConfig { vocab_size: 37, n_embd: 16, n_layer: 1, n_head: 2, ctx: 8, dropout: 0.0 };
+        let model = GptConfig::gpt2(37, 16, 1, 2, 8);
         let setup = ComputeSetup {
             model,
             batch: 2,

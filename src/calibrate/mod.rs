@@ -215,7 +215,7 @@ mod tests {
 
     #[test]
     fn a_fast_local_calibration_is_a_profile_with_consistent_numbers() {
-        let model = GptConfig { vocab_size: 37, n_embd: 16, n_layer: 1, n_head: 2, ctx: 8, dropout: 0.0 };
+        let model = GptConfig::gpt2(37, 16, 1, 2, 8);
         let opts = Options {
             preset: "tiny".into(),
             model,

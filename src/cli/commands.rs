@@ -222,7 +222,11 @@ pub fn export(a: ExportArgs) -> Result<()> {
     // Written into a temporary directory renamed into place: a failed
     // export leaves nothing half-written (and, with --force, the old one).
     crate::util::fsio::write_dir_atomic(&a.hf, |dir| crate::export::hf::export(&ck, dir))?;
-    println!("wrote Hugging Face GPT-2 model to {}", a.hf.display());
+    let kind = match ck.state.model.arch {
+        crate::model::Arch::Gpt2 => "GPT-2 (GPT2LMHeadModel)",
+        crate::model::Arch::Llama => "Llama (LlamaForCausalLM)",
+    };
+    println!("wrote Hugging Face {kind} model to {}", a.hf.display());
     if let Some(path) = a.reference {
         let tok = Tokenizer::from_json(&ck.tokenizer_json)?;
         let mut ids = tok.encode(REFERENCE_TEXT);

@@ -115,14 +115,15 @@ pub struct CompareArgs {
 
 #[derive(Args, Debug)]
 pub struct PlanArgs {
-    /// A preset (nano, micro, small, gpt2, gpt-neo-125m, llama-7b), a parameter
+    /// A preset (nano, micro, small, llama-nano, llama-micro, llama-small, gpt2,
+    /// gpt-neo-125m, llama-7b), a parameter
     /// count in [1, 1e15] (`7.5e9`) or a Hugging Face config.json (GPT-2, GPT-Neo, Llama style).
     // Hyphen values reach the parser, which answers `-5` with the range.
     // `--preset` is train's name for the same choice.
     #[arg(long, visible_alias = "preset", allow_hyphen_values = true)]
     pub model: String,
-    // Shape flags over --model's (a lowcomm preset or a GPT-2 config.json):
-    // --vocab-size, --n-layer, --n-embd, --n-head, --ctx.
+    // Shape flags over --model's (a lowcomm preset or a GPT-2 or Llama config.json):
+    // --arch, --vocab-size, --n-layer, --n-embd, --n-head, --n-kv-head, --ctx.
     #[command(flatten)]
     pub shape: shape::ShapeArgs,
     /// Cluster profile (configs/clusters/*.toml); its `[timing]` model is replaced by --model.
@@ -209,10 +210,11 @@ pub struct TrainArgs {
     /// TOML run configuration (every key: configs/README.md). Flags below override it.
     #[arg(long)]
     pub config: Option<PathBuf>,
-    /// Model preset: nano, micro, small.
+    /// Model preset: nano, micro, small, llama-nano, llama-micro, llama-small.
     #[arg(long)]
     pub preset: Option<String>,
-    // Shape flags over the preset's (--vocab-size, --n-layer, --n-embd, --n-head, --ctx).
+    // Shape flags over the preset's (--arch, --vocab-size, --n-layer, --n-embd,
+    // --n-head, --n-kv-head, --ctx).
     #[command(flatten)]
     pub shape: shape::ShapeArgs,
     /// Total optimizer steps.

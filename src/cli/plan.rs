@@ -18,7 +18,7 @@ fn grad_clip(v: Option<f64>) -> Result<f64> {
 }
 
 /// `--model` with the shape flags over it: they reshape a model that is
-/// lowcomm's GPT (a preset or a GPT-2 config.json), counted by its layout.
+/// lowcomm's GPT (a preset or a GPT-2 or Llama config.json), counted by its layout.
 fn model_spec(a: &PlanArgs) -> Result<ModelSpec> {
     let model = ModelSpec::parse(&a.model)?;
     if !a.shape.any() {
@@ -26,7 +26,7 @@ fn model_spec(a: &PlanArgs) -> Result<ModelSpec> {
     }
     let Some(gpt) = &model.gpt else {
         bail!(
-            "{}: shape flags reshape a lowcomm preset ({}) or a GPT-2 config.json, not --model {}; give one of those, or the parameter count",
+            "{}: shape flags reshape a lowcomm preset ({}) or a GPT-2 or Llama config.json, not --model {}; give one of those, or the parameter count",
             a.shape.describe(),
             crate::model::GptConfig::PRESETS.join(", "),
             a.model

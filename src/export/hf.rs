@@ -10,7 +10,8 @@
 //! - Our GELU is the erf form: `activation_function = "gelu"`.
 //!
 //! Check it with `scripts/check_hf_export.py` (see docs/export.md); read it
-//! back with `train --init-from-hf` ([`crate::import::hf`]).
+//! back with `train --init-from-hf` ([`crate::import::hf`]). Llama models
+//! are written as `LlamaForCausalLM` by [`super::llama`].
 
 use crate::checkpoint::{write_f32_tensors_with_metadata, Checkpoint};
 use crate::data::Tokenizer;
@@ -55,6 +56,9 @@ pub fn to_gpt2(spec: &TensorSpec, data: &[f32]) -> (String, Vec<usize>, Vec<f32>
 pub fn export(ck: &Checkpoint, dir: &Path) -> Result<()> {
     std::fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     let cfg = &ck.state.model;
+    if cfg.arch == crate::model::Arch::Llama {
+        return super::llama::export(ck, dir);
+    }
     let layout = ParamLayout::new(cfg);
     let tensors: Vec<_> = layout.tensors.iter().map(|t| to_gpt2(t, &ck.params[t.range.clone()])).collect();
     let views: Vec<(&str, Vec<usize>, &[f32])> =
@@ -87,12 +91,17 @@ pub fn export(ck: &Checkpoint, dir: &Path) -> Result<()> {
         "use_cache": true,
     });
     atomic_write(&dir.join("config.json"), serde_json::to_string_pretty(&config)?.as_bytes())?;
+    write_tokenizer(ck, &tok, dir)
+}
+
+/// `tokenizer.json` and `tokenizer_config.json` of the checkpoint's tokenizer.
+pub(super) fn write_tokenizer(ck: &Checkpoint, tok: &Tokenizer, dir: &Path) -> Result<()> {
     atomic_write(&dir.join("tokenizer.json"), ck.tokenizer_json.as_bytes())?;
     let tok_cfg = json!({
         "tokenizer_class": "PreTrainedTokenizerFast",
         "bos_token": tok.eot_token(),
         "eos_token": tok.eot_token(),
-        "model_max_length": cfg.ctx,
+        "model_max_length": ck.state.model.ctx,
     });
     atomic_write(&dir.join("tokenizer_config.json"), serde_json::to_string_pretty(&tok_cfg)?.as_bytes())?;
     Ok(())
@@ -105,7 +114,7 @@ mod tests {
 
     #[test]
     fn conv1d_weights_are_transposed_and_renamed() {
-        let l = ParamLayout::new(&GptConfig { vocab_size: 8, n_embd: 4, n_layer: 1, n_head: 2, ctx: 3, dropout: 0.0 });
+        let l = ParamLayout::new(&GptConfig::gpt2(8, 4, 1, 2, 3));
         let spec = l.get("h.0.attn.c_attn.weight").unwrap(); // ours [12, 4]
         let data: Vec<f32> = (0..48).map(|i| i as f32).collect();
         let (name, shape, t) = to_gpt2(spec, &data);

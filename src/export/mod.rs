@@ -1,3 +1,4 @@
 //! Exports to formats other tools load.
 
 pub mod hf;
+pub mod llama;

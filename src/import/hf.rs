@@ -8,11 +8,16 @@
 //! checkpoints carry (`attn.bias`, `attn.masked_bias`) are not parameters
 //! and are skipped; an `lm_head.weight` must equal `wte` (our head is tied).
 //! Anything else, missing or extra, is refused naming the tensor.
+//!
+//! A Llama directory (`LlamaForCausalLM`) is the inverse of
+//! [`crate::export::llama`]: names lose the `model.` prefix and nothing is
+//! transposed; `lm_head.weight` is a tensor of its own when the config says
+//! `tie_word_embeddings: false`, and must equal the embedding otherwise.
 
 use super::hf_config;
 use crate::data::Tokenizer;
 use crate::export::hf::{is_conv1d, transpose};
-use crate::model::{GptConfig, ParamLayout};
+use crate::model::{Arch, GptConfig, ParamLayout};
 use anyhow::{bail, Context, Result};
 use safetensors::tensor::Dtype;
 use safetensors::SafeTensors;
@@ -65,6 +70,9 @@ pub fn load(dir: &Path) -> Result<HfModel> {
 
 /// The parameters of a model of `cfg` from the tensors of `st`.
 fn params_from(cfg: &GptConfig, st: &SafeTensors) -> Result<Vec<f32>> {
+    if cfg.arch == Arch::Llama {
+        return llama_params_from(cfg, st);
+    }
     let layout = ParamLayout::new(cfg);
     let mut found: BTreeMap<String, (String, Vec<usize>, Vec<f32>)> = BTreeMap::new();
     let mut lm_head = None;
@@ -110,6 +118,57 @@ fn params_from(cfg: &GptConfig, st: &SafeTensors) -> Result<Vec<f32>> {
     if let Some((raw, head)) = lm_head {
         if head.iter().map(|x| x.to_bits()).ne(params[layout.wte.clone()].iter().map(|x| x.to_bits())) {
             bail!("`{raw}` differs from the token embedding: an untied LM head is not supported (lowcomm's head is tied to wte)");
+        }
+    }
+    Ok(params)
+}
+
+/// [`params_from`] for a Llama directory.
+fn llama_params_from(cfg: &GptConfig, st: &SafeTensors) -> Result<Vec<f32>> {
+    let layout = ParamLayout::new(cfg);
+    let mut params = vec![0.0f32; layout.len];
+    let mut seen = vec![false; layout.tensors.len()];
+    let mut tied_head = None;
+    for (raw, view) in st.tensors() {
+        if raw.ends_with("rotary_emb.inv_freq") {
+            continue; // a buffer of older checkpoints, not a parameter
+        }
+        let name = raw.strip_prefix("model.").unwrap_or(&raw);
+        let at = layout.tensors.iter().position(|t| t.name == name);
+        if at.is_none() && !(raw == "lm_head.weight" && cfg.tied()) {
+            bail!(
+                "unexpected tensor `{raw}`: not part of a Llama as lowcomm builds it (LlamaForCausalLM without biases)"
+            );
+        }
+        if view.dtype() != Dtype::F32 {
+            bail!("tensor `{raw}` is {:?}; only F32 is read: re-save the model in float32 (model.float().save_pretrained(DIR))", view.dtype());
+        }
+        let data: Vec<f32> =
+            view.data().chunks_exact(4).map(|b| f32::from_le_bytes([b[0], b[1], b[2], b[3]])).collect();
+        let Some(i) = at else {
+            tied_head = Some((raw.clone(), data));
+            continue;
+        };
+        let spec = &layout.tensors[i];
+        if view.shape() != spec.shape.as_slice() {
+            bail!("tensor `{raw}` has shape {:?}, config.json's model needs {:?}", view.shape(), spec.shape);
+        }
+        if std::mem::replace(&mut seen[i], true) {
+            bail!("tensor `{}` is stored twice", spec.name);
+        }
+        params[spec.range.clone()].copy_from_slice(&data);
+    }
+    if let Some(i) = seen.iter().position(|s| !s) {
+        let spec = &layout.tensors[i];
+        bail!(
+            "missing tensor `{}` (shape {:?}); the directory is not a complete Llama",
+            crate::export::llama::hf_name(spec),
+            spec.shape
+        );
+    }
+    if let Some((raw, head)) = tied_head {
+        if head.iter().map(|x| x.to_bits()).ne(params[layout.wte.clone()].iter().map(|x| x.to_bits())) {
+            bail!("`{raw}` differs from the token embedding, but config.json says tie_word_embeddings: true (set it to false to load the head untied)");
         }
     }
     Ok(params)

@@ -24,10 +24,11 @@ pub fn parse(name: &str, text: &str) -> Result<GptConfig> {
         .map_err(|e| anyhow::anyhow!("{name}: not valid JSON ({e}); expected a Hugging Face config.json"))?;
     match v.get("model_type").and_then(Value::as_str) {
         Some("gpt2") => {}
+        Some("llama") => return super::hf_llama::parse(name, &v),
         Some(other) => bail!(
-            "{name}: model_type `{other}` is not supported: --init-from-hf loads GPT-2 models (\"model_type\": \"gpt2\", GPT2LMHeadModel) only"
+            "{name}: model_type `{other}` is not supported: --init-from-hf loads GPT-2 (\"model_type\": \"gpt2\", GPT2LMHeadModel) and Llama (\"model_type\": \"llama\", LlamaForCausalLM) models only"
         ),
-        None => bail!("{name}: missing field `model_type`; --init-from-hf loads GPT-2 models (\"model_type\": \"gpt2\")"),
+        None => bail!("{name}: missing field `model_type`; --init-from-hf loads GPT-2 and Llama models (\"model_type\": \"gpt2\" or \"llama\")"),
     }
     let size = |field: &str| -> Result<Option<usize>> {
         match v.get(field) {
@@ -42,17 +43,16 @@ pub fn parse(name: &str, text: &str) -> Result<GptConfig> {
         size(field)?.ok_or_else(|| anyhow::anyhow!("{name}: missing field `{field}` (e.g. \"{field}\": {example})"))
     };
     let n_embd = need("n_embd", "768")?;
-    let cfg = GptConfig {
-        vocab_size: need("vocab_size", "50257")?,
+    let cfg = GptConfig::gpt2(
+        need("vocab_size", "50257")?,
         n_embd,
-        n_layer: need("n_layer", "12")?,
-        n_head: need("n_head", "12")?,
-        ctx: match size("n_positions")? {
+        need("n_layer", "12")?,
+        need("n_head", "12")?,
+        match size("n_positions")? {
             Some(t) => t,
             None => need("n_ctx", "1024")?,
         },
-        dropout: 0.0,
-    };
+    );
     if let Some(i) = size("n_inner")?.filter(|&i| i != 4 * n_embd) {
         bail!(
             "{name}: n_inner {i} is not supported: lowcomm's MLP is 4 * n_embd = {} wide (\"n_inner\": null)",
@@ -93,12 +93,17 @@ pub fn parse(name: &str, text: &str) -> Result<GptConfig> {
 /// `ours` against the HF model's shape: the one line naming each field that
 /// differs and the flags that make the run's model the HF one.
 pub fn check_matches(dir: &str, hf: &GptConfig, ours: &GptConfig) -> Result<()> {
+    let s = |v: usize| v.to_string();
     let fields = [
-        ("vocab_size", "--vocab-size", hf.vocab_size, ours.vocab_size),
-        ("n_layer", "--n-layer", hf.n_layer, ours.n_layer),
-        ("n_embd", "--n-embd", hf.n_embd, ours.n_embd),
-        ("n_head", "--n-head", hf.n_head, ours.n_head),
-        ("n_positions", "--ctx", hf.ctx, ours.ctx),
+        ("arch", "--arch", hf.arch.name().to_string(), ours.arch.name().to_string()),
+        ("vocab_size", "--vocab-size", s(hf.vocab_size), s(ours.vocab_size)),
+        ("n_layer", "--n-layer", s(hf.n_layer), s(ours.n_layer)),
+        ("n_embd", "--n-embd", s(hf.n_embd), s(ours.n_embd)),
+        ("n_head", "--n-head", s(hf.n_head), s(ours.n_head)),
+        ("n_kv_head", "--n-kv-head", s(hf.kv_heads()), s(ours.kv_heads())),
+        ("n_positions", "--ctx", s(hf.ctx), s(ours.ctx)),
+        ("ffn_hidden", "[model] ffn_hidden =", s(hf.ffn_width()), s(ours.ffn_width())),
+        ("tie_head", "[model] tie_head =", hf.tied().to_string(), ours.tied().to_string()),
     ];
     let diff: Vec<_> = fields.iter().filter(|f| f.2 != f.3).collect();
     if diff.is_empty() {
@@ -137,7 +142,7 @@ mod tests {
         let no_act = TINY.replace(r#","activation_function":"gelu""#, "");
         for (text, want) in [
             (no_act, "gelu_new"),
-            (TINY.replace("gpt2", "llama"), "model_type `llama`"),
+            (TINY.replace("gpt2", "mistral"), "model_type `mistral`"),
             (TINY.replace("\"gelu\"", "\"relu\""), "activation_function `relu`"),
             (with("layer_norm_epsilon", "1e-6"), "layer_norm_epsilon"),
             (with("n_inner", "32"), "n_inner 32"),

@@ -2,5 +2,6 @@
 
 pub mod hf;
 pub mod hf_config;
+pub mod hf_llama;
 #[cfg(test)]
 mod tests;

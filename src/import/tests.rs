@@ -22,7 +22,7 @@ fn bits(v: &[f32]) -> Vec<u32> {
 #[test]
 fn the_transformers_fixture_gives_transformers_logits() {
     let HfModel { config, params, tokenizer_json } = load(&fixture()).unwrap();
-    assert_eq!(config, GptConfig { vocab_size: 64, n_embd: 16, n_layer: 2, n_head: 2, ctx: 16, dropout: 0.0 });
+    assert_eq!(config, GptConfig::gpt2(64, 16, 2, 2, 16));
     assert!(tokenizer_json.is_none());
     let want: serde_json::Value =
         serde_json::from_str(&std::fs::read_to_string(fixture().join("logits.json")).unwrap()).unwrap();
@@ -43,7 +43,7 @@ fn the_transformers_fixture_gives_transformers_logits() {
 
 #[test]
 fn import_inverts_export_bit_for_bit() {
-    let cfg = GptConfig { vocab_size: 8, n_embd: 4, n_layer: 2, n_head: 2, ctx: 3, dropout: 0.0 };
+    let cfg = GptConfig::gpt2(8, 4, 2, 2, 3);
     let model = Gpt::new(cfg.clone(), 7).unwrap();
     let layout = ParamLayout::new(&cfg);
     let tensors: Vec<NamedTensor> =
@@ -119,5 +119,30 @@ fn a_missing_extra_misshapen_or_untied_tensor_is_named() {
     for (edit, want) in cases {
         let e = load_edited(edit).unwrap_err();
         assert!(e.contains(want) && e.contains("--init-from-hf") && !e.contains('\n'), "{want}: {e}");
+    }
+}
+
+/// A llama model written as `export --hf` writes it reads back to the same
+/// bits, tied and untied, with grouped-query attention; a missing tensor
+/// is refused naming it.
+#[test]
+fn llama_import_inverts_export_bit_for_bit() {
+    let small = GptConfig { ffn_hidden: Some(12), ..GptConfig::llama_of(GptConfig::gpt2(8, 8, 2, 4, 5)) };
+    for cfg in [small.clone(), GptConfig { tie_head: false, n_kv_head: Some(1), ..small }] {
+        let model = Gpt::new(cfg.clone(), 7).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        crate::export::llama::write_model(&cfg, &model.params, 0, dir.path()).unwrap();
+        let back = load(dir.path()).unwrap();
+        assert_eq!(back.config, cfg);
+        assert_eq!(bits(&back.params), bits(&model.params));
+        // Without its last tensor the directory is refused, naming it.
+        let mut ts = read_f32_tensors(&dir.path().join("model.safetensors")).unwrap();
+        let last = ts.iter().position(|t| t.0 == "model.layers.1.mlp.down_proj.weight").unwrap();
+        ts.remove(last);
+        let views: Vec<(&str, Vec<usize>, &[f32])> =
+            ts.iter().map(|(n, s, d)| (n.as_str(), s.clone(), d.as_slice())).collect();
+        write_f32_tensors(&dir.path().join("model.safetensors"), &views).unwrap();
+        let e = load(dir.path()).err().unwrap().to_string();
+        assert!(e.contains("missing tensor `model.layers.1.mlp.down_proj.weight` (shape [8, 12])"), "{e}");
     }
 }

@@ -115,7 +115,11 @@ impl Activations {
     /// Bytes [`Activations::ensure`] allocates for `b` sequences of `t`
     /// tokens, computed without allocating (in f64: no overflow for any
     /// size asked), for the memory check before a run (train/memory.rs).
+    /// Llama models hold [`super::llama::Acts`] instead.
     pub fn bytes_for(cfg: &GptConfig, b: usize, t: usize) -> f64 {
+        if cfg.arch == super::Arch::Llama {
+            return super::llama::Acts::bytes_for(cfg, b, t);
+        }
         let (b, t) = (b as f64, t as f64);
         let (c, v, l, h) = (cfg.n_embd as f64, cfg.vocab_size as f64, cfg.n_layer as f64, cfg.n_head as f64);
         let (rows, probs) = (b * t, b * h * t * t);
@@ -194,6 +198,13 @@ mod tests {
         let dropout = GptConfig { dropout: 0.1, n_layer: 3, ..GptConfig::nano() };
         for (cfg, b, t) in [(&nano, 2, 16), (&nano, 3, nano.ctx), (&dropout, 1, 7)] {
             let mut a = Activations::default();
+            a.ensure(cfg, b, t);
+            assert_eq!(Activations::bytes_for(cfg, b, t), a.bytes() as f64, "{cfg:?} {b}x{t}");
+        }
+        let llama = GptConfig::llama_nano();
+        let untied = GptConfig { tie_head: false, n_kv_head: Some(1), ..GptConfig::llama_nano() };
+        for (cfg, b, t) in [(&llama, 2, 16), (&untied, 3, llama.ctx)] {
+            let mut a = super::super::llama::Acts::default();
             a.ensure(cfg, b, t);
             assert_eq!(Activations::bytes_for(cfg, b, t), a.bytes() as f64, "{cfg:?} {b}x{t}");
         }

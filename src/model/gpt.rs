@@ -5,14 +5,20 @@
 //! Block (pre-LN, GPT-2):  x = x + drop(proj(attn(ln_1(x))))
 //!                         x = x + drop(c_proj(gelu(c_fc(ln_2(x)))))
 //! Head:                   logits = ln_f(x) wte^T   (tied to the token embedding)
+//!
+//! Llama blocks (`arch = "llama"`) are in llama.rs; the public methods here
+//! dispatch on `cfg.arch`.
 
 use super::activations::{Activations, BlockActs};
+use super::config::Arch;
 use super::layout::ParamLayout;
+use super::llama;
 use super::ops::{attention, embedding, gelu, layernorm, matmul, residual, xent};
 use super::profile::Timer;
+use super::random::{dropout_backward, dropout_forward, dropout_mask, fill_normal};
 use super::GptConfig;
 use anyhow::{bail, Result};
-use rand::{Rng, SeedableRng};
+use rand::SeedableRng;
 use rand_pcg::Pcg64;
 use std::ops::Range;
 
@@ -32,24 +38,28 @@ pub struct Gpt {
     /// Dropout's random stream (part of a checkpoint's state).
     pub dropout_rng: Pcg64,
     acts: Activations,
+    llama_acts: llama::Acts,
 }
 
 impl Gpt {
     /// A freshly initialised model: N(0, 0.02) matrices and embeddings,
-    /// residual projections N(0, 0.02 / sqrt(2 n_layer)) (GPT-2), zero biases,
-    /// unit LayerNorm gains. Same seed, same bits.
+    /// residual projections (GPT-2's `c_proj`, llama's `o_proj` and
+    /// `down_proj`) N(0, 0.02 / sqrt(2 n_layer)) (GPT-2), zero biases, unit
+    /// norm gains. Same seed, same bits.
     pub fn new(cfg: GptConfig, seed: u64) -> Result<Self> {
         cfg.validate()?;
         let layout = ParamLayout::new(&cfg);
         let mut params = vec![0.0f32; layout.len];
         let mut rng = Pcg64::seed_from_u64(seed);
         let resid_std = 0.02 / (2.0 * cfg.n_layer as f32).sqrt();
+        let residual = ["c_proj.weight", "o_proj.weight", "down_proj.weight"];
         for t in &layout.tensors {
             let p = &mut params[t.range.clone()];
-            if t.name.contains("ln_") {
+            if t.shape.len() == 1 {
+                // norm gains 1; biases (GPT-2's LayerNorm ones included) 0
                 p.fill(if t.name.ends_with("weight") { 1.0 } else { 0.0 });
             } else if t.shape.len() == 2 {
-                let std = if t.name.ends_with("c_proj.weight") { resid_std } else { 0.02 };
+                let std = if residual.iter().any(|r| t.name.ends_with(r)) { resid_std } else { 0.02 };
                 fill_normal(p, std, &mut rng);
             }
         }
@@ -67,7 +77,8 @@ impl Gpt {
         }
         let grads = vec![0.0; layout.len];
         let dropout_rng = Pcg64::seed_from_u64(seed ^ 0x000D_8090_u64);
-        Ok(Self { cfg, layout, params, grads, dropout_rng, acts: Activations::default() })
+        let (acts, llama_acts) = (Activations::default(), llama::Acts::default());
+        Ok(Self { cfg, layout, params, grads, dropout_rng, acts, llama_acts })
     }
 
     /// Number of parameters.
@@ -82,23 +93,32 @@ impl Gpt {
 
     /// Bytes of activation buffers currently held.
     pub fn activation_bytes(&self) -> usize {
-        self.acts.bytes()
+        self.acts.bytes() + self.llama_acts.bytes()
+    }
+
+    /// The logits and per-token losses buffers of the last forward.
+    fn outputs(&mut self) -> (&mut [f32], &mut [f32]) {
+        match self.cfg.arch {
+            Arch::Gpt2 => (&mut self.acts.logits, &mut self.acts.losses),
+            Arch::Llama => (&mut self.llama_acts.logits, &mut self.llama_acts.losses),
+        }
     }
 
     /// Mean cross-entropy of `targets` given `inputs` (`[b*t]` each), no
     /// gradients, no dropout.
     pub fn loss(&mut self, inputs: &[u32], targets: &[u32], b: usize, t: usize) -> f32 {
         self.forward(inputs, b, t, false);
-        let n = b * t;
-        let a = &mut self.acts;
-        xent::forward(&mut a.losses[..n], &a.logits[..n * self.cfg.vocab_size], targets, self.cfg.vocab_size);
-        mean(&a.losses[..n])
+        let (n, v) = (b * t, self.cfg.vocab_size);
+        let (logits, losses) = self.outputs();
+        xent::forward(&mut losses[..n], &logits[..n * v], targets, v);
+        mean(&losses[..n])
     }
 
     /// Logits `[b*t, vocab]` for `inputs`, no dropout.
     pub fn logits(&mut self, inputs: &[u32], b: usize, t: usize) -> &[f32] {
         self.forward(inputs, b, t, false);
-        &self.acts.logits[..b * t * self.cfg.vocab_size]
+        let v = self.cfg.vocab_size;
+        &self.outputs().0[..b * t * v]
     }
 
     /// Forward and backward of `loss_scale x mean cross-entropy`; gradients
@@ -108,21 +128,30 @@ impl Gpt {
         self.forward(inputs, b, t, true);
         let mut tm = Timer::start();
         let (n, v) = (b * t, self.cfg.vocab_size);
-        let a = &mut self.acts;
-        xent::forward_backward(&mut a.losses[..n], &mut a.logits[..n * v], targets, v, loss_scale / n as f32);
+        let (logits, losses) = self.outputs();
+        xent::forward_backward(&mut losses[..n], &mut logits[..n * v], targets, v, loss_scale / n as f32);
         tm.mark("xent fwd+bwd");
-        let loss = mean(&a.losses[..n]);
-        self.backward(b, t);
+        let loss = mean(&losses[..n]);
+        match self.cfg.arch {
+            Arch::Gpt2 => self.backward(b, t),
+            Arch::Llama => {
+                llama::backward(&self.cfg, &self.layout, &self.params, &mut self.grads, &mut self.llama_acts, b, t)
+            }
+        }
         loss
     }
 
     fn forward(&mut self, inputs: &[u32], b: usize, t: usize, train: bool) {
+        if self.cfg.arch == Arch::Llama {
+            llama::forward(&self.cfg, &self.layout, &self.params, &mut self.llama_acts, inputs, b, t);
+            return;
+        }
         let cfg = &self.cfg;
         assert!(t <= cfg.ctx, "sequence of {t} tokens exceeds the context length {}", cfg.ctx);
         assert_eq!(inputs.len(), b * t, "inputs must hold batch x seq tokens");
         self.acts.ensure(cfg, b, t);
         let (n, c, v) = (b * t, cfg.n_embd, cfg.vocab_size);
-        let dims = attention::Dims { b, t, c, heads: cfg.n_head };
+        let dims = attention::Dims::mha(b, t, c, cfg.n_head);
         let p = &self.params;
         let l = &self.layout;
         let a = &mut self.acts;
@@ -203,7 +232,7 @@ impl Gpt {
     fn backward(&mut self, b: usize, t: usize) {
         let cfg = &self.cfg;
         let (n, c, v) = (b * t, cfg.n_embd, cfg.vocab_size);
-        let dims = attention::Dims { b, t, c, heads: cfg.n_head };
+        let dims = attention::Dims::mha(b, t, c, cfg.n_head);
         let p = &self.params;
         let l = &self.layout;
         let g = &mut self.grads;
@@ -373,52 +402,4 @@ fn two_mut<'a>(buf: &'a mut [f32], a: &Range<usize>, b: &Range<usize>) -> (&'a m
 
 fn mean(x: &[f32]) -> f32 {
     (x.iter().map(|&v| v as f64).sum::<f64>() / x.len() as f64) as f32
-}
-
-/// Inverted dropout: keep with probability 1-p and scale by 1/(1-p), so
-/// evaluation needs no rescaling. The mask is saved for the backward.
-fn dropout_forward(x: &mut [f32], mask: &mut [f32], p: f32, rng: &mut Pcg64) {
-    if let Some(mask) = dropout_mask(mask, x.len(), p, rng) {
-        for (x, m) in x.iter_mut().zip(mask) {
-            *x *= m;
-        }
-    }
-}
-
-/// Draw dropout's keep-and-scale factors (`0` or `1/(1-p)`) for `len`
-/// values into `mask`, in order from `rng`; `None` (and no draws) when off.
-fn dropout_mask<'a>(mask: &'a mut [f32], len: usize, p: f32, rng: &mut Pcg64) -> Option<&'a [f32]> {
-    if p <= 0.0 {
-        return None;
-    }
-    let keep = 1.0 / (1.0 - p);
-    for m in &mut mask[..len] {
-        *m = if rng.random::<f32>() < p { 0.0 } else { keep };
-    }
-    Some(&mask[..len])
-}
-
-/// Gradient through dropout: `dy * mask`, or `dy` itself when off.
-fn dropout_backward<'a>(scratch: &'a mut [f32], dy: &'a [f32], mask: &[f32], on: bool) -> &'a [f32] {
-    if !on {
-        return dy;
-    }
-    for ((s, d), m) in scratch.iter_mut().zip(dy).zip(mask) {
-        *s = d * m;
-    }
-    scratch
-}
-
-/// Fill with N(0, std^2) by Box-Muller: two uniforms -> two normals.
-fn fill_normal(out: &mut [f32], std: f32, rng: &mut Pcg64) {
-    for pair in out.chunks_mut(2) {
-        let u1: f64 = 1.0 - rng.random::<f64>(); // (0, 1]: log is finite
-        let u2: f64 = rng.random::<f64>();
-        let r = (-2.0 * u1.ln()).sqrt();
-        let th = 2.0 * std::f64::consts::PI * u2;
-        pair[0] = (r * th.cos()) as f32 * std;
-        if let Some(x) = pair.get_mut(1) {
-            *x = (r * th.sin()) as f32 * std;
-        }
-    }
 }

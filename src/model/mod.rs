@@ -1,15 +1,18 @@
-//! The GPT model: configuration, flat parameter layout, forward/backward.
+//! The GPT model (GPT-2 or llama blocks): configuration, flat parameter
+//! layout, forward/backward.
 
 pub mod activations;
 pub mod config;
 pub mod gpt;
 pub mod isa;
 pub mod layout;
+pub mod llama;
 pub mod ops;
 pub mod profile;
+mod random;
 #[cfg(test)]
 mod tests;
 
-pub use config::GptConfig;
+pub use config::{Arch, GptConfig};
 pub use gpt::Gpt;
 pub use layout::{ParamLayout, TensorSpec};

@@ -4,7 +4,12 @@
 use super::{Gpt, GptConfig};
 
 fn tiny() -> GptConfig {
-    GptConfig { vocab_size: 37, n_embd: 16, n_layer: 2, n_head: 2, ctx: 8, dropout: 0.0 }
+    GptConfig::gpt2(37, 16, 2, 2, 8)
+}
+
+/// A tiny llama: 4 query heads on 2 key/value heads, untied head, MLP 24.
+fn tiny_llama() -> GptConfig {
+    GptConfig { n_head: 4, n_kv_head: Some(2), ffn_hidden: Some(24), tie_head: false, ..GptConfig::llama_of(tiny()) }
 }
 
 fn batch(cfg: &GptConfig, b: usize, t: usize, salt: u32) -> (Vec<u32>, Vec<u32>) {
@@ -15,7 +20,12 @@ fn batch(cfg: &GptConfig, b: usize, t: usize, salt: u32) -> (Vec<u32>, Vec<u32>)
 
 #[test]
 fn initial_loss_is_near_uniform() {
-    let cfg = GptConfig::nano();
+    for cfg in [GptConfig::nano(), GptConfig::llama_nano()] {
+        initial_loss_near_uniform(cfg);
+    }
+}
+
+fn initial_loss_near_uniform(cfg: GptConfig) {
     let mut m = Gpt::new(cfg.clone(), 1).unwrap();
     let (x, y) = batch(&cfg, 2, cfg.ctx, 0);
     let loss = m.loss(&x, &y, 2, cfg.ctx);
@@ -25,7 +35,13 @@ fn initial_loss_is_near_uniform() {
 
 #[test]
 fn every_parameter_receives_a_gradient() {
-    let cfg = GptConfig::nano();
+    let untied = GptConfig { tie_head: false, ..GptConfig::llama_nano() };
+    for cfg in [GptConfig::nano(), GptConfig::llama_nano(), untied] {
+        every_parameter_gets_a_gradient(cfg);
+    }
+}
+
+fn every_parameter_gets_a_gradient(cfg: GptConfig) {
     let mut m = Gpt::new(cfg.clone(), 2).unwrap();
     let (x, y) = batch(&cfg, 4, cfg.ctx, 1);
     m.forward_backward(&x, &y, 4, cfg.ctx, 1.0);
@@ -33,8 +49,11 @@ fn every_parameter_receives_a_gradient() {
         let g = &m.grads[t.range.clone()];
         let nonzero = g.iter().filter(|v| **v != 0.0).count();
         assert!(g.iter().all(|v| v.is_finite()), "{} has a non-finite gradient", t.name);
+        // An untied embedding only gets gradients in the rows of the tokens read.
+        let rows_seen = |tok: &[u32]| tok.iter().collect::<std::collections::BTreeSet<_>>().len() * cfg.n_embd;
+        let want = if t.range == m.layout.wte && !cfg.tied() { rows_seen(&x) } else { g.len() };
         assert!(
-            nonzero as f64 >= 0.99 * g.len() as f64,
+            nonzero as f64 >= 0.99 * want as f64,
             "{}: only {nonzero} of {} gradient entries are nonzero",
             t.name,
             g.len()
@@ -88,8 +107,25 @@ fn nano_model_gradient_matches_finite_differences() {
 }
 
 #[test]
+fn tiny_llama_gradient_matches_finite_differences() {
+    check_model_gradient(tiny_llama(), 2, 1e-2, 12);
+    // tied head, plain multi-head attention
+    check_model_gradient(GptConfig { n_kv_head: None, tie_head: true, ..tiny_llama() }, 2, 1e-2, 6);
+}
+
+#[test]
+fn llama_nano_gradient_matches_finite_differences() {
+    check_model_gradient(GptConfig::llama_nano(), 1, 2e-2, 3);
+}
+
+#[test]
 fn accumulated_micro_batches_equal_one_big_batch() {
-    let cfg = tiny();
+    for cfg in [tiny(), tiny_llama()] {
+        accumulation_equals_big_batch(cfg);
+    }
+}
+
+fn accumulation_equals_big_batch(cfg: GptConfig) {
     let t = cfg.ctx;
     let (x, y) = batch(&cfg, 4, t, 5);
     let mut big = Gpt::new(cfg.clone(), 4).unwrap();
@@ -106,7 +142,12 @@ fn accumulated_micro_batches_equal_one_big_batch() {
 
 #[test]
 fn forward_backward_is_bit_reproducible() {
-    let cfg = GptConfig::nano();
+    for cfg in [GptConfig::nano(), GptConfig::llama_nano()] {
+        bit_reproducible(cfg);
+    }
+}
+
+fn bit_reproducible(cfg: GptConfig) {
     let (x, y) = batch(&cfg, 3, cfg.ctx, 9);
     let run = || {
         let mut m = Gpt::new(cfg.clone(), 11).unwrap();
@@ -133,7 +174,12 @@ fn dropout_changes_training_but_not_evaluation() {
 #[test]
 fn shorter_sequences_use_the_first_positions() {
     // Generation runs the model on prefixes shorter than ctx.
-    let cfg = tiny();
+    for cfg in [tiny(), tiny_llama()] {
+        prefix_logits_match(cfg);
+    }
+}
+
+fn prefix_logits_match(cfg: GptConfig) {
     let mut m = Gpt::new(cfg.clone(), 6).unwrap();
     let (x, _) = batch(&cfg, 1, cfg.ctx, 0);
     let full = m.logits(&x, 1, cfg.ctx).to_vec();
@@ -142,4 +188,19 @@ fn shorter_sequences_use_the_first_positions() {
     for (a, b) in full[..3 * cfg.vocab_size].iter().zip(&part) {
         assert!((a - b).abs() < 1e-5);
     }
+}
+
+#[test]
+fn llama_init_follows_the_rule() {
+    let cfg = GptConfig { n_layer: 8, ..GptConfig::llama_nano() };
+    let m = Gpt::new(cfg, 7).unwrap();
+    let std = |name: &str| {
+        let p = &m.params[m.layout.get(name).unwrap().range.clone()];
+        (p.iter().map(|v| (*v as f64).powi(2)).sum::<f64>() / p.len() as f64).sqrt()
+    };
+    assert!((std("layers.0.self_attn.q_proj.weight") - 0.02).abs() < 1e-3);
+    assert!((std("layers.3.mlp.down_proj.weight") - 0.005).abs() < 3e-4, "0.02 / sqrt(16)");
+    assert!((std("layers.3.self_attn.o_proj.weight") - 0.005).abs() < 3e-4);
+    assert_eq!(std("norm.weight"), 1.0);
+    assert_eq!(std("layers.5.post_attention_layernorm.weight"), 1.0);
 }

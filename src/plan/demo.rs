@@ -4,7 +4,7 @@
 //! the node's shards only at DeMo's chunk rows (detonation/shard.rs), and
 //! DeMo's payload is `sum over chunks of k_c` (index, value) pairs packed
 //! with the narrowest index that fits the widest chunk (detonation/demo.rs).
-//! With the model's layout known (a lowcomm preset or a GPT-2 config.json)
+//! With the model's layout known (a lowcomm preset or a GPT-2 or Llama config.json)
 //! the plan cuts the same shards and counts the same pairs and DCT FLOPs,
 //! so the row is the simulator's time and the run's memory (tests_sim.rs).
 //! Without it (a bare parameter count, a Llama config) the row is an
@@ -284,7 +284,7 @@ mod tests {
 
     #[test]
     fn with_a_layout_the_shards_are_the_engines() {
-        let cfg = GptConfig { vocab_size: 37, n_embd: 16, n_layer: 2, n_head: 2, ctx: 8, dropout: 0.0 };
+        let cfg = GptConfig::gpt2(37, 16, 2, 2, 8);
         let layout = ParamLayout::new(&cfg);
         let n = layout.len;
         let c = costing(4, 2, Some(layout.clone()), n);

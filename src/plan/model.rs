@@ -26,7 +26,7 @@ pub struct ModelSpec {
     /// How `params` and `flops_per_token` were derived, with the numbers.
     pub formula: String,
     /// The model's shape as lowcomm's GPT, when it is one (a lowcomm preset
-    /// or a GPT-2 config.json): its tensor layout makes DeMo's rows exact.
+    /// or a GPT-2 or Llama config.json): its tensor layout makes DeMo's rows exact.
     #[serde(skip)]
     pub gpt: Option<GptConfig>,
 }
@@ -111,10 +111,18 @@ impl ModelSpec {
             name: name.to_string(),
             params,
             flops_per_token: cfg.flops_per_token(),
-            formula: format!(
-                "{params} parameters (lowcomm layout); FLOPs/token = 6 (12 L d^2 + V d) + 12 L T d with L {l}, d {d}, V {v}, T {t} = {:.4e}",
-                cfg.flops_per_token()
-            ),
+            formula: match cfg.arch {
+                crate::model::Arch::Gpt2 => format!(
+                    "{params} parameters (lowcomm layout); FLOPs/token = 6 (12 L d^2 + V d) + 12 L T d with L {l}, d {d}, V {v}, T {t} = {:.4e}",
+                    cfg.flops_per_token()
+                ),
+                crate::model::Arch::Llama => format!(
+                    "{params} parameters (lowcomm llama layout); FLOPs/token = 6 (L (2d^2 + 2 d kv + 3 d f) + V d) + 12 L T d with L {l}, d {d}, kv {}, f {}, V {v}, T {t} = {:.4e}",
+                    cfg.kv_width(),
+                    cfg.ffn_width(),
+                    cfg.flops_per_token()
+                ),
+            },
             gpt: Some(cfg.clone()),
         }
     }
@@ -193,16 +201,28 @@ impl ModelSpec {
             other => bail!("{name}: model_type `{other}` is not supported; use a gpt2, gpt_neo or llama config.json, or give the parameter count (e.g. --model 7.5e9)"),
         };
         let flops = 6.0 * matmul + 12.0 * l * t * d;
-        // A GPT-2 config is lowcomm's GPT of the same shape (checked by its parameter count).
+        // A GPT-2 or Llama config is lowcomm's model of the same shape
+        // (checked by its parameter count).
         let size = |f: &str| v.get(f).and_then(Value::as_u64).map(|x| x as usize);
         let gpt = match (kind.as_str(), size("vocab_size"), size("n_embd"), size("n_layer"), size("n_head")) {
             ("gpt2", Some(vocab_size), Some(n_embd), Some(n_layer), Some(n_head)) => {
-                let ctx = t as usize;
-                Some(GptConfig { vocab_size, n_embd, n_layer, n_head, ctx, dropout: 0.0 })
-                    .filter(|c| ParamLayout::new(c).len as f64 == params)
+                Some(GptConfig::gpt2(vocab_size, n_embd, n_layer, n_head, t as usize))
+            }
+            ("llama", ..) => {
+                let heads = size("num_attention_heads").unwrap_or(32);
+                let vocab = size("vocab_size").unwrap_or(32000);
+                let shape = GptConfig::gpt2(vocab, d as usize, l as usize, heads, t as usize);
+                let tied = v.get("tie_word_embeddings").and_then(Value::as_bool).unwrap_or(false);
+                Some(GptConfig {
+                    n_kv_head: Some(size("num_key_value_heads").unwrap_or(heads)),
+                    ffn_hidden: size("intermediate_size").or(Some(11008)),
+                    tie_head: tied,
+                    ..shape.with_arch(crate::model::Arch::Llama)
+                })
             }
             _ => None,
-        };
+        }
+        .filter(|c| c.validate().is_ok() && ParamLayout::new(c).len as f64 == params);
         Ok(ModelSpec {
             name: name.to_string(),
             params,
@@ -227,10 +247,16 @@ mod tests {
         assert_eq!(ModelSpec::parse("gpt-neo-125m").unwrap().params, 125_198_592.0);
         // Llama-2-7B: 6,738,415,616.
         assert_eq!(ModelSpec::parse("llama-7b").unwrap().params, 6_738_415_616.0);
-        // GPT-2's config is lowcomm's GPT shape (its layout counts the same); Llama's is not.
+        // GPT-2's and Llama's configs are lowcomm shapes (their layouts count the same).
         let gpt2 = ModelSpec::parse("gpt2").unwrap().gpt.unwrap();
         assert_eq!(ParamLayout::new(&gpt2).len, 124_439_808);
-        assert_eq!(ModelSpec::parse("llama-7b").unwrap().gpt, None);
+        let llama = ModelSpec::parse("llama-7b").unwrap().gpt.unwrap();
+        assert_eq!(
+            (llama.arch, llama.kv_heads(), llama.ffn_width(), llama.tied()),
+            (crate::model::Arch::Llama, 32, 11008, false)
+        );
+        assert_eq!(ParamLayout::new(&llama).len, 6_738_415_616);
+        assert_eq!(llama.flops_per_token(), ModelSpec::parse("llama-7b").unwrap().flops_per_token);
         // FLOPs by hand for GPT-2: 6 (12 x (4 x 768^2 + 2 x 768 x 3072) + 50257 x 768) + 12 x 12 x 1024 x 768.
         let want = 6.0 * (12.0 * (4.0 * 768.0f64.powi(2) + 2.0 * 768.0 * 3072.0) + 50257.0 * 768.0)
             + 12.0 * 12.0 * 1024.0 * 768.0;
@@ -250,7 +276,11 @@ mod tests {
     #[test]
     fn bad_models_are_named_with_an_example() {
         let e = |s: &str| ModelSpec::parse(s).unwrap_err().to_string();
-        assert!(e("huge").contains("give a preset (nano, micro, small, gpt2"), "{}", e("huge"));
+        assert!(
+            e("huge").contains("give a preset (nano, micro, small, llama-nano, llama-micro, llama-small, gpt2"),
+            "{}",
+            e("huge")
+        );
         assert!(e("0").contains("e.g. --model 7.5e9"));
         let dir = std::env::temp_dir().join(format!("lowcomm-plan-model-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();

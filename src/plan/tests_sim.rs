@@ -21,7 +21,7 @@ use std::path::Path;
 use std::sync::Arc;
 
 pub(super) fn tiny() -> GptConfig {
-    GptConfig { vocab_size: 37, n_embd: 16, n_layer: 2, n_head: 2, ctx: 8, dropout: 0.0 }
+    GptConfig::gpt2(37, 16, 2, 2, 8)
 }
 
 pub(super) fn workers(world: usize, batch: usize) -> Vec<Worker> {

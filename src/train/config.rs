@@ -3,7 +3,8 @@
 //!
 //! ```toml
 //! [model]
-//! preset = "nano"          # nano | micro | small; the fields below override it
+//! preset = "nano"          # nano | micro | small | llama-nano | llama-micro | llama-small;
+//!                          # the fields below override it
 //! [data]
 //! dir = "data/gutenberg-2048"
 //! [train]
@@ -16,7 +17,7 @@
 //! weight_decay = 0.1
 //! ```
 
-use crate::model::GptConfig;
+use crate::model::{Arch, GptConfig};
 use crate::optim::{LrSchedule, OptimizerConfig};
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
@@ -26,8 +27,11 @@ use std::path::{Path, PathBuf};
 #[derive(Clone, Debug, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct ModelSection {
-    /// Preset to start from: `nano`, `micro` or `small` (default `nano`).
+    /// Preset to start from: `nano`, `micro`, `small`, `llama-nano`,
+    /// `llama-micro` or `llama-small` (default `nano`).
     pub preset: Option<String>,
+    /// Block architecture, over the preset's: `gpt2` or `llama`.
+    pub arch: Option<Arch>,
     /// Vocabulary size (must match the prepared corpus' tokenizer).
     pub vocab_size: Option<usize>,
     /// Residual-stream width.
@@ -41,12 +45,25 @@ pub struct ModelSection {
     /// Dropout probability (default 0).
     #[serde(serialize_with = "crate::util::f32_shortest::option")]
     pub dropout: Option<f32>,
+    /// Key/value heads of grouped-query attention (llama; default `n_head`).
+    pub n_kv_head: Option<usize>,
+    /// Hidden width of the SwiGLU MLP (llama; default Llama's rule,
+    /// 8 n_embd / 3 rounded up to a multiple of 64).
+    pub ffn_hidden: Option<usize>,
+    /// Whether the LM head is the token embedding (llama; default true).
+    pub tie_head: Option<bool>,
 }
 
 impl ModelSection {
     /// The preset with the overrides applied, validated.
     pub fn resolve(&self) -> Result<GptConfig> {
         let mut c = GptConfig::preset(self.preset.as_deref().unwrap_or("nano"))?;
+        if let Some(arch) = self.arch {
+            c = c.with_arch(arch);
+        }
+        c.n_kv_head = self.n_kv_head.or(c.n_kv_head);
+        c.ffn_hidden = self.ffn_hidden.or(c.ffn_hidden);
+        c.tie_head = self.tie_head.unwrap_or(c.tie_head);
         c.vocab_size = self.vocab_size.unwrap_or(c.vocab_size);
         c.n_embd = self.n_embd.unwrap_or(c.n_embd);
         c.n_layer = self.n_layer.unwrap_or(c.n_layer);

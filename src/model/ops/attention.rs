@@ -3,6 +3,11 @@
 //! `qkv: [b*t, 3c]` holds q | k | v, head `h` in columns `h*hs..(h+1)*hs` of
 //! each third (the GPT-2 layout, so export needs no reshuffling). Per batch
 //! row and head: S = q k^T / sqrt(hs), P = causal softmax(S), y = P v.
+//!
+//! Grouped-query attention (Llama's `num_key_value_heads`): with
+//! `kv_heads < heads`, k and v have `kv_heads` heads each (rows of
+//! `c + 2 kv` values, kv = kv_heads * hs) and query head `h` reads key/value
+//! head `h / (heads / kv_heads)`; the backward sums the group's gradients.
 //! The probabilities P `[b, heads, t, t]` are kept for the backward.
 //! Parallel over batch rows: each task owns whole rows of every buffer.
 
@@ -20,8 +25,29 @@ pub struct Dims {
     pub t: usize,
     /// Model width (all heads together).
     pub c: usize,
-    /// Number of heads; `c % heads == 0`.
+    /// Number of (query) heads; `c % heads == 0`.
     pub heads: usize,
+    /// Key/value heads; divides `heads` (`heads` itself: plain multi-head).
+    pub kv_heads: usize,
+}
+
+impl Dims {
+    /// Plain multi-head attention: as many key/value heads as query heads.
+    pub fn mha(b: usize, t: usize, c: usize, heads: usize) -> Dims {
+        Dims { b, t, c, heads, kv_heads: heads }
+    }
+
+    /// Values per token of the packed buffer: q, then k and v of `kv_heads` heads.
+    pub fn ld(&self) -> usize {
+        self.c + 2 * self.kv_heads * (self.c / self.heads)
+    }
+
+    /// Columns of query head `h`'s key and value heads in a packed row.
+    fn kv_cols(&self, h: usize) -> (usize, usize) {
+        let hs = self.c / self.heads;
+        let g = h / (self.heads / self.kv_heads);
+        (self.c + g * hs, self.c + self.kv_heads * hs + g * hs)
+    }
 }
 
 /// Query rows per block. Causal attention only needs the lower triangle of
@@ -43,29 +69,30 @@ pub fn forward(out: &mut [f32], probs: &mut [f32], qkv: &[f32], d: Dims) {
 /// [`forward`] with query blocks of `block` rows; `block >= t` computes the
 /// full T x T products.
 pub fn forward_blocked(out: &mut [f32], probs: &mut [f32], qkv: &[f32], d: Dims, block: usize) {
-    let Dims { b, t, c, heads } = d;
-    let hs = c / heads;
+    let Dims { b, t, c, heads, .. } = d;
+    let (hs, ld) = (c / heads, d.ld());
     let scale = 1.0 / (hs as f32).sqrt();
     out[..b * t * c]
         .par_chunks_mut(t * c)
         .zip(probs[..b * heads * t * t].par_chunks_mut(heads * t * t))
-        .zip(qkv.par_chunks(t * 3 * c))
+        .zip(qkv.par_chunks(t * ld))
         .for_each(|((out, probs), qkv)| {
             let mut kt = vec![0.0f32; hs * t];
             for (h, p) in probs.chunks_exact_mut(t * t).enumerate() {
-                let (q, k, v) = (&qkv[h * hs..], &qkv[c + h * hs..], &qkv[2 * c + h * hs..]);
-                transpose_head(&mut kt, k, t, 3 * c);
+                let (kc, vc) = d.kv_cols(h);
+                let (q, k, v) = (&qkv[h * hs..], &qkv[kc..], &qkv[vc..]);
+                transpose_head(&mut kt, k, t, ld);
                 for i0 in (0..t).step_by(block.max(1)) {
                     // Query rows i0..i1 see keys 0..i1 at most (causal).
                     let i1 = (i0 + block.max(1)).min(t);
                     let pb = &mut p[i0 * t..i1 * t];
                     // S = q k^T, k^T from its copy (`transpose_head`)
-                    let qb = View::strided(&q[i0 * 3 * c..], 3 * c, 1);
+                    let qb = View::strided(&q[i0 * ld..], ld, 1);
                     gemm(pb, t, qb, View::rows(&kt, t), i1 - i0, i1, hs, false, Threads::One);
                     causal_softmax_rows(pb, t, i0, i1, scale);
                     // y = P v
                     let ob = &mut out[i0 * c + h * hs..];
-                    let vv = View::strided(v, 3 * c, 1);
+                    let vv = View::strided(v, ld, 1);
                     gemm(ob, c, View::rows(pb, t), vv, i1 - i0, hs, i1, false, Threads::One);
                 }
             }
@@ -148,25 +175,27 @@ pub fn backward_blocked(
     d: Dims,
     block: usize,
 ) {
-    let Dims { b, t, c, heads } = d;
-    let hs = c / heads;
+    let Dims { b, t, c, heads, .. } = d;
+    let (hs, ld) = (c / heads, d.ld());
     let scale = 1.0 / (hs as f32).sqrt();
-    dqkv[..b * t * 3 * c]
-        .par_chunks_mut(t * 3 * c)
+    dqkv[..b * t * ld]
+        .par_chunks_mut(t * ld)
         .zip(scratch[..b * heads * t * t].par_chunks_mut(heads * t * t))
         .zip(dout.par_chunks(t * c))
-        .zip(qkv.par_chunks(t * 3 * c))
+        .zip(qkv.par_chunks(t * ld))
         .zip(probs.par_chunks(heads * t * t))
         .for_each(|((((dqkv, scratch), dout), qkv), probs)| {
-            // dk and dv are sums over query blocks: start them at 0.
-            for row in dqkv.chunks_exact_mut(3 * c) {
+            // dk and dv are sums over query blocks (and over the query heads
+            // of a group): start them at 0.
+            for row in dqkv.chunks_exact_mut(ld) {
                 row[c..].fill(0.0);
             }
             let mut vt = vec![0.0f32; hs * t];
             for (h, (ds, p)) in scratch.chunks_exact_mut(t * t).zip(probs.chunks_exact(t * t)).enumerate() {
-                let (q, k, v) = (&qkv[h * hs..], &qkv[c + h * hs..], &qkv[2 * c + h * hs..]);
+                let (kc, vc) = d.kv_cols(h);
+                let (q, k, v) = (&qkv[h * hs..], &qkv[kc..], &qkv[vc..]);
                 let dy = &dout[h * hs..];
-                transpose_head(&mut vt, v, t, 3 * c);
+                transpose_head(&mut vt, v, t, ld);
                 for i0 in (0..t).step_by(block.max(1)) {
                     // Query rows i0..i1 against keys 0..i1 (the forward's block).
                     let i1 = (i0 + block.max(1)).min(t);
@@ -174,16 +203,16 @@ pub fn backward_blocked(
                     let dyb = View::strided(&dy[i0 * c..], c, 1);
                     // dP = dy v^T (v^T from its copy) ; dv[0..i1] += P^T dy
                     gemm(dsb, t, dyb, View::rows(&vt, t), m, i1, hs, false, Threads::One);
-                    let dv = &mut dqkv[2 * c + h * hs..];
-                    gemm(dv, 3 * c, View::transposed(pb, t), dyb, i1, hs, m, true, Threads::One);
+                    let dv = &mut dqkv[vc..];
+                    gemm(dv, ld, View::transposed(pb, t), dyb, i1, hs, m, true, Threads::One);
                     // dS = P * (dP - sum_j P dP) * scale (softmax backward)
                     softmax_backward_rows(dsb, pb, t, i1, scale);
                     // dq = dS k ; dk[0..i1] += dS^T q
-                    let dq = &mut dqkv[i0 * 3 * c + h * hs..];
-                    gemm(dq, 3 * c, View::rows(dsb, t), View::strided(k, 3 * c, 1), m, hs, i1, false, Threads::One);
-                    let dk = &mut dqkv[c + h * hs..];
-                    let qb = View::strided(&q[i0 * 3 * c..], 3 * c, 1);
-                    gemm(dk, 3 * c, View::transposed(dsb, t), qb, i1, hs, m, true, Threads::One);
+                    let dq = &mut dqkv[i0 * ld + h * hs..];
+                    gemm(dq, ld, View::rows(dsb, t), View::strided(k, ld, 1), m, hs, i1, false, Threads::One);
+                    let dk = &mut dqkv[kc..];
+                    let qb = View::strided(&q[i0 * ld..], ld, 1);
+                    gemm(dk, ld, View::transposed(dsb, t), qb, i1, hs, m, true, Threads::One);
                 }
             }
         });
@@ -200,7 +229,7 @@ mod tests {
         // token 0 sees only itself: y0 = 10. token 1: weights softmax([0, ln 3]) = [1/4, 3/4] -> y1 = 17.5
         let qkv = [1.0, 0.0, 10.0, 1.0, 3f32.ln(), 20.0];
         let (mut y, mut p) = ([0.0; 2], [0.0; 4]);
-        forward(&mut y, &mut p, &qkv, Dims { b: 1, t: 2, c: 1, heads: 1 });
+        forward(&mut y, &mut p, &qkv, Dims::mha(1, 2, 1, 1));
         assert_eq!(p[1], 0.0, "no attention to the future");
         assert!((y[0] - 10.0).abs() < 1e-5 && (y[1] - 17.5).abs() < 1e-5, "{y:?}");
     }
@@ -208,15 +237,36 @@ mod tests {
     #[test]
     fn attention_backward_matches_finite_differences() {
         for block in [2, 5] {
-            backward_matches_finite_differences(block);
+            backward_matches_finite_differences(Dims::mha(2, 5, 6, 2), block);
+        }
+    }
+
+    #[test]
+    fn grouped_query_attention_backward_matches_finite_differences() {
+        // 4 query heads of 2 sharing 2 key/value heads; and all 4 sharing one
+        for kv_heads in [2, 1] {
+            backward_matches_finite_differences(Dims { b: 2, t: 5, c: 8, heads: 4, kv_heads }, 2);
+        }
+    }
+
+    #[test]
+    fn grouped_query_attention_by_hand() {
+        // Two query heads of width 1 share one key/value head: t = 2,
+        // rows [q0, q1, k, v]. Head 0 (q = 1) on keys [0, ln 3] weighs the
+        // values [10, 20] 1/4, 3/4 at token 1 -> 17.5; head 1 (q = 0)
+        // weighs them equally -> 15. Token 0 sees only itself: 10.
+        let qkv = [1.0, 0.0, 0.0, 10.0, 1.0, 0.0, 3f32.ln(), 20.0];
+        let (mut y, mut p) = ([0.0; 4], [0.0; 8]);
+        forward(&mut y, &mut p, &qkv, Dims { b: 1, t: 2, c: 2, heads: 2, kv_heads: 1 });
+        for (a, b) in y.iter().zip([10.0, 10.0, 17.5, 15.0]) {
+            assert!((a - b).abs() < 1e-5, "{y:?}");
         }
     }
 
     /// Block 2 on t = 5: three query blocks, the last one ragged; 5 = t is
     /// the full T x T computation.
-    fn backward_matches_finite_differences(block: usize) {
-        let d = Dims { b: 2, t: 5, c: 6, heads: 2 };
-        let qkv = probe(d.b * d.t * 3 * d.c, 1.7);
+    fn backward_matches_finite_differences(d: Dims, block: usize) {
+        let qkv = probe(d.b * d.t * d.ld(), 1.7);
         let n_probs = d.b * d.heads * d.t * d.t;
         check_op(
             &[qkv],
@@ -274,7 +324,7 @@ mod tests {
     fn skipping_the_upper_triangle_changes_nothing_but_rounding() {
         // block = t is the full computation; 3 on t = 7 leaves a ragged last
         // block, 1 skips the most.
-        let d = Dims { b: 2, t: 7, c: 8, heads: 2 };
+        let d = Dims::mha(2, 7, 8, 2);
         let (qkv, dy) = (probe(d.b * d.t * 3 * d.c, 1.3), probe(d.b * d.t * d.c, 0.4));
         let (y_full, g_full) = run_blocked(d, &qkv, &dy, d.t);
         assert!(y_full.iter().chain(&g_full).all(|g| g.is_finite()), "every entry is written");

@@ -26,6 +26,23 @@ pub fn backward(dwte: &mut [f32], dwpe: &mut [f32], dout: &[f32], tokens: &[u32]
     }
 }
 
+/// Token embedding alone (llama: positions are rotary, in attention):
+/// `out[i] = wte[tokens[i]]`.
+pub fn forward_tokens(out: &mut [f32], tokens: &[u32], wte: &[f32], c: usize) {
+    out[..tokens.len() * c].par_chunks_mut(c).zip(tokens.par_iter()).for_each(|(row, &tok)| {
+        row.copy_from_slice(&wte[tok as usize * c..][..c]);
+    });
+}
+
+/// Accumulate `dwte[tokens[i]] += dout[i]`, sequential in row order like [`backward`].
+pub fn backward_tokens(dwte: &mut [f32], dout: &[f32], tokens: &[u32], c: usize) {
+    for (row, &tok) in dout.chunks_exact(c).zip(tokens) {
+        for (d, g) in dwte[tok as usize * c..][..c].iter_mut().zip(row) {
+            *d += g;
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -42,6 +59,11 @@ mod tests {
         backward(&mut dwte, &mut dwpe, &[1.0, 2.0, 3.0, 4.0], &[2, 2], 2, 2);
         assert_eq!(dwte, [0.0, 0.0, 0.0, 0.0, 4.0, 6.0]);
         assert_eq!(dwpe, [1.0, 2.0, 3.0, 4.0]);
+        forward_tokens(&mut out, &[2, 0], &wte, 2);
+        assert_eq!(out, [20.0, 21.0, 0.0, 1.0]);
+        let mut dwte = [0.0; 6];
+        backward_tokens(&mut dwte, &[1.0, 2.0, 3.0, 4.0], &[2, 2], 2);
+        assert_eq!(dwte, [0.0, 0.0, 0.0, 0.0, 4.0, 6.0]);
     }
 
     #[test]

@@ -1,4 +1,4 @@
-//! Hand-written kernels of the GPT forward and backward on flat f32 slices.
+//! Hand-written kernels of the GPT and llama forward and backward on flat f32 slices.
 //!
 //! Why by hand and not candle: see docs/decisions.md. Every kernel has a
 //! test with numbers checkable by hand and a finite-difference check.
@@ -13,5 +13,8 @@ pub mod layernorm;
 pub mod matmul;
 pub mod reduce;
 pub mod residual;
+pub mod rmsnorm;
+pub mod rope;
 pub mod simd;
+pub mod swiglu;
 pub mod xent;

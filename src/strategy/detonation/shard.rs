@@ -76,7 +76,7 @@ mod tests {
 
     #[test]
     fn shards_are_cut_at_chunk_rows_and_cover_the_model() {
-        let cfg = GptConfig { vocab_size: 37, n_embd: 16, n_layer: 2, n_head: 2, ctx: 8, dropout: 0.0 };
+        let cfg = GptConfig::gpt2(37, 16, 2, 2, 8);
         let layout = ParamLayout::new(&cfg);
         for k in [1, 2, 3] {
             let shards = cut(&layout, 4, k).unwrap();

@@ -59,7 +59,7 @@ impl Fragments {
     /// Cuts `layout`'s blocks into `p` fragments by `pattern`; an error
     /// names the model's block count when `p` is 0 or exceeds it.
     pub fn new(layout: &ParamLayout, p: usize, pattern: FragmentPattern) -> Result<Fragments> {
-        let layers = layout.blocks.len();
+        let layers = layout.n_layer();
         ensure!(
             (1..=layers).contains(&p),
             "[methods.streaming-diloco]: fragments = {p}, but the model has {layers} transformer blocks and a fragment needs at least one: set fragments between 1 and {layers}, e.g. fragments = {}",
@@ -67,9 +67,12 @@ impl Fragments {
         );
         let mut ranges: Vec<Vec<Range<usize>>> = vec![Vec::new(); p];
         for t in &layout.tensors {
-            let f = match t.name.strip_prefix("h.").and_then(|r| r.split('.').next()) {
-                Some(i) => pattern.fragment_of(i.parse().expect("block tensors are named h.{i}.*"), layers, p),
-                None if t.name.starts_with("ln_f.") => pattern.fragment_of(layers - 1, layers, p),
+            // Embeddings go with the first block; the final norm (and an
+            // untied head, which follows it) with the last.
+            let after_blocks = ["ln_f.", "norm.", "lm_head."].iter().any(|s| t.name.starts_with(s));
+            let f = match ParamLayout::block_of(&t.name) {
+                Some(i) => pattern.fragment_of(i, layers, p),
+                None if after_blocks => pattern.fragment_of(layers - 1, layers, p),
                 None => pattern.fragment_of(0, layers, p),
             };
             match ranges[f].last_mut() {
@@ -120,7 +123,7 @@ mod tests {
     use crate::model::GptConfig;
 
     fn four_blocks() -> ParamLayout {
-        ParamLayout::new(&GptConfig { vocab_size: 5, n_embd: 2, n_layer: 4, n_head: 1, ctx: 3, dropout: 0.0 })
+        ParamLayout::new(&GptConfig::gpt2(5, 2, 4, 1, 3))
     }
 
     /// The fragment of every tensor, by name.
@@ -148,6 +151,18 @@ mod tests {
         assert_eq!(q.ranges[0].len(), 1, "sequential: one range per fragment");
         // Three fragments of five blocks, sequential: floor(3i/5) = 0, 0, 1, 1, 2.
         assert_eq!([0, 1, 2, 3, 4].map(|i| FragmentPattern::Sequential.fragment_of(i, 5, 3)), [0, 0, 1, 1, 2]);
+    }
+
+    #[test]
+    fn llama_blocks_are_dealt_by_their_layer_and_the_head_goes_last() {
+        let cfg = GptConfig { n_layer: 4, tie_head: false, ..GptConfig::llama_of(GptConfig::gpt2(5, 4, 4, 2, 3)) };
+        let l = ParamLayout::new(&cfg);
+        let s = Fragments::new(&l, 2, FragmentPattern::Strided).unwrap();
+        let blocks = (0..4).map(|i| owner(&s, &l, &format!("layers.{i}.mlp.up_proj.weight"))).collect::<Vec<_>>();
+        assert_eq!(blocks, [0, 1, 0, 1]);
+        let ends = ["embed_tokens.weight", "norm.weight", "lm_head.weight"].map(|n| owner(&s, &l, n));
+        assert_eq!(ends, [0, 1, 1]);
+        assert_eq!(s.ranges.iter().flatten().map(|r| r.len()).sum::<usize>(), l.len);
     }
 
     #[test]

@@ -1,6 +1,7 @@
 //! Equivalence tests that tie the strategies and runtimes together.
 
 mod diverged;
+mod llama;
 mod parallel_sim;
 mod resume;
 mod stop;
@@ -14,7 +15,7 @@ use crate::runtime::{real::RealSpec, sim::SimSpec};
 use std::sync::Arc;
 
 pub(super) fn tiny() -> GptConfig {
-    GptConfig { vocab_size: 37, n_embd: 16, n_layer: 2, n_head: 2, ctx: 8, dropout: 0.0 }
+    GptConfig::gpt2(37, 16, 2, 2, 8)
 }
 
 pub(super) fn tokens() -> Arc<Vec<u32>> {
@@ -22,7 +23,12 @@ pub(super) fn tokens() -> Arc<Vec<u32>> {
 }
 
 pub(super) fn plan(steps: u64, accum: usize, clip: f32) -> Plan {
-    let layout = crate::model::ParamLayout::new(&tiny());
+    plan_of(&tiny(), steps, accum, clip)
+}
+
+/// [`plan`] for a model of shape `cfg` (its weight-decay ranges).
+pub(super) fn plan_of(cfg: &GptConfig, steps: u64, accum: usize, clip: f32) -> Plan {
+    let layout = crate::model::ParamLayout::new(cfg);
     Plan {
         steps,
         grad_accum: accum,
@@ -36,19 +42,17 @@ pub(super) fn plan(steps: u64, accum: usize, clip: f32) -> Plan {
 
 /// `world` workers, each with its shard of the same token stream; same init.
 pub(super) fn workers(world: usize, batch: usize) -> Vec<Worker> {
+    workers_of(&tiny(), world, batch)
+}
+
+/// [`workers`] of a model of shape `cfg`, on windows of up to 16 tokens.
+pub(super) fn workers_of(cfg: &GptConfig, world: usize, batch: usize) -> Vec<Worker> {
     let toks = tokens();
+    let seq = cfg.ctx.min(16);
     (0..world)
         .map(|r| {
-            Worker::new(
-                Gpt::new(tiny(), 42).unwrap(),
-                toks.clone(),
-                shard_range(toks.len(), r, world),
-                batch,
-                tiny().ctx,
-                9,
-                r,
-            )
-            .unwrap()
+            let model = Gpt::new(cfg.clone(), 42).unwrap();
+            Worker::new(model, toks.clone(), shard_range(toks.len(), r, world), batch, seq, 9, r).unwrap()
         })
         .collect()
 }
@@ -67,7 +71,7 @@ pub(super) fn sequential(rt: &Runtime) -> Runtime {
     }
 }
 
-fn real(world: usize) -> Runtime {
+pub(super) fn real(world: usize) -> Runtime {
     Runtime::Real(RealSpec::flat(world))
 }
 

@@ -3,7 +3,7 @@
 //! in the simulator, to the last virtual second).
 
 use super::*;
-use super::{bits, plan, tiny, workers};
+use super::{bits, plan, plan_of, tiny, workers, workers_of};
 use crate::comm::{LinkModel, Tier};
 use crate::runtime::real::RealSpec;
 use crate::runtime::sim::SimSpec;
@@ -90,6 +90,7 @@ fn streaming_at_the_stop() -> StreamingSettings {
 /// (under a token budget of `budget` micro-batches per worker, if any).
 #[allow(clippy::too_many_arguments)]
 fn run_to(
+    cfg: &GptConfig,
     method: &Method,
     rt: &Runtime,
     steps: u64,
@@ -105,12 +106,12 @@ fn run_to(
         checkpoints: Checkpointing { every, sink: Some(sink.clone()), stop: None },
         resumed: resumed.clone(),
     };
-    let mut ws = workers(world(rt), 2);
+    let mut ws = workers_of(cfg, world(rt), 2);
     for (w, part) in ws.iter_mut().zip(&resumed) {
         w.model.params.copy_from_slice(start_params.expect("a resumed run starts from the checkpoint's model"));
         w.restore(part.as_ref().unwrap().worker.clone().unwrap()).unwrap();
     }
-    let p = Plan { end, micro_batch_budget: budget, ..plan(steps, 1, 1.0) };
+    let p = Plan { end, micro_batch_budget: budget, ..plan_of(cfg, steps, 1, 1.0) };
     let reports = run_cluster(method, rt, ws, &p, &hooks).unwrap();
     drop(hooks);
     (reports, std::sync::Arc::into_inner(sink).unwrap())
@@ -134,14 +135,19 @@ fn restarted(rt: &Runtime, parts: &[SavedPart]) -> Runtime {
 }
 
 fn check_resume(method: &Method, rt: &Runtime, budget: Option<u64>) {
+    check_resume_of(&tiny(), method, rt, budget)
+}
+
+/// [`check_resume`] for a model of shape `cfg`.
+pub(super) fn check_resume_of(cfg: &GptConfig, method: &Method, rt: &Runtime, budget: Option<u64>) {
     // The whole run's simulator computes one at a time, the stopped and
     // resumed runs' at once on the pool (`rt`'s default): resume and the
     // parallel simulator are checked against the sequential bits together.
-    let (whole, whole_sink) = run_to(method, &sequential(rt), 6, 6, 3, vec![], None, budget);
-    let (_, first) = run_to(method, rt, 6, 3, 0, vec![], None, budget);
+    let (whole, whole_sink) = run_to(cfg, method, &sequential(rt), 6, 6, 3, vec![], None, budget);
+    let (_, first) = run_to(cfg, method, rt, 6, 3, 0, vec![], None, budget);
     let parts = first.round(3);
     assert_eq!(parts.len(), world(rt), "{method}: a part per worker at the stop");
-    let n = crate::model::ParamLayout::new(&tiny()).len;
+    let n = crate::model::ParamLayout::new(cfg).len;
     let model = assemble_model(n, parts.iter().filter_map(|p| p.state.model.clone())).unwrap();
     let mid = whole_sink.round(3);
     for (a, b) in mid.iter().zip(&parts) {
@@ -150,8 +156,17 @@ fn check_resume(method: &Method, rt: &Runtime, budget: Option<u64>) {
             "{method}: the stopped run saved what the whole run saved at round 3"
         );
     }
-    let (resumed, _) =
-        run_to(method, &restarted(rt, &parts), 6, 6, 0, parts.into_iter().map(Some).collect(), Some(&model), budget);
+    let (resumed, _) = run_to(
+        cfg,
+        method,
+        &restarted(rt, &parts),
+        6,
+        6,
+        0,
+        parts.into_iter().map(Some).collect(),
+        Some(&model),
+        budget,
+    );
     for (a, b) in whole.iter().zip(&resumed) {
         assert_eq!(bits(&a.params), bits(&b.params), "{method}: resumed parameters differ");
         assert_eq!(a.optimizer_steps, b.optimizer_steps, "{method}");
@@ -284,9 +299,9 @@ fn local_methods_stopped_inside_a_round_save_at_its_end_and_resume_bit_identical
     let link = LinkModel::flat(Tier { latency_s: 0.0, bandwidth_bytes_per_s: 4.0 * n / 2.5 });
     let rt = Runtime::Sim(SimSpec { link: Some(link), speeds: vec![1.0, 0.5], ..SimSpec::flat(2, 1.0, None) });
     for method in crate::strategy::local::tests::local_methods(2) {
-        let (whole, whole_sink) = run_to(&method, &sequential(&rt), 6, 6, 3, vec![], None, None);
+        let (whole, whole_sink) = run_to(&tiny(), &method, &sequential(&rt), 6, 6, 3, vec![], None, None);
         assert!(whole_sink.round(3).is_empty() && whole_sink.round(4).len() == 2, "{method}");
-        let (_, first) = run_to(&method, &rt, 6, 3, 0, vec![], None, None);
+        let (_, first) = run_to(&tiny(), &method, &rt, 6, 3, 0, vec![], None, None);
         let parts = first.round(4);
         assert_eq!(parts.len(), 2, "{method}: saved at the end of the round containing the stop");
         for (a, b) in whole_sink.round(4).iter().zip(&parts) {
@@ -294,6 +309,7 @@ fn local_methods_stopped_inside_a_round_save_at_its_end_and_resume_bit_identical
         }
         let model = assemble_model(n as usize, parts.iter().filter_map(|p| p.state.model.clone())).unwrap();
         let (resumed, _) = run_to(
+            &tiny(),
             &method,
             &restarted(&rt, &parts),
             6,
@@ -352,8 +368,8 @@ fn async_diloco_resumes_each_workers_error_feedback_residual_bit_identically() {
 fn check_async_resume(method: &Method, rt: &Runtime) {
     let (method, rt) = (method.clone(), rt.clone());
     let n = crate::model::ParamLayout::new(&tiny()).len;
-    let (whole, whole_sink) = run_to(&method, &sequential(&rt), 6, 6, 3, vec![], None, None);
-    let (_, first) = run_to(&method, &rt, 6, 3, 0, vec![], None, None);
+    let (whole, whole_sink) = run_to(&tiny(), &method, &sequential(&rt), 6, 6, 3, vec![], None, None);
+    let (_, first) = run_to(&tiny(), &method, &rt, 6, 3, 0, vec![], None, None);
     let parts = first.round(3);
     assert_eq!(parts.len(), 3, "a part per worker and the server's");
     let mid = whole_sink.round(3);
@@ -364,8 +380,17 @@ fn check_async_resume(method: &Method, rt: &Runtime) {
         assert_eq!(a.clock, b.clock, "participant {}", a.participant);
     }
     let model = assemble_model(n, parts.iter().filter_map(|p| p.state.model.clone())).unwrap();
-    let (resumed, _) =
-        run_to(&method, &restarted(&rt, &parts), 6, 6, 0, parts.into_iter().map(Some).collect(), Some(&model), None);
+    let (resumed, _) = run_to(
+        &tiny(),
+        &method,
+        &restarted(&rt, &parts),
+        6,
+        6,
+        0,
+        parts.into_iter().map(Some).collect(),
+        Some(&model),
+        None,
+    );
     assert_eq!(whole.len(), 3);
     for (a, b) in whole.iter().zip(&resumed) {
         assert_eq!(bits(&a.params), bits(&b.params), "participant {}: parameters differ", a.rank);

@@ -129,7 +129,7 @@ fn round_losses(r: &[WorkerReport], tau: usize) -> Vec<f32> {
 /// unigram distribution, and can then become confidently wrong (a loss
 /// above ln 512 = 6.24), which the 37-token tiny model cannot.
 fn zipf_workers(world: usize) -> (Vec<crate::strategy::Worker>, crate::model::GptConfig) {
-    let cfg = crate::model::GptConfig { vocab_size: 512, n_embd: 32, n_layer: 2, n_head: 2, ctx: 8, dropout: 0.0 };
+    let cfg = crate::model::GptConfig::gpt2(512, 32, 2, 2, 8);
     let zipf = |i: u32| {
         let u = (i.wrapping_mul(2654435761) >> 8) as f64 / (1u64 << 24) as f64;
         (512f64.powf(u) as u32).saturating_sub(1).min(511)
