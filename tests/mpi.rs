@@ -18,6 +18,13 @@ use std::time::{Duration, Instant};
 const BIN: &str = env!("CARGO_BIN_EXE_lowcomm");
 
 fn mpirun(np: usize, env: &[(&str, &str)], args: &[&str], cwd: &Path) -> Output {
+    mpirun_command(np, env, args, cwd)
+        .output()
+        .expect("spawn mpirun: is MPICH installed (apt-get install mpich libmpich-dev)?")
+}
+
+/// `mpirun -np np lowcomm ARGS` in `cwd`, as every test launches it.
+fn mpirun_command(np: usize, env: &[(&str, &str)], args: &[&str], cwd: &Path) -> Command {
     let mut c = Command::new("mpirun");
     c.arg("-np").arg(np.to_string()).arg(BIN).args(args).current_dir(cwd);
     // glibc keeps big temporaries mapped instead of faulting them in anew
@@ -29,7 +36,7 @@ fn mpirun(np: usize, env: &[(&str, &str)], args: &[&str], cwd: &Path) -> Output 
     for (k, v) in env {
         c.env(k, v);
     }
-    c.output().expect("spawn mpirun: is MPICH installed (apt-get install mpich libmpich-dev)?")
+    c
 }
 
 fn text(o: &Output) -> String {
@@ -441,15 +448,9 @@ fn calibrate_under_mpirun_measures_the_link_between_ranks() {
     }
 }
 
-/// Starts `mpirun -np np lowcomm train ARGS` in `cwd` without waiting.
+/// Starts `mpirun -np np lowcomm ARGS` in `cwd` without waiting.
 fn spawn_mpirun(np: usize, args: &[&str], cwd: &Path) -> std::process::Child {
-    Command::new("mpirun")
-        .arg("-np")
-        .arg(np.to_string())
-        .arg(BIN)
-        .args(args)
-        .current_dir(cwd)
-        .env("MPIEXEC_TIMEOUT", "300")
+    mpirun_command(np, &[], args, cwd)
         .stdout(std::process::Stdio::piped())
         .stderr(std::process::Stdio::piped())
         .spawn()

@@ -30,18 +30,8 @@ pub fn parse(name: &str, text: &str) -> Result<GptConfig> {
         ),
         None => bail!("{name}: missing field `model_type`; --init-from-hf loads GPT-2 and Llama models (\"model_type\": \"gpt2\" or \"llama\")"),
     }
-    let size = |field: &str| -> Result<Option<usize>> {
-        match v.get(field) {
-            None | Some(Value::Null) => Ok(None),
-            Some(x) => match x.as_u64() {
-                Some(n) if n >= 1 => Ok(Some(n as usize)),
-                _ => bail!("{name}: field `{field}` must be a whole number >= 1, got {x}"),
-            },
-        }
-    };
-    let need = |field: &str, example: &str| -> Result<usize> {
-        size(field)?.ok_or_else(|| anyhow::anyhow!("{name}: missing field `{field}` (e.g. \"{field}\": {example})"))
-    };
+    let fields = Fields { name, v: &v };
+    let (size, need) = (|f: &str| fields.size(f), |f: &str, e: &str| fields.need(f, e));
     let n_embd = need("n_embd", "768")?;
     let cfg = GptConfig::gpt2(
         need("vocab_size", "50257")?,
@@ -116,6 +106,34 @@ pub fn check_matches(dir: &str, hf: &GptConfig, ours: &GptConfig) -> Result<()> 
         said.join(", "),
         fix.join(" ")
     )
+}
+
+/// The whole-number fields of a `config.json` named `name`, read with one
+/// error wording for every model family.
+pub(super) struct Fields<'a> {
+    pub name: &'a str,
+    pub v: &'a Value,
+}
+
+impl Fields<'_> {
+    /// `field` if present (null counts as absent); an error unless a whole number >= 1.
+    pub fn size(&self, field: &str) -> Result<Option<usize>> {
+        let name = self.name;
+        match self.v.get(field) {
+            None | Some(Value::Null) => Ok(None),
+            Some(x) => match x.as_u64() {
+                Some(n) if n >= 1 => Ok(Some(n as usize)),
+                _ => bail!("{name}: field `{field}` must be a whole number >= 1, got {x}"),
+            },
+        }
+    }
+
+    /// `field`, which must be present; the error shows `example`.
+    pub fn need(&self, field: &str, example: &str) -> Result<usize> {
+        let name = self.name;
+        self.size(field)?
+            .ok_or_else(|| anyhow::anyhow!("{name}: missing field `{field}` (e.g. \"{field}\": {example})"))
+    }
 }
 
 #[cfg(test)]

@@ -11,18 +11,8 @@ use serde_json::Value;
 
 /// Our shape of the Llama `v` (the parsed `config.json` named `name`).
 pub fn parse(name: &str, v: &Value) -> Result<GptConfig> {
-    let size = |field: &str| -> Result<Option<usize>> {
-        match v.get(field) {
-            None | Some(Value::Null) => Ok(None),
-            Some(x) => match x.as_u64() {
-                Some(n) if n >= 1 => Ok(Some(n as usize)),
-                _ => bail!("{name}: field `{field}` must be a whole number >= 1, got {x}"),
-            },
-        }
-    };
-    let need = |field: &str, example: &str| -> Result<usize> {
-        size(field)?.ok_or_else(|| anyhow::anyhow!("{name}: missing field `{field}` (e.g. \"{field}\": {example})"))
-    };
+    let fields = super::hf_config::Fields { name, v };
+    let (size, need) = (|f: &str| fields.size(f), |f: &str, e: &str| fields.need(f, e));
     let heads = need("num_attention_heads", "32")?;
     let hidden = need("hidden_size", "4096")?;
     let cfg = GptConfig {

@@ -19,6 +19,7 @@
 //! that, by the collective timeout of [`crate::comm::mpi::Poll`].
 
 use super::checkpoint::{read_part, write_part, PartsSummary, RunIdentity};
+use super::log::RoundLog;
 use super::report::finish;
 use super::{setup, ParallelSummary};
 use crate::checkpoint::Staging;
@@ -164,7 +165,7 @@ struct MpiSink {
     /// is idle while a checkpoint is written: no task is in flight).
     comm: Mutex<MpiComm>,
     /// Rank 0: the run's metrics, fed every participant's rounds from the parts.
-    metrics: Option<Arc<super::log::RoundLog>>,
+    metrics: Option<Arc<RoundLog>>,
     written: Mutex<Vec<(u64, PathBuf)>>,
 }
 
@@ -327,13 +328,10 @@ fn run_rank_inner(mpi: &MpiProcess, mut cfg: RunConfig, opts: &RunOptions) -> Re
     let report = match ran {
         // Every rank stopped at the same boundary, after its part of the checkpoint there.
         Err(e) if crate::runtime::is_stopped(&e) => {
-            drop(show.map(|l| Arc::into_inner(l).map(|l| l.finish())));
-            drop(metrics);
-            let sink = Arc::into_inner(sink).expect("the run is over: one owner left");
-            if let Some(log) = sink.metrics {
-                Arc::into_inner(log).expect("the run is over: one owner left").finish()?;
+            let (log, written) = close(show, metrics, sink);
+            if let Some(log) = log {
+                log.finish()?;
             }
-            let written = sink.written.into_inner().unwrap_or_else(|e| e.into_inner()).last().cloned();
             // Every rank ends with it (status 130 whichever exit the launcher reports); rank 0 says it.
             return Err(crate::train::interrupt::Interrupted {
                 run_dir: s.cfg.train.out_dir.clone(),
@@ -392,16 +390,22 @@ fn run_rank_inner(mpi: &MpiProcess, mut cfg: RunConfig, opts: &RunOptions) -> Re
             sent: 0,
         });
     }
-    drop(show.map(|l| Arc::into_inner(l).map(|l| l.finish())));
-    let sink = Arc::into_inner(sink).expect("the run is over: one owner left");
-    drop(metrics);
-    let log = Arc::into_inner(sink.metrics.expect("rank 0 logs")).expect("the run is over: one owner left");
-    let checkpoint = sink
-        .written
-        .into_inner()
-        .unwrap_or_else(|e| e.into_inner())
-        .last()
-        .map(|(_, d)| d.clone())
-        .context("the run ended without writing its final checkpoint")?;
+    let (log, written) = close(show, metrics, sink);
+    let log = log.expect("rank 0 logs");
+    let checkpoint = written.map(|(_, d)| d).context("the run ended without writing its final checkpoint")?;
     finish(s, reports, log, checkpoint).map(Some)
+}
+
+/// The end of a rank's run, finished or stopped: its progress lines done,
+/// rank 0's metrics log and the last checkpoint written (round, directory).
+fn close(
+    show: Option<Arc<RoundLog>>,
+    metrics: Option<Arc<RoundLog>>,
+    sink: Arc<MpiSink>,
+) -> (Option<RoundLog>, Option<(u64, PathBuf)>) {
+    drop(show.map(|l| Arc::into_inner(l).map(|l| l.finish())));
+    drop(metrics);
+    let sink = Arc::into_inner(sink).expect("the run is over: one owner left");
+    let log = sink.metrics.map(|l| Arc::into_inner(l).expect("the run is over: one owner left"));
+    (log, sink.written.into_inner().unwrap_or_else(|e| e.into_inner()).pop())
 }
