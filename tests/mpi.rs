@@ -490,10 +490,18 @@ fn ctrl_c_under_mpirun_stops_every_rank_at_one_round_and_the_resumed_run_has_the
         assert!(ok);
         let o = child.wait_with_output().unwrap();
         let said = text(&o);
-        assert_eq!(o.status.code(), Some(130), "{method}: exit status of an interrupted MPI run:\n{said}");
+        // Every rank exits 130, but hydra's own status after a forwarded Ctrl-C is not reliable: it
+        // returned 0 in about 1 of 3 interrupts on this machine (docs/mpi.md). So: never a failure,
+        // and the stop is checked by what the ranks print and write below.
+        assert!(
+            matches!(o.status.code(), Some(130) | Some(0)),
+            "{method}: exit status of an interrupted MPI run:\n{said}"
+        );
         let resume = format!("continue the run with `mpirun -np {np} lowcomm train --resume {}`", cut.display());
         assert!(said.contains("interrupted: stopped at step ") && said.contains(&resume), "{method}:\n{said}");
-        assert_eq!(said.matches("interrupt: stopping at the end").count(), 1, "{method}: one rank speaks:\n{said}");
+        // Rank 0's watcher thread announces the stop every 50 ms at most, so a stop reached sooner may
+        // end before it speaks; no other rank ever does.
+        assert!(said.matches("interrupt: stopping at the end").count() <= 1, "{method}: one rank speaks:\n{said}");
         let at: u64 = said.split("stopped at step ").nth(1).unwrap().split(' ').next().unwrap().parse().unwrap();
         assert!(at < 300, "{method}: the run ended before the signal: the test checked nothing");
         assert_eq!(lowcomm::checkpoint::load(&cut).unwrap().state.step, at, "{method}");
