@@ -6,6 +6,7 @@
 mod common;
 
 use common::*;
+use lowcomm::model::Arch;
 use lowcomm::train::parallel::setup;
 use lowcomm::train::trainer::Trainer;
 use std::path::{Path, PathBuf};
@@ -66,4 +67,42 @@ fn another_shape_vocabulary_or_both_sources_are_refused_in_one_line() {
     cfg.train.init_from_hf = Some(Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/hf-gpt2-tiny"));
     let e = chain(&Trainer::new(cfg, None).err().expect("a vocabulary mismatch is refused"));
     assert_mentions(&e, &["vocab_size is 64", "512 tokens", "data prepare --tokenizer"]);
+}
+
+/// Through the command line, llama blocks with grouped-query attention:
+/// `train`, `export --hf` (LlamaForCausalLM), then a data-parallel run
+/// `--init-from-hf` that export starts from its bits on every worker, and a
+/// gpt2 run refused in one line naming `--arch llama`.
+#[test]
+fn a_llama_run_exported_through_the_cli_starts_a_data_parallel_run_and_a_gpt2_run_is_refused() {
+    let tmp = tempdir();
+    let config = tiny_toml_file(tmp.path());
+    let dir = |name: &str| tmp.path().join(name).display().to_string();
+    let llama = ["--config", &config, "--arch", "llama", "--n-kv-head", "1", "--quiet"];
+    let ok = |args: &[&str]| {
+        let o = lowcomm_in(tmp.path(), args);
+        assert!(o.status.success(), "{args:?}: {}", stderr_text(&o));
+    };
+    ok(&[&["train"], &llama[..], &["--steps", "2", "--out", &dir("pretrained")]].concat());
+    ok(&["export", "--ckpt", &dir("pretrained"), "--hf", &dir("hf")]);
+    let hf_config = std::fs::read_to_string(tmp.path().join("hf/config.json")).unwrap();
+    assert!(hf_config.contains("LlamaForCausalLM") && hf_config.contains("\"num_key_value_heads\": 1"), "{hf_config}");
+    let want = lowcomm::checkpoint::load(&tmp.path().join("pretrained")).unwrap().params;
+
+    // The same flags as a configuration: every worker holds the export's bits.
+    let mut cfg = tiny_config(corpus(), &tmp.path().join("warm-lib"));
+    (cfg.model.arch, cfg.model.n_kv_head) = (Some(Arch::Llama), Some(1));
+    cfg.train.init_from_hf = Some(tmp.path().join("hf"));
+    (cfg.parallel.method, cfg.parallel.workers, cfg.parallel.runtime) = (Some("zero1".into()), Some(2), "sim".into());
+    let s = setup(cfg, &quiet()).unwrap();
+    for rank in 0..2 {
+        assert_eq!(bits(&s.worker(rank).unwrap().model.params), bits(&want), "worker {rank}");
+    }
+    let warm =
+        ["--init-from-hf", &dir("hf"), "--method", "zero1", "--workers", "2", "--runtime", "sim", "--steps", "2"];
+    ok(&[&["train"], &llama[..], &warm[..], &["--out", &dir("warm")]].concat());
+
+    let gpt2 =
+        lowcomm_in(tmp.path(), &["train", "--config", &config, "--init-from-hf", &dir("hf"), "--out", &dir("gpt2")]);
+    assert_one_error(gpt2, &["--init-from-hf", "arch is llama there, gpt2 in this run", "--arch llama"]);
 }

@@ -37,7 +37,7 @@ pub enum Command {
     Eval(EvalArgs),
     /// Generate text from a checkpoint.
     Generate(GenerateArgs),
-    /// Export a checkpoint (`--hf DIR`: Hugging Face GPT-2 layout).
+    /// Export a checkpoint (`--hf DIR`: Hugging Face GPT-2 or Llama layout).
     Export(ExportArgs),
     /// Benchmark one training step (tokens/s, peak memory).
     Bench(BenchArgs),
@@ -246,7 +246,7 @@ pub struct TrainArgs {
     /// checkpoint, same shape and tokenizer; optimizer and steps start fresh.
     #[arg(long, value_parser = values::Utf8Path)]
     pub init_from: Option<PathBuf>,
-    /// Start from a local Hugging Face GPT-2 directory (config.json +
+    /// Start from a local Hugging Face GPT-2 or Llama directory (config.json +
     /// model.safetensors, e.g. from `export --hf` or `save_pretrained`): its
     /// shape must be the run's (--n-layer ...) and its vocabulary the corpus'.
     #[arg(long, value_parser = values::Utf8Path, conflicts_with = "init_from")]
@@ -457,8 +457,8 @@ pub struct ExportArgs {
     /// Checkpoint or run directory.
     #[arg(long)]
     pub ckpt: PathBuf,
-    /// Write a Hugging Face GPT-2 directory here (refused if it is not
-    /// empty, unless --force).
+    /// Write a Hugging Face directory here, GPT2LMHeadModel or (llama
+    /// blocks) LlamaForCausalLM (refused if it is not empty, unless --force).
     #[arg(long)]
     pub hf: PathBuf,
     /// Replace a non-empty --hf directory.

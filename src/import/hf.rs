@@ -1,4 +1,4 @@
-//! `--init-from-hf DIR`: a local Hugging Face GPT-2 directory (`config.json`
+//! `--init-from-hf DIR`: a local Hugging Face GPT-2 or Llama directory (`config.json`
 //! and `model.safetensors`, as `save_pretrained` or `lowcomm export --hf`
 //! write it) into our flat parameter layout.
 //!
@@ -24,7 +24,7 @@ use safetensors::SafeTensors;
 use std::collections::BTreeMap;
 use std::path::Path;
 
-/// A Hugging Face GPT-2 read into our layout.
+/// A Hugging Face GPT-2 or Llama model read into our layout.
 pub struct HfModel {
     /// Its shape, from `config.json`.
     pub config: GptConfig,

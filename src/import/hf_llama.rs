@@ -2,7 +2,9 @@
 //! llama [`GptConfig`]; every setting that would make our blocks compute
 //! other logits is refused in one line naming the key and the value we
 //! compute (RMSNorm eps 1e-5, rope theta 10000 without scaling, SiLU, no
-//! biases, head size `hidden_size / num_attention_heads`).
+//! biases, head size `hidden_size / num_attention_heads`). The rotary
+//! settings are read where either transformers writes them: `rope_theta`
+//! and `rope_scaling` (4.x) or `rope_parameters` (5.x).
 
 use crate::model::config::{RMS_EPS, ROPE_THETA};
 use crate::model::{Arch, GptConfig};
@@ -31,6 +33,15 @@ pub fn parse(name: &str, v: &Value) -> Result<GptConfig> {
     if let Some(s) = v.get("rope_scaling").filter(|s| !s.is_null()) {
         bail!("{name}: rope_scaling {s} is not supported: lowcomm's rotary embedding is unscaled (\"rope_scaling\": null)");
     }
+    // transformers 5 writes {"rope_type": "default", "rope_theta": ...}; any other type scales the angles.
+    let rope = v.get("rope_parameters").filter(|p| !p.is_null());
+    if let Some(p) = rope {
+        let kind = p.get("rope_type").or_else(|| p.get("type")).and_then(Value::as_str).unwrap_or("default");
+        if kind != "default" {
+            bail!("{name}: rope_parameters.rope_type `{kind}` is not supported: lowcomm's rotary embedding is unscaled (\"rope_type\": \"default\")");
+        }
+    }
+    let theta = rope.and_then(|p| p.get("rope_theta")).or_else(|| v.get("rope_theta"));
     for key in ["attention_bias", "mlp_bias"] {
         if v.get(key).and_then(Value::as_bool).unwrap_or(false) {
             bail!("{name}: {key} = true is not supported: lowcomm's llama blocks have no biases (\"{key}\": false)");
@@ -40,8 +51,10 @@ pub fn parse(name: &str, v: &Value) -> Result<GptConfig> {
     if act != "silu" {
         bail!("{name}: hidden_act `{act}` is not supported: lowcomm's SwiGLU uses SiLU (\"hidden_act\": \"silu\")");
     }
-    for (key, ours) in [("rms_norm_eps", f64::from(RMS_EPS)), ("rope_theta", f64::from(ROPE_THETA))] {
-        let got = v.get(key).and_then(Value::as_f64).unwrap_or(ours);
+    for (key, value, ours) in
+        [("rms_norm_eps", v.get("rms_norm_eps"), f64::from(RMS_EPS)), ("rope_theta", theta, f64::from(ROPE_THETA))]
+    {
+        let got = value.and_then(Value::as_f64).unwrap_or(ours);
         if (got - ours).abs() > 1e-12 * ours.max(1.0) {
             bail!("{name}: {key} {got} is not supported: lowcomm's llama blocks use {ours:e} (\"{key}\": {ours})");
         }
@@ -78,6 +91,7 @@ mod tests {
         assert_eq!((c.kv_heads(), c.ffn_width(), c.tied()), (2, 40, false));
         assert!(parse_text(&with("tie_word_embeddings", "true")).unwrap().tied());
         parse_text(&with("rope_scaling", "null")).unwrap();
+        parse_text(&with("rope_parameters", r#"{"rope_type":"default","rope_theta":10000.0}"#)).unwrap();
         parse_text(&with("head_dim", "4")).unwrap();
     }
 
@@ -90,6 +104,11 @@ mod tests {
             (with("hidden_act", "\"gelu\""), "hidden_act `gelu`"),
             (with("rms_norm_eps", "1e-6"), "rms_norm_eps"),
             (with("rope_theta", "500000.0"), "rope_theta"),
+            (with("rope_parameters", r#"{"rope_type":"default","rope_theta":500000.0}"#), "rope_theta 500000"),
+            (
+                with("rope_parameters", r#"{"rope_type":"llama3","rope_theta":10000.0,"factor":8.0}"#),
+                "rope_type `llama3`",
+            ),
             (with("head_dim", "8"), "head_dim 8"),
             (TINY.replace("\"num_key_value_heads\":2", "\"num_key_value_heads\":3"), "model.n_kv_head (3)"),
             (TINY.replace(",\"intermediate_size\":40", ""), "missing field `intermediate_size`"),

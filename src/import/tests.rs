@@ -12,24 +12,31 @@ type NamedTensor = (String, Vec<usize>, Vec<f32>);
 type Edit = Box<dyn FnOnce(&mut Vec<NamedTensor>)>;
 
 fn fixture() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures/hf-gpt2-tiny")
+    fixture_named("hf-gpt2-tiny")
+}
+
+fn fixture_named(name: &str) -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures").join(name)
 }
 
 fn bits(v: &[f32]) -> Vec<u32> {
     v.iter().map(|x| x.to_bits()).collect()
 }
 
-#[test]
-fn the_transformers_fixture_gives_transformers_logits() {
-    let HfModel { config, params, tokenizer_json } = load(&fixture()).unwrap();
-    assert_eq!(config, GptConfig::gpt2(64, 16, 2, 2, 16));
+/// The largest |logit difference| between lowcomm's model loaded from the
+/// fixture `name` and the logits transformers wrote beside it; checks the
+/// loaded shape is `want`.
+fn worst_logit_difference(name: &str, want: &GptConfig) -> f64 {
+    let dir = fixture_named(name);
+    let HfModel { config, params, tokenizer_json } = load(&dir).unwrap();
+    assert_eq!(&config, want);
     assert!(tokenizer_json.is_none());
-    let want: serde_json::Value =
-        serde_json::from_str(&std::fs::read_to_string(fixture().join("logits.json")).unwrap()).unwrap();
-    let tokens: Vec<u32> = want["tokens"].as_array().unwrap().iter().map(|t| t.as_u64().unwrap() as u32).collect();
+    let expected: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dir.join("logits.json")).unwrap()).unwrap();
+    let tokens: Vec<u32> = expected["tokens"].as_array().unwrap().iter().map(|t| t.as_u64().unwrap() as u32).collect();
     let mut model = Gpt::from_params(config.clone(), params, 0).unwrap();
     let got = model.logits(&tokens, 1, tokens.len()).to_vec();
-    let rows = want["logits"].as_array().unwrap();
+    let rows = expected["logits"].as_array().unwrap();
     assert_eq!(rows.len() * config.vocab_size, got.len());
     let mut worst = 0.0f64;
     for (i, row) in rows.iter().enumerate() {
@@ -37,7 +44,28 @@ fn the_transformers_fixture_gives_transformers_logits() {
             worst = worst.max((w.as_f64().unwrap() - f64::from(got[i * config.vocab_size + j])).abs());
         }
     }
-    eprintln!("max |logit difference| against transformers: {worst:e}");
+    eprintln!("{name}: max |logit difference| against transformers: {worst:e}");
+    worst
+}
+
+#[test]
+fn the_transformers_gpt2_fixture_gives_transformers_logits() {
+    let worst = worst_logit_difference("hf-gpt2-tiny", &GptConfig::gpt2(64, 16, 2, 2, 16));
+    assert!(worst < 1e-5, "max |logit difference| {worst:e}");
+}
+
+/// A LlamaForCausalLM saved by transformers 5 (rope settings under
+/// `rope_parameters`, grouped-query attention, untied head): our RMSNorm,
+/// rotary halves, SwiGLU and key/value head sharing give its logits.
+#[test]
+fn the_transformers_llama_fixture_gives_transformers_logits() {
+    let want = GptConfig {
+        ffn_hidden: Some(40),
+        n_kv_head: Some(2),
+        tie_head: false,
+        ..GptConfig::llama_of(GptConfig::gpt2(64, 16, 2, 4, 16))
+    };
+    let worst = worst_logit_difference("hf-llama-tiny", &want);
     assert!(worst < 1e-5, "max |logit difference| {worst:e}");
 }
 

@@ -133,7 +133,7 @@ pub struct TrainSection {
     /// resuming (the checkpoint holds the model).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub init_from: Option<PathBuf>,
-    /// Start from the model of this local Hugging Face GPT-2 directory
+    /// Start from the model of this local Hugging Face GPT-2 or Llama directory
     /// (config.json + model.safetensors; `--init-from-hf`; see
     /// `import::hf`): its shape must be the run's and its vocabulary the
     /// corpus'; like `init_from` otherwise, and not together with it.
