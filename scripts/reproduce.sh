@@ -3,7 +3,7 @@
 # `micro` (configs/reproduce/micro.toml), every method tuned the way its paper tuned it, 3 seeds, in the
 # simulator (real math, virtual time: the numbers do not depend on the machine's load and rerun bit for bit).
 #
-#   bash scripts/reproduce.sh [pretrain|async|acco|co2|demo|all]
+#   bash scripts/reproduce.sh [pretrain|async|acco|co2|demo|streaming|all]
 #   SMOKE=1 bash scripts/reproduce.sh all     # every command at 2 steps per worker: checks the script, ~5 min
 #
 # Each part is `lowcomm tune` (where the paper tuned a setting) and then `lowcomm compare --seeds 3` into
@@ -113,6 +113,18 @@ demo_part() {
     --seeds "$SEEDS" --results "$R/demo/compare" $COMMON $a
 }
 
+streaming_part() {
+  # Issue 31 (docs/results/streaming-diloco.md), Streaming DiLoCo (arXiv 2501.18512) at small scale:
+  # P = 2 fragments with one inner step of overlap against DiLoCo's blocking sync on a 1 Gbit/s link
+  # (a full all-reduce of micro takes ~0.2 s, a fragment's hides behind tau = 1 step); 4-bit outer
+  # gradients (fp4, the paper's E3M0); and SparseLoCo-style top-k at 2 bits (64 of every 4096) with and
+  # without error feedback. Every method at the references' defaults (outer lr 0.7, momentum 0.9, H 10):
+  # not tuned.
+  local a="--workers 4 --link 1gbit,1ms --h 10"
+  run compare --methods 'diloco,streaming-diloco,streaming-diloco:outer_wire="fp4",diloco:outer_wire="topk:64+2bit":error_feedback=false,diloco:outer_wire="topk:64+2bit"' \
+    --seeds "$SEEDS" --results "$R/streaming/compare" $COMMON $a
+}
+
 what=${1:-all}
 case $what in
   pretrain) pretrain ;;
@@ -120,9 +132,10 @@ case $what in
   acco) acco_part ;;
   co2) co2_part ;;
   demo) demo_part ;;
-  all) pretrain && async_part && acco_part && co2_part && demo_part ;;
+  streaming) streaming_part ;;
+  all) pretrain && async_part && acco_part && co2_part && demo_part && streaming_part ;;
   *)
-    echo "unknown part '$what': one of pretrain, async, acco, co2, demo, all" >&2
+    echo "unknown part '$what': one of pretrain, async, acco, co2, demo, streaming, all" >&2
     exit 2
     ;;
 esac
