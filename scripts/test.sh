@@ -4,8 +4,12 @@
 #
 #   bash scripts/test.sh                         # what CI runs (.ci/run)
 #   LOWCOMM_REQUIRE_MPI=1 bash scripts/test.sh   # fail instead of skipping the MPI part
+#   LOWCOMM_REQUIRE_TORCH=1 bash scripts/test.sh # fail instead of skipping the libtorch part
 #
 # MPI needs: apt-get install -y mpich libmpich-dev libclang-dev
+# libtorch (the `torch` feature, docs/torch.md) needs a venv with torch 2.13.0
+# at $TORCH_VENV (default .venv-torch):
+#   python3 -m venv .venv-torch && .venv-torch/bin/pip install torch==2.13.0
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo test --locked
@@ -20,4 +24,16 @@ elif [ "${LOWCOMM_REQUIRE_MPI:-0}" = 1 ]; then
     exit 1
 else
     echo "skipped the MPI tests: mpirun/mpicc not found (apt-get install -y mpich libmpich-dev libclang-dev)" >&2
+fi
+TORCH_VENV=${TORCH_VENV:-.venv-torch}
+if [ -x "$TORCH_VENV/bin/python" ] && "$TORCH_VENV/bin/python" -c 'import torch' 2>/dev/null; then
+    # The libtorch backend against the native kernels (src/model/torch/tests.rs,
+    # tests/torch_backend.rs), built against that venv's torch.
+    PATH="$PWD/$TORCH_VENV/bin:$PATH" LIBTORCH_USE_PYTORCH=1 cargo test --locked --features torch --lib model::torch
+    PATH="$PWD/$TORCH_VENV/bin:$PATH" LIBTORCH_USE_PYTORCH=1 cargo test --locked --features torch --test torch_backend
+elif [ "${LOWCOMM_REQUIRE_TORCH:-0}" = 1 ]; then
+    echo "LOWCOMM_REQUIRE_TORCH=1 but $TORCH_VENV has no torch: python3 -m venv $TORCH_VENV && $TORCH_VENV/bin/pip install torch==2.13.0" >&2
+    exit 1
+else
+    echo "skipped the libtorch tests: no torch in $TORCH_VENV (python3 -m venv $TORCH_VENV && $TORCH_VENV/bin/pip install torch==2.13.0)" >&2
 fi

@@ -383,3 +383,20 @@ fn non_finite_loss_stops_the_run_with_a_clear_error() {
     }
     assert_eq!(checkpoint::load(&run_dir).unwrap().state.step, last_logged);
 }
+
+/// `--device` names a libtorch device this binary cannot reach: without the
+/// `torch` feature, the rebuild; an unknown name, the choices. One line each.
+#[test]
+fn a_device_this_binary_lacks_or_does_not_know_is_refused_in_one_line() {
+    let tmp = tempdir();
+    let config = tiny_toml_file(tmp.path());
+    let o = lowcomm_in(tmp.path(), &["train", "--config", &config, "--device", "gpu"]);
+    assert!(!o.status.success());
+    assert_mentions(&stderr_text(&o), &["unknown device `gpu`", "native", "cuda:N"]);
+    if !cfg!(feature = "torch") {
+        for device in ["cpu", "cuda:1"] {
+            let o = lowcomm_in(tmp.path(), &["train", "--config", &config, "--device", device]);
+            assert_one_error(o, &[&format!("--device {device} needs libtorch"), "--features torch", "--device native"]);
+        }
+    }
+}

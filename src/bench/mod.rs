@@ -10,10 +10,11 @@
 
 pub mod breakdown;
 pub mod dct;
+pub mod devices;
 pub mod server;
 pub mod sim_parallel;
 
-use crate::model::{Gpt, GptConfig};
+use crate::model::{ComputeDevice, Gpt, GptConfig};
 use crate::optim::{AdamW, AdamWConfig, DecaySegments, Optimizer};
 use anyhow::{bail, Result};
 use rand::{Rng, SeedableRng};
@@ -46,11 +47,12 @@ pub fn bench_shape(preset: &str) -> Result<(GptConfig, usize)> {
     })
 }
 
-/// Time `steps` training steps after `warmup` untimed ones.
-pub fn run(preset: &str, steps: usize, warmup: usize) -> Result<BenchResult> {
+/// Time `steps` training steps after `warmup` untimed ones, the model's
+/// math on `device`.
+pub fn run(preset: &str, steps: usize, warmup: usize, device: ComputeDevice) -> Result<BenchResult> {
     let (cfg, b) = bench_shape(preset)?;
     let t = cfg.ctx;
-    let mut model = Gpt::new(cfg.clone(), 0)?;
+    let mut model = Gpt::new(cfg.clone(), 0)?.on_device(device)?;
     let mut rng = rand_pcg::Pcg64::seed_from_u64(0);
     let data: Vec<u32> = (0..b * (t + 1)).map(|_| rng.random_range(0..cfg.vocab_size as u32)).collect();
     let (mut x, mut y) = (Vec::with_capacity(b * t), Vec::with_capacity(b * t));

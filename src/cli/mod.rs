@@ -14,6 +14,7 @@ mod tune;
 pub use tune::TuneArgs;
 mod values;
 
+use crate::model::ComputeDevice;
 pub use calibrate::CalibrateArgs;
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
@@ -251,6 +252,12 @@ pub struct TrainArgs {
     /// shape must be the run's (--n-layer ...) and its vocabulary the corpus'.
     #[arg(long, value_parser = values::Utf8Path, conflicts_with = "init_from")]
     pub init_from_hf: Option<PathBuf>,
+    /// Where the model's forward and backward run: native (lowcomm's CPU
+    /// kernels, default), cpu (libtorch), cuda or cuda:N (libtorch; workers
+    /// spread over the GPUs). libtorch needs a build with --features torch
+    /// (docs/torch.md).
+    #[arg(long)]
+    pub device: Option<ComputeDevice>,
     /// Evaluate every N steps.
     #[arg(long, allow_negative_numbers = true, value_parser = values::count_u64)]
     pub eval_every: Option<u64>,
@@ -504,6 +511,11 @@ pub struct BenchArgs {
     /// `--what comm`: MiB per rank moved by each collective, at least 1 [default: 64].
     #[arg(long, allow_negative_numbers = true, value_parser = values::positive_usize)]
     pub mib: Option<usize>,
+    /// `--what step`: where the model's math runs, or several to compare
+    /// (`native,cpu`: each in its own process, with ratios to the first).
+    /// libtorch devices need a build with --features torch [default: native].
+    #[arg(long, value_delimiter = ',')]
+    pub device: Vec<ComputeDevice>,
 }
 
 impl BenchArgs {

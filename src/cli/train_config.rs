@@ -95,6 +95,7 @@ fn apply_flags(mut cfg: RunConfig, a: &TrainArgs) -> Result<RunConfig> {
     if a.init_from_hf.is_some() {
         t.init_from_hf = a.init_from_hf.clone();
     }
+    set!(a.device, t.device);
     if a.checkpoint_every.is_some() {
         t.checkpoint_every = a.checkpoint_every;
     }

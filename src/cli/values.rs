@@ -172,8 +172,9 @@ mod tests {
             let names: Vec<&str> = path[1..].iter().map(|c| c.get_name()).collect();
             for arg in cmd.get_arguments() {
                 let Some(long) = arg.get_long() else { continue };
-                // A flag with a fixed list of values (--budget rounds|tokens) is not numeric.
-                if !arg.get_action().takes_values() || !arg.get_possible_values().is_empty() {
+                // A flag with a fixed list of values (--budget rounds|tokens) is not
+                // numeric, nor --device (names: native, cpu, cuda, cuda:N).
+                if !arg.get_action().takes_values() || !arg.get_possible_values().is_empty() || long == "device" {
                     continue;
                 }
                 let try_value = |v: &str| {

@@ -11,6 +11,7 @@
 
 use super::activations::{Activations, BlockActs};
 use super::config::Arch;
+use super::device::ComputeDevice;
 use super::layout::ParamLayout;
 use super::llama;
 use super::ops::{attention, embedding, gelu, layernorm, matmul, residual, xent};
@@ -39,6 +40,11 @@ pub struct Gpt {
     pub dropout_rng: Pcg64,
     acts: Activations,
     llama_acts: llama::Acts,
+    /// Where the forward and backward run (`native` unless [`Gpt::on_device`]).
+    pub device: ComputeDevice,
+    /// The libtorch model when `device` is one of libtorch's.
+    #[cfg(feature = "torch")]
+    pub(super) torch: Option<Box<super::torch::TorchGpt>>,
 }
 
 impl Gpt {
@@ -78,7 +84,18 @@ impl Gpt {
         let grads = vec![0.0; layout.len];
         let dropout_rng = Pcg64::seed_from_u64(seed ^ 0x000D_8090_u64);
         let (acts, llama_acts) = (Activations::default(), llama::Acts::default());
-        Ok(Self { cfg, layout, params, grads, dropout_rng, acts, llama_acts })
+        Ok(Self {
+            cfg,
+            layout,
+            params,
+            grads,
+            dropout_rng,
+            acts,
+            llama_acts,
+            device: ComputeDevice::Native,
+            #[cfg(feature = "torch")]
+            torch: None,
+        })
     }
 
     /// Number of parameters.
@@ -107,6 +124,10 @@ impl Gpt {
     /// Mean cross-entropy of `targets` given `inputs` (`[b*t]` each), no
     /// gradients, no dropout.
     pub fn loss(&mut self, inputs: &[u32], targets: &[u32], b: usize, t: usize) -> f32 {
+        #[cfg(feature = "torch")]
+        if let Some(torch) = &mut self.torch {
+            return torch.loss(&self.params, inputs, targets, b, t);
+        }
         self.forward(inputs, b, t, false);
         let (n, v) = (b * t, self.cfg.vocab_size);
         let (logits, losses) = self.outputs();
@@ -116,6 +137,12 @@ impl Gpt {
 
     /// Logits `[b*t, vocab]` for `inputs`, no dropout.
     pub fn logits(&mut self, inputs: &[u32], b: usize, t: usize) -> &[f32] {
+        #[cfg(feature = "torch")]
+        if self.torch.is_some() {
+            // Not `if let`: a borrow returned from one branch would hold
+            // `self` for the native path too (the borrow checker's NLL limit).
+            return self.torch_logits(inputs, b, t);
+        }
         self.forward(inputs, b, t, false);
         let v = self.cfg.vocab_size;
         &self.outputs().0[..b * t * v]
@@ -125,6 +152,10 @@ impl Gpt {
     /// are ADDED to `self.grads` (micro-batch accumulation: pass
     /// `loss_scale = 1 / micro_batches`). Returns the unscaled mean loss.
     pub fn forward_backward(&mut self, inputs: &[u32], targets: &[u32], b: usize, t: usize, loss_scale: f32) -> f32 {
+        #[cfg(feature = "torch")]
+        if let Some(torch) = &mut self.torch {
+            return torch.forward_backward(&self.params, &mut self.grads, inputs, targets, (b, t), loss_scale);
+        }
         self.forward(inputs, b, t, true);
         let mut tm = Timer::start();
         let (n, v) = (b * t, self.cfg.vocab_size);

@@ -3,6 +3,7 @@
 
 pub mod activations;
 pub mod config;
+pub mod device;
 pub mod gpt;
 pub mod isa;
 pub mod layout;
@@ -12,7 +13,10 @@ pub mod profile;
 mod random;
 #[cfg(test)]
 mod tests;
+#[cfg(feature = "torch")]
+pub mod torch;
 
 pub use config::{Arch, GptConfig};
+pub use device::ComputeDevice;
 pub use gpt::Gpt;
 pub use layout::{ParamLayout, TensorSpec};

@@ -17,7 +17,7 @@
 //! weight_decay = 0.1
 //! ```
 
-use crate::model::{Arch, GptConfig};
+use crate::model::{Arch, ComputeDevice, GptConfig};
 use crate::optim::{LrSchedule, OptimizerConfig};
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
@@ -139,6 +139,12 @@ pub struct TrainSection {
     /// corpus'; like `init_from` otherwise, and not together with it.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub init_from_hf: Option<PathBuf>,
+    /// Where the model's forward and backward run (`--device`): `native`
+    /// (lowcomm's CPU kernels, the default), or libtorch's `cpu`, `cuda`,
+    /// `cuda:N` (a binary built with `--features torch`; docs/torch.md).
+    /// Not part of a run's identity: a checkpoint resumes on either.
+    #[serde(skip_serializing_if = "crate::model::device::is_native")]
+    pub device: ComputeDevice,
 }
 
 impl Default for TrainSection {
@@ -160,6 +166,7 @@ impl Default for TrainSection {
             out_dir: PathBuf::from("runs/default"),
             init_from: None,
             init_from_hf: None,
+            device: ComputeDevice::Native,
         }
     }
 }
@@ -403,6 +410,14 @@ impl RunConfig {
             "train.keep_checkpoints must be at least 1 (got 0): the latest checkpoint is always kept, it is what --resume continues"
         );
         anyhow::ensure!(t.grad_clip >= 0.0, "train.grad_clip must be >= 0 (0 disables clipping)");
+        t.device.check_available()?;
+        if t.device.is_torch() && model.dropout > 0.0 {
+            anyhow::bail!(
+                "model.dropout {} is not supported on --device {}: its masks come from lowcomm's own random stream; set [model] dropout = 0 or use --device native",
+                model.dropout,
+                t.device
+            );
+        }
         let seq = self.seq_len(&model);
         anyhow::ensure!(
             seq >= 1 && seq <= model.ctx,

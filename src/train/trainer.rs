@@ -56,7 +56,8 @@ impl Trainer {
                 let model = match super::warm_start::initial(t, &model_cfg, &data.tokenizer)? {
                     Some(params) => Gpt::from_params(model_cfg.clone(), params, t.seed)?,
                     None => Gpt::new(model_cfg.clone(), t.seed)?,
-                };
+                }
+                .on_device(t.device)?;
                 (model, 0, 0, 0.0)
             }
             Some(path) => {
@@ -85,7 +86,7 @@ impl Trainer {
                 sampler
                     .restore(st.sampler.clone())
                     .context("checkpoint's sampler does not fit this corpus and sequence length")?;
-                let mut m = Gpt::from_params(model_cfg.clone(), ck.params, t.seed)?;
+                let mut m = Gpt::from_params(model_cfg.clone(), ck.params, t.seed)?.on_device(t.device)?;
                 m.dropout_rng = st.dropout_rng.clone();
                 (m, st.step, st.tokens_seen, st.wall_s)
             }

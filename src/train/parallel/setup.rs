@@ -65,7 +65,8 @@ impl Setup {
     pub fn worker(&self, rank: usize) -> Result<Worker> {
         let t = &self.cfg.train;
         let shard = shard_range(self.tokens.len(), rank, self.world);
-        let model = Gpt::from_params(self.model_cfg.clone(), self.init.params.clone(), t.seed)?;
+        let device = t.device.for_worker(rank, crate::model::device::cuda_count());
+        let model = Gpt::from_params(self.model_cfg.clone(), self.init.params.clone(), t.seed)?.on_device(device)?;
         let mut w = Worker::new(model, self.tokens.clone(), shard, t.batch_size, self.seq, t.seed, rank).with_context(
             || format!("worker {rank} of {}: its data shard is too small; use fewer workers or more text", self.world),
         )?;

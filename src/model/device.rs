@@ -1,0 +1,161 @@
+//! Where a model's forward and backward run: lowcomm's own CPU kernels
+//! (`native`, the default) or libtorch (`cpu`, `cuda`, `cuda:N`; needs a
+//! binary built with the `torch` feature, docs/torch.md).
+//!
+//! Either way the parameters and gradients the strategies see are the same
+//! flat host buffers in the same layout, so checkpoints, exports and every
+//! method work unchanged, and a run can resume on the other backend.
+
+use super::Gpt;
+use anyhow::{bail, Result};
+use serde::{Deserialize, Serialize};
+use std::fmt;
+use std::str::FromStr;
+
+/// A compute device for the model's math (in TOML as its name: `device = "cuda:1"`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub enum ComputeDevice {
+    /// lowcomm's hand-written kernels on the host (src/model/ops).
+    #[default]
+    Native,
+    /// libtorch on the host CPU.
+    TorchCpu,
+    /// libtorch on CUDA device N (`cuda` is `cuda:0`, or worker i's
+    /// `cuda:(i mod count)` in a multi-worker run: see [`Self::for_worker`]).
+    Cuda(Option<usize>),
+}
+
+impl ComputeDevice {
+    /// Whether libtorch computes (any device but `native`).
+    pub fn is_torch(self) -> bool {
+        self != ComputeDevice::Native
+    }
+
+    /// The device of worker `rank` among the local ones: an unnumbered
+    /// `cuda` spreads workers over the visible GPUs round robin.
+    pub fn for_worker(self, rank: usize, cuda_count: usize) -> Self {
+        match self {
+            ComputeDevice::Cuda(None) if cuda_count > 0 => ComputeDevice::Cuda(Some(rank % cuda_count)),
+            other => other,
+        }
+    }
+
+    /// Refuses a libtorch device in a binary built without libtorch, with
+    /// the fix.
+    pub fn check_available(self) -> Result<()> {
+        if self.is_torch() && !cfg!(feature = "torch") {
+            bail!(
+                "--device {self} needs libtorch, and this lowcomm was built without it: rebuild with `cargo build --release --features torch` (docs/torch.md), or pass --device native"
+            );
+        }
+        Ok(())
+    }
+}
+
+/// For `skip_serializing_if`: a native run's config.toml does not mention it.
+pub fn is_native(d: &ComputeDevice) -> bool {
+    *d == ComputeDevice::Native
+}
+
+impl TryFrom<String> for ComputeDevice {
+    type Error = anyhow::Error;
+
+    fn try_from(s: String) -> Result<Self> {
+        s.parse()
+    }
+}
+
+impl From<ComputeDevice> for String {
+    fn from(d: ComputeDevice) -> String {
+        d.to_string()
+    }
+}
+
+/// How many CUDA devices libtorch sees (0 in a binary without libtorch).
+pub fn cuda_count() -> usize {
+    #[cfg(feature = "torch")]
+    return super::torch::cuda_count();
+    #[cfg(not(feature = "torch"))]
+    0
+}
+
+impl FromStr for ComputeDevice {
+    type Err = anyhow::Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        Ok(match s {
+            "native" => ComputeDevice::Native,
+            "cpu" => ComputeDevice::TorchCpu,
+            "cuda" => ComputeDevice::Cuda(None),
+            _ => match s.strip_prefix("cuda:").map(str::parse::<usize>) {
+                Some(Ok(n)) => ComputeDevice::Cuda(Some(n)),
+                _ => bail!("unknown device `{s}`: one of native (lowcomm's CPU kernels), cpu (libtorch on the CPU), cuda, cuda:N"),
+            },
+        })
+    }
+}
+
+impl fmt::Display for ComputeDevice {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ComputeDevice::Native => write!(f, "native"),
+            ComputeDevice::TorchCpu => write!(f, "cpu"),
+            ComputeDevice::Cuda(None) => write!(f, "cuda"),
+            ComputeDevice::Cuda(Some(n)) => write!(f, "cuda:{n}"),
+        }
+    }
+}
+
+/// Moving a model onto a device (the dispatch itself is in gpt.rs).
+impl Gpt {
+    /// The same model computing on `device` (parameters and gradients stay
+    /// the host buffers). Refuses a libtorch device in a binary without the
+    /// `torch` feature, CUDA where libtorch sees none, and dropout on
+    /// libtorch, each with the fix.
+    pub fn on_device(mut self, device: ComputeDevice) -> Result<Self> {
+        device.check_available()?;
+        #[cfg(feature = "torch")]
+        {
+            self.torch = match device {
+                ComputeDevice::Native => None,
+                d => Some(Box::new(super::torch::TorchGpt::new(&self.cfg, d)?)),
+            };
+        }
+        self.device = device;
+        Ok(self)
+    }
+
+    #[cfg(feature = "torch")]
+    pub(super) fn torch_logits(&mut self, inputs: &[u32], b: usize, t: usize) -> &[f32] {
+        let torch = self.torch.as_mut().expect("called on a libtorch model");
+        torch.logits(&self.params, inputs, b, t)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn devices_parse_print_and_spread_over_gpus() {
+        for s in ["native", "cpu", "cuda", "cuda:3"] {
+            assert_eq!(s.parse::<ComputeDevice>().unwrap().to_string(), s);
+        }
+        let e = "gpu".parse::<ComputeDevice>().unwrap_err().to_string();
+        assert!(e.contains("unknown device `gpu`") && e.contains("cuda:N"), "{e}");
+        assert!("cuda:x".parse::<ComputeDevice>().is_err());
+        let cuda = ComputeDevice::Cuda(None);
+        assert_eq!(cuda.for_worker(5, 4), ComputeDevice::Cuda(Some(1)));
+        assert_eq!(ComputeDevice::Cuda(Some(2)).for_worker(5, 4), ComputeDevice::Cuda(Some(2)));
+        assert_eq!(ComputeDevice::TorchCpu.for_worker(5, 4), ComputeDevice::TorchCpu);
+    }
+
+    #[cfg(not(feature = "torch"))]
+    #[test]
+    fn a_torch_device_without_the_feature_names_the_rebuild() {
+        ComputeDevice::Native.check_available().unwrap();
+        let e = ComputeDevice::TorchCpu.check_available().unwrap_err().to_string();
+        assert!(e.contains("--features torch") && e.contains("--device native"), "{e}");
+    }
+}
