@@ -5,8 +5,9 @@
 //! The host buffers stay the truth the strategies read and write
 //! (`Gpt::params`, `Gpt::grads`): before each pass the parameters go up as
 //! one copy into one device tensor whose views are the model's tensors, and
-//! after a backward its gradient comes down as one copy and is added to the
-//! host gradient (micro-batches accumulate there, as natively). That is two
+//! after a backward its gradient is added straight into the host gradient
+//! (micro-batches accumulate there, as natively); both through views of
+//! the host buffers, no staging copy. That is two
 //! transfers of the model per micro-batch, not per optimizer step: simple and
 //! always in step with whatever a strategy did to the host parameters; see
 //! docs/torch.md for what it costs and the planned device-side accumulation.
@@ -37,8 +38,6 @@ pub struct TorchGpt {
     rope: Option<(Tensor, Tensor)>,
     /// The last pass's logits `[rows, vocab]`, on the host.
     logits: Vec<f32>,
-    /// The last backward's gradient, on the host, before it is added.
-    grad: Vec<f32>,
 }
 
 impl TorchGpt {
@@ -55,8 +54,7 @@ impl TorchGpt {
         let layout = ParamLayout::new(cfg);
         let params = Tensor::zeros([layout.len as i64], (Kind::Float, device));
         let rope = (cfg.arch == super::Arch::Llama).then(|| blocks::rope_tables(cfg, device));
-        let grad = vec![0.0; layout.len];
-        Ok(Self { cfg: cfg.clone(), layout, device, params, rope, logits: Vec::new(), grad })
+        Ok(Self { cfg: cfg.clone(), layout, device, params, rope, logits: Vec::new() })
     }
 
     /// Mean cross-entropy of `targets` given `inputs`, no gradients.
@@ -94,10 +92,10 @@ impl TorchGpt {
         let logits = blocks::forward(&self.cfg, &self.layout, &leaf, self.rope.as_ref(), &self.tokens(inputs, b, t), t);
         let loss = self.cross_entropy(&logits, targets);
         (&loss * f64::from(loss_scale)).backward();
-        leaf.grad().copy_data(&mut self.grad, self.layout.len);
-        for (g, d) in grads.iter_mut().zip(&self.grad) {
-            *g += d;
-        }
+        assert_eq!(grads.len(), self.layout.len, "gradient buffer of another shape");
+        // SAFETY: the view is used and dropped here, while `grads` is borrowed.
+        let mut host = unsafe { host_view(grads.as_mut_ptr(), grads.len()) };
+        host += leaf.grad().to_device(Device::Cpu);
         f32::try_from(loss.detach()).expect("a scalar loss")
     }
 
@@ -111,7 +109,8 @@ impl TorchGpt {
     fn upload(&mut self, params: &[f32]) {
         assert_eq!(params.len(), self.layout.len, "parameter buffer of another shape");
         let _guard = tch::no_grad_guard();
-        self.params.copy_(&Tensor::from_slice(params).to_device(self.device));
+        // SAFETY: the view is only read, and dropped before `params` is released.
+        self.params.copy_(&unsafe { host_view(params.as_ptr().cast_mut(), params.len()) });
     }
 
     fn tokens(&self, inputs: &[u32], b: usize, t: usize) -> Tensor {
@@ -132,6 +131,16 @@ impl TorchGpt {
             0.0,
         )
     }
+}
+
+/// A CPU tensor over `len` host floats at `data`, without a copy: the
+/// upload reads the parameters through it and the backward adds into the
+/// host gradient through it (a fresh buffer per pass would cost a
+/// first-touch of the whole model each time). Safety: the memory must stay
+/// valid and unaliased by writers while the tensor lives; callers drop it
+/// before they return.
+unsafe fn host_view(data: *mut f32, len: usize) -> Tensor {
+    Tensor::from_blob(data.cast::<u8>(), &[len as i64], &[1], Kind::Float, Device::Cpu)
 }
 
 /// The libtorch device of `device`, refusing CUDA where libtorch sees none.
