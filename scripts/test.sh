@@ -27,9 +27,8 @@ else
 fi
 TORCH_VENV=${TORCH_VENV:-.venv-torch}
 if [ -x "$TORCH_VENV/bin/python" ] && "$TORCH_VENV/bin/python" -c 'import torch' 2>/dev/null; then
-    # The libtorch backend against the native kernels (src/model/torch/tests.rs,
-    # tests/torch_backend.rs), built against that venv's torch.
-    PATH="$PWD/$TORCH_VENV/bin:$PATH" LIBTORCH_USE_PYTORCH=1 cargo test --locked --features torch --lib model::torch
+    # The libtorch backend against the native kernels (tests/torch_backend.rs),
+    # built against that venv's torch.
     PATH="$PWD/$TORCH_VENV/bin:$PATH" LIBTORCH_USE_PYTORCH=1 cargo test --locked --features torch --test torch_backend
 elif [ "${LOWCOMM_REQUIRE_TORCH:-0}" = 1 ]; then
     echo "LOWCOMM_REQUIRE_TORCH=1 but $TORCH_VENV has no torch: python3 -m venv $TORCH_VENV && $TORCH_VENV/bin/pip install torch==2.13.0" >&2

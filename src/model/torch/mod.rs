@@ -17,8 +17,6 @@
 //! libtorch is refused before it starts.
 
 mod blocks;
-#[cfg(test)]
-mod tests;
 
 use super::device::ComputeDevice;
 use super::layout::ParamLayout;
