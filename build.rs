@@ -6,7 +6,7 @@
 //! (2) `libtorch_cuda` as a needed library whenever that libtorch ships one:
 //! nothing in the binary references its symbols, so the linker's default
 //! `--as-needed` drops it and CUDA is then silently unavailable on a GPU
-//! machine (tests/torch_link.rs checks the binary keeps it).
+//! machine (tests/torch_backend.rs checks the binary keeps it).
 use std::path::Path;
 
 fn main() {

@@ -6,7 +6,7 @@
 //! flat host buffers in the same layout, so checkpoints, exports and every
 //! method work unchanged, and a run can resume on the other backend.
 
-use super::Gpt;
+use super::{Gpt, GptConfig};
 use anyhow::{bail, Result};
 use serde::{Deserialize, Serialize};
 use std::fmt;
@@ -47,6 +47,23 @@ impl ComputeDevice {
         if self.is_torch() && !cfg!(feature = "torch") {
             bail!(
                 "--device {self} needs libtorch, and this lowcomm was built without it: rebuild with `cargo build --release --features torch` (docs/torch.md), or pass --device native"
+            );
+        }
+        Ok(())
+    }
+
+    /// Refuses what this device cannot compute for `model`, each in one
+    /// line with the fix: a libtorch device in a binary without libtorch
+    /// ([`Self::check_available`]), and dropout on libtorch (lowcomm's
+    /// masks come from its own random stream, which libtorch's dropout
+    /// cannot reproduce). The one check for a run's configuration and for
+    /// [`Gpt::on_device`].
+    pub fn check_for(self, model: &GptConfig) -> Result<()> {
+        self.check_available()?;
+        if self.is_torch() && model.dropout > 0.0 {
+            bail!(
+                "model.dropout {} is not supported on --device {self}: its masks come from lowcomm's own random stream; set [model] dropout = 0 or use --device native",
+                model.dropout
             );
         }
         Ok(())
@@ -114,7 +131,7 @@ impl Gpt {
     /// `torch` feature, CUDA where libtorch sees none, and dropout on
     /// libtorch, each with the fix.
     pub fn on_device(mut self, device: ComputeDevice) -> Result<Self> {
-        device.check_available()?;
+        device.check_for(&self.cfg)?;
         #[cfg(feature = "torch")]
         {
             self.torch = match device {

@@ -410,14 +410,7 @@ impl RunConfig {
             "train.keep_checkpoints must be at least 1 (got 0): the latest checkpoint is always kept, it is what --resume continues"
         );
         anyhow::ensure!(t.grad_clip >= 0.0, "train.grad_clip must be >= 0 (0 disables clipping)");
-        t.device.check_available()?;
-        if t.device.is_torch() && model.dropout > 0.0 {
-            anyhow::bail!(
-                "model.dropout {} is not supported on --device {}: its masks come from lowcomm's own random stream; set [model] dropout = 0 or use --device native",
-                model.dropout,
-                t.device
-            );
-        }
+        t.device.check_for(&model)?;
         let seq = self.seq_len(&model);
         anyhow::ensure!(
             seq >= 1 && seq <= model.ctx,

@@ -41,13 +41,8 @@ pub struct TorchGpt {
 impl TorchGpt {
     /// A libtorch model of shape `cfg` on `device` (parameters arrive with
     /// each pass). Errors name what is missing: CUDA, or a GPU index.
+    /// Dropout is refused before this, by [`ComputeDevice::check_for`].
     pub fn new(cfg: &GptConfig, device: ComputeDevice) -> Result<Self> {
-        if cfg.dropout > 0.0 {
-            bail!(
-                "dropout {} is not supported on --device {device}: its masks come from lowcomm's own random stream; set [model] dropout = 0 or use --device native",
-                cfg.dropout
-            );
-        }
         let device = torch_device(device)?;
         let layout = ParamLayout::new(cfg);
         let params = Tensor::zeros([layout.len as i64], (Kind::Float, device));
@@ -147,7 +142,7 @@ fn torch_device(device: ComputeDevice) -> Result<Device> {
         ComputeDevice::Native => bail!("the native device has no libtorch model"),
         ComputeDevice::TorchCpu => Device::Cpu,
         ComputeDevice::Cuda(n) => {
-            let count = tch::Cuda::device_count() as usize;
+            let count = cuda_count();
             let n = n.unwrap_or(0);
             if count == 0 {
                 bail!(
@@ -165,10 +160,4 @@ fn torch_device(device: ComputeDevice) -> Result<Device> {
 /// How many CUDA devices libtorch sees (0 without CUDA).
 pub fn cuda_count() -> usize {
     tch::Cuda::device_count() as usize
-}
-
-/// Whether this binary's libtorch can reach CUDA at all (its CUDA library
-/// was linked and loads), for `lowcomm bench --device` and the docs' check.
-pub fn cuda_linked() -> bool {
-    tch::Cuda::is_available()
 }
