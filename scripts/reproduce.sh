@@ -88,9 +88,8 @@ acco_part() {
   run compare --methods acco --speeds 1,1,1,0.25 --steps $two --results "$R/acco/one-slow" $a
   # The same for equal time instead of equal tokens (the paper's Fig. 9 is loss against time): ACCO's
   # budget per worker would stop the fast workers at their equal share (reproductions.md), so here it
-  # runs ddp's 100 rounds, as many micro-batches as fit in each. One seed (16 min here).
-  run compare --methods acco --budget rounds --speeds 1,1,1,0.25 --steps "$STEPS" --results "$R/acco/one-slow-equal-time" \
-    ${a/--seeds $SEEDS/--seeds 1}
+  # runs ddp's 100 rounds, as many micro-batches as fit in each (16 min a seed here).
+  run compare --methods acco --budget rounds --speeds 1,1,1,0.25 --steps "$STEPS" --results "$R/acco/one-slow-equal-time" $a
 }
 
 co2_part() {
@@ -121,12 +120,29 @@ demo_part() {
 streaming_part() {
   # Issue 31 (docs/results/streaming-diloco.md), Streaming DiLoCo (arXiv 2501.18512) at small scale:
   # P = 2 fragments with one inner step of overlap against DiLoCo's blocking sync on a 1 Gbit/s link
-  # (a full all-reduce of micro takes ~0.2 s, a fragment's hides behind tau = 1 step); 4-bit outer
-  # gradients (fp4, the paper's E3M0); and SparseLoCo-style top-k at 2 bits (64 of every 4096) with and
-  # without error feedback. Every method at the references' defaults (outer lr 0.7, momentum 0.9, H 10):
-  # not tuned.
+  # (a full all-reduce of micro takes ~0.02 s, a fragment's hides behind tau = 1 step); 4-bit outer
+  # gradients (fp4, the paper's E3M0); and top-k at 2 bits (64 of every 4096), with and without error
+  # feedback. First every method at the references' defaults (outer lr 0.7, momentum 0.9, H 10); then
+  # the outer lr tuned for DiLoCo, and SparseLoCo's own form of error feedback (arXiv 2508.15706:
+  # outer SGD, the residual decayed by error_decay) tuned over outer lr x decay, against the same
+  # top-k with outer SGD and no error feedback, tuned over outer lr. One seed per grid point.
   local a="--workers 4 --link 1gbit,1ms --h 10"
-  run compare --methods 'diloco,streaming-diloco,streaming-diloco:outer_wire="fp4",diloco:outer_wire="topk:64+2bit":error_feedback=false,diloco:outer_wire="topk:64+2bit"' \
+  local topk="--config configs/reproduce/micro-topk.toml --steps $STEPS --quiet $a"
+  run tune --method diloco --grid outer_lr=0.1,0.2,0.35,0.7,1.0 --results "$R/streaming/tune-diloco" \
+    $CFG --steps "$STEPS" --quiet $a
+  run tune --method streaming-diloco --grid outer_lr=0.35,0.7 --results "$R/streaming/tune-streaming" \
+    $CFG --steps "$STEPS" --quiet $a
+  run tune --method diloco --grid 'outer="sgd"' --grid outer_lr=0.7,1.0,1.5,2.0,3.0,4.0 --grid error_decay=0.9,0.95,1.0 \
+    --results "$R/streaming/tune-sparseloco" $topk
+  run tune --method diloco --grid 'outer="sgd"' --grid error_feedback=false --grid outer_lr=1.0,2.0,3.0,4.0 \
+    --results "$R/streaming/tune-topk-sgd" $topk
+  local dl sl sd nl
+  dl=$(won streaming/tune-diloco outer_lr)
+  sl=$(won streaming/tune-sparseloco outer_lr)
+  sd=$(won streaming/tune-sparseloco error_decay)
+  nl=$(won streaming/tune-topk-sgd outer_lr)
+  local w='outer_wire="topk:64+2bit"'
+  run compare --methods "diloco,streaming-diloco,streaming-diloco:outer_wire=\"fp4\",diloco:$w:error_feedback=false,diloco:$w,diloco:outer_lr=$dl,diloco:$w:outer=\"sgd\":outer_lr=$sl:error_decay=$sd,diloco:$w:outer=\"sgd\":outer_lr=$nl:error_feedback=false" \
     --seeds "$SEEDS" --results "$R/streaming/compare" $COMMON $a
 }
 

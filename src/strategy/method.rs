@@ -69,7 +69,20 @@ const SETTINGS: [(&str, &[&str]); 14] = [
     ("co2", &["mode", "tau", "outer_lr", "outer_momentum", "penalty", "clip", "gap_penalty", "shard_outer"]),
     ("demo", demo_settings::KEYS),
     ("flexdemo", demo_settings::KEYS),
-    ("diloco", &["h", "outer", "outer_lr", "outer_momentum", "dn_buffer", "dn_c", "outer_wire", "error_feedback"]),
+    (
+        "diloco",
+        &[
+            "h",
+            "outer",
+            "outer_lr",
+            "outer_momentum",
+            "dn_buffer",
+            "dn_c",
+            "outer_wire",
+            "error_feedback",
+            "error_decay",
+        ],
+    ),
     (
         "async-diloco",
         &[
@@ -86,6 +99,7 @@ const SETTINGS: [(&str, &[&str]); 14] = [
             "fixed_shards",
             "outer_wire",
             "error_feedback",
+            "error_decay",
         ],
     ),
     ("streaming-diloco", super::diloco::streaming_settings::KEYS),

@@ -111,7 +111,7 @@ pub fn render(page: &Page, tables: &Tables) -> String {
     }
     h += "<h2>Time per round</h2>\n<p>Averaged over workers: c = compute, m = communication.</p>\n";
     h += &table_html(&tables.per_round);
-    h += "<h2>Bytes per worker per round</h2>\n<p>Ring model; tiers as in the table above.</p>\n";
+    h += "<h2>Bytes per worker per round</h2>\n<p>Ring model; tiers as in the table above; largest transfer: the most one worker sent in one collective or message, the peak its link must carry at once.</p>\n";
     h += &table_html(&tables.bytes);
     h += "<h2>Notes</h2>\n";
     h += &list_html(page.notes);

@@ -193,6 +193,7 @@ pub(crate) mod tests {
             summary: crate::metrics::summarize(&[], 2, 0).unwrap(),
             memory: Default::default(),
             exchange: None,
+            largest_transfer: None,
             run_s: 0.0,
             membership: None,
             ended: Ended::Finished,

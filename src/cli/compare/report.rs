@@ -135,7 +135,7 @@ pub fn write_report(a: &CompareArgs, groups: &[Vec<MethodResult>], notes: &[Stri
     md += &legend.iter().map(|l| format!("\n{l}")).collect::<String>();
     md += "\n\nPer round, averaged over workers (c = compute, m = communication):\n\n";
     md += &t.per_round.markdown();
-    md += "\nBytes per worker per round (ring model; tiers as in the table above):\n\n";
+    md += "\nBytes per worker per round (ring model; tiers as in the table above; largest transfer: the most one worker sent in one collective or message, the peak its link must carry at once):\n\n";
     md += &t.bytes.markdown();
     md += &format!("\nNotes:\n\n{}", notes.iter().map(|n| format!("- {n}\n")).collect::<String>());
     md += &format!("\nVerdict:\n\n{}\n", verdict[0]);

@@ -5,7 +5,7 @@
 //! it ended and its curve up to there (from `RUN/metrics.jsonl`). A
 //! result.json written before `ended` existed loads as a finished run.
 
-use crate::metrics::{Lane, Summary};
+use crate::metrics::{Lane, Span, Summary};
 use crate::strategy::{Diverged, MemoryBytes};
 use crate::train::parallel::ParallelSummary;
 use anyhow::{Context, Result};
@@ -86,6 +86,12 @@ pub struct MethodResult {
     pub memory: MemoryBytes,
     /// A compressing method's exchange: payload bytes and compression.
     pub exchange: Option<(usize, f64)>,
+    /// The most bytes a worker sent in one transfer: the peak a link must
+    /// carry at once (Streaming DiLoCo's point: one fragment, not the
+    /// model). Absent in results written before it: read back from the
+    /// run's events.jsonl by [`MethodResult::load`].
+    #[serde(default)]
+    pub largest_transfer: Option<u64>,
     /// Wall-clock seconds the run took here (for the sweep's ETA).
     pub run_s: f64,
     /// Under a fault plan: who was up when and the updates the server
@@ -126,6 +132,7 @@ impl MethodResult {
             summary: s.summary.clone(),
             memory: s.reports.first().map(|r| r.memory).unwrap_or_default(),
             exchange: s.reports.first().and_then(|r| r.exchange).map(|b| (b.payload_bytes, b.compression())),
+            largest_transfer: largest_transfer(s.reports.iter().flat_map(|r| r.events.spans()), s.world),
             run_s,
             ended: Ended::Finished,
         }
@@ -154,6 +161,7 @@ impl MethodResult {
             summary: crate::metrics::summarize(&[], world, 0)?,
             memory: MemoryBytes::default(),
             exchange: None,
+            largest_transfer: None,
             run_s,
             membership: None,
             ended: Ended::Diverged { participant: d.participant, step: d.step, what: d.what.clone() },
@@ -168,7 +176,11 @@ impl MethodResult {
     /// The result in `dir` if it is complete and was made under `config`.
     pub fn load(dir: &Path, config: &str) -> Option<MethodResult> {
         let text = std::fs::read_to_string(dir.join(RESULT_FILE)).ok()?;
-        let r: MethodResult = serde_json::from_str(&text).ok()?;
+        let mut r: MethodResult = serde_json::from_str(&text).ok()?;
+        if r.largest_transfer.is_none() && r.finished() {
+            let events = crate::metrics::read_jsonl(&dir.join("events.jsonl")).ok();
+            r.largest_transfer = events.and_then(|e| largest_transfer(e.spans.iter(), r.world));
+        }
         (r.config == config).then_some(r)
     }
 
@@ -178,6 +190,12 @@ impl MethodResult {
         let path = dir.join(RESULT_FILE);
         crate::util::atomic_write(&path, text.as_bytes()).with_context(|| format!("cannot write {}", path.display()))
     }
+}
+
+/// The most bytes one of ranks `0..world` (the workers, not a parameter
+/// server) sent in one transfer; `None` when none sent any.
+fn largest_transfer<'a>(spans: impl Iterator<Item = &'a Span>, world: usize) -> Option<u64> {
+    spans.filter(|sp| sp.lane == Lane::Comm && sp.worker < world).map(|sp| sp.bytes).max().filter(|&b| b > 0)
 }
 
 /// The run's rounds (`kind: "train"` lines) in `dir/metrics.jsonl`, bytes
@@ -256,6 +274,7 @@ mod tests {
             summary: crate::metrics::summarize(&[], 2, 0).unwrap(),
             memory: MemoryBytes::default(),
             exchange: None,
+            largest_transfer: Some(300),
             run_s: 1.0,
             membership: None,
             ended: Ended::Finished,
@@ -265,6 +284,37 @@ mod tests {
         assert_eq!(json(MethodResult::load(dir.path(), "[train]\nsteps = 8\n")), None, "other settings: rerun");
         std::fs::write(dir.path().join(RESULT_FILE), "{\"spec\": \"co2\"").unwrap();
         assert_eq!(json(MethodResult::load(dir.path(), &r.config)), None, "a torn file: rerun");
+    }
+
+    #[test]
+    fn a_result_from_before_the_largest_transfer_reads_it_from_its_events() {
+        let dir = tempfile::tempdir().unwrap();
+        let span = |worker, lane, bytes| Span {
+            worker,
+            lane,
+            name: "x".into(),
+            start_s: 0.0,
+            end_s: 1.0,
+            bytes,
+            micro_batches: 0,
+            round: 0,
+            tier: None,
+            inter_bytes: 0,
+        };
+        // Worker 1 sends 700 B once; compute spans and rank 2 (a server) do not count.
+        let spans = [
+            span(0, Lane::Comm, 300),
+            span(1, Lane::Comm, 700),
+            span(1, Lane::Compute, 900),
+            span(2, Lane::Comm, 5000),
+        ];
+        crate::metrics::write_jsonl(&dir.path().join("events.jsonl"), &spans, None).unwrap();
+        let mut r = super::super::marks::tests::result("diloco", &[3.0], 2.9);
+        r.save(dir.path()).unwrap();
+        assert_eq!(MethodResult::load(dir.path(), "").unwrap().largest_transfer, Some(700));
+        r.largest_transfer = Some(1);
+        r.save(dir.path()).unwrap();
+        assert_eq!(MethodResult::load(dir.path(), "").unwrap().largest_transfer, Some(1), "kept when known");
     }
 
     #[test]

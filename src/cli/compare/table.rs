@@ -187,6 +187,7 @@ pub fn tables(rows: &[Row], target: f64, clock: &str) -> Tables {
         "all (kB)",
         "inside nodes (kB)",
         "between nodes (kB)",
+        "largest transfer (kB)",
         "exchange payload (B)",
         "compression",
     ]);
@@ -250,6 +251,7 @@ pub fn tables(rows: &[Row], target: f64, clock: &str) -> Tables {
             known(per(s.bytes_sent)),
             known(per(s.bytes_intra)),
             known(per(s.bytes_inter)),
+            r.largest_transfer.map_or("-".into(), |b| format!("{:.1}", b as f64 / 1e3)),
             r.exchange.map_or("-".into(), |(p, _)| p.to_string()),
             r.exchange.map_or("-".into(), |(_, c)| metrics::fixed(c, 4, 0)),
         ]);

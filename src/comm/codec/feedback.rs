@@ -2,13 +2,17 @@
 //! is added to the next one before it is encoded (Seide et al. 2014, 1-bit
 //! SGD; Karimireddy et al. 2019, "Error feedback fixes SignSGD"):
 //!
-//!   m_t = Delta_t + e_{t-1}          (what this round should send)
+//!   m_t = Delta_t + beta e_{t-1}     (what this round should send)
 //!   sent_t = decode(encode(m_t))     (what the others receive)
 //!   e_t = m_t - sent_t               (kept for the next round)
 //!
-//! So the sum of what was sent over rounds trails the sum of the
-//! pseudo-gradients by exactly e_t, never more: nothing is lost, only late.
-//! Without feedback, e is zero (not stored) and m_t = Delta_t.
+//! With beta = 1 (classic error feedback) the sum of what was sent over
+//! rounds trails the sum of the pseudo-gradients by exactly e_t, never
+//! more: nothing is lost, only late. SparseLoCo (Sarfi et al., arXiv
+//! 2508.15706, Algorithm 1) decays the residual by beta < 1 and drops the
+//! outer momentum: the decayed accumulator stands in for it, and the outer
+//! step is plain SGD (`outer = "sgd"`). Without feedback, e is zero (not
+//! stored) and m_t = Delta_t.
 
 use super::OuterWire;
 
@@ -30,6 +34,8 @@ pub fn sender_copies(wire: Option<OuterWire>, error_feedback: bool) -> usize {
 pub struct ErrorFeedback {
     wire: OuterWire,
     enabled: bool,
+    /// beta: how much of the residual the next message carries.
+    decay: f32,
     /// e_{t-1}: what earlier messages left out (empty without feedback).
     residual: Vec<f32>,
     /// m_t, then what the receivers decode from this round's message.
@@ -37,10 +43,13 @@ pub struct ErrorFeedback {
 }
 
 impl ErrorFeedback {
-    /// A sender of `n`-element pseudo-gradients; `enabled` keeps a residual.
-    pub fn new(wire: OuterWire, enabled: bool, n: usize) -> ErrorFeedback {
+    /// A sender of `n`-element pseudo-gradients; `feedback` keeps a
+    /// residual, decayed by beta = the value each round (1: classic).
+    pub fn new(wire: OuterWire, feedback: Option<f32>, n: usize) -> ErrorFeedback {
+        let enabled = feedback.is_some();
         // Without feedback the residual is always zero: not stored.
-        ErrorFeedback { wire, enabled, residual: vec![0.0; if enabled { n } else { 0 }], staged: vec![0.0; n] }
+        let residual = vec![0.0; if enabled { n } else { 0 }];
+        ErrorFeedback { wire, enabled, decay: feedback.unwrap_or(0.0), residual, staged: vec![0.0; n] }
     }
 
     /// The message for `delta` (this round's pseudo-gradient); afterwards
@@ -49,8 +58,9 @@ impl ErrorFeedback {
     pub fn encode(&mut self, delta: &[f32]) -> Vec<u8> {
         assert_eq!(delta.len(), self.staged.len(), "pseudo-gradient of another size");
         self.staged.copy_from_slice(delta);
+        let beta = self.decay;
         for (m, e) in self.staged.iter_mut().zip(&self.residual) {
-            *m += e;
+            *m += beta * e;
         }
         let bytes = self.wire.encode(&self.staged);
         if self.enabled {

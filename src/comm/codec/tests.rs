@@ -60,7 +60,7 @@ fn topk_keeps_the_largest_magnitudes_as_two_means() {
 #[test]
 fn error_feedback_holds_exactly_what_was_not_sent() {
     let wire = OuterWire::TopK2Bit { k: 1 };
-    let mut ef = ErrorFeedback::new(wire, true, 3);
+    let mut ef = ErrorFeedback::new(wire, Some(1.0), 3);
     // Round 1: m = [1, 2, 3]; 3 travels; e = [1, 2, 0].
     ef.encode(&[1.0, 2.0, 3.0]);
     assert_eq!((ef.sent(), ef.residual()), (&[0.0, 0.0, 3.0][..], &[1.0, 2.0, 0.0][..]));
@@ -68,10 +68,22 @@ fn error_feedback_holds_exactly_what_was_not_sent() {
     ef.encode(&[1.0, 0.0, 0.0]);
     assert_eq!((ef.sent(), ef.residual()), (&[2.0, 0.0, 0.0][..], &[0.0, 2.0, 0.0][..]));
     // Sent so far [2, 0, 3] = deltas [2, 2, 3] - residual [0, 2, 0].
-    let mut plain = ErrorFeedback::new(wire, false, 3);
+    let mut plain = ErrorFeedback::new(wire, None, 3);
     plain.encode(&[1.0, 2.0, 3.0]);
     plain.encode(&[1.0, 0.0, 0.0]);
     assert_eq!((plain.sent(), plain.residual()), (&[1.0, 0.0, 0.0][..], &[][..]));
+}
+
+#[test]
+fn error_feedback_decays_the_residual_by_beta() {
+    // SparseLoCo's e <- beta e + Delta, beta = 0.5, top-1 of 3.
+    let mut ef = ErrorFeedback::new(OuterWire::TopK2Bit { k: 1 }, Some(0.5), 3);
+    // Round 1: m = [1, 2, 3] (no residual yet); 3 travels; e = [1, 2, 0].
+    ef.encode(&[1.0, 2.0, 3.0]);
+    assert_eq!((ef.sent(), ef.residual()), (&[0.0, 0.0, 3.0][..], &[1.0, 2.0, 0.0][..]));
+    // Round 2: m = [1, 0, 0] + 0.5 [1, 2, 0] = [1.5, 1, 0]; 1.5 travels; e = [0, 1, 0].
+    ef.encode(&[1.0, 0.0, 0.0]);
+    assert_eq!((ef.sent(), ef.residual()), (&[1.5, 0.0, 0.0][..], &[0.0, 1.0, 0.0][..]));
 }
 
 #[test]

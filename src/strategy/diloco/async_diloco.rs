@@ -116,7 +116,7 @@ const RESIDUAL: &str = "outer_wire.residual";
 
 /// The worker's compressed sender (`outer_wire` set), fresh.
 pub(crate) fn sender(s: &AsyncDilocoSettings, n: usize) -> Option<ErrorFeedback> {
-    s.outer_wire.map(|wire| ErrorFeedback::new(wire, s.error_feedback, n))
+    s.outer_wire.map(|wire| ErrorFeedback::new(wire, s.diloco().feedback(), n))
 }
 
 /// The server's side of [`sender`]: a packed pseudo-gradient of `n`

@@ -102,6 +102,9 @@ pub struct AsyncDilocoSettings {
     /// messages left out and adds it to its next pseudo-gradient (error
     /// feedback). Default true, as `diloco`.
     pub error_feedback: bool,
+    /// With error feedback: beta in [0, 1], as `diloco`'s. Default 1.
+    #[serde(skip_serializing_if = "super::settings::keeps_whole_residual")]
+    pub error_decay: f32,
 }
 
 /// Async DiLoCo's default outer lr with nesterov and sgd-momentum, at the
@@ -205,6 +208,7 @@ impl Default for AsyncDilocoSettings {
             fixed_shards: false,
             outer_wire: None,
             error_feedback: d.error_feedback,
+            error_decay: d.error_decay,
         }
     }
 }
@@ -250,6 +254,7 @@ impl AsyncDilocoSettings {
             dn_c: self.dn_c,
             outer_wire: self.outer_wire,
             error_feedback: self.error_feedback,
+            error_decay: self.error_decay,
         }
     }
 
@@ -297,9 +302,7 @@ pub fn describe(s: &AsyncDilocoSettings, f: &mut std::fmt::Formatter<'_>) -> std
         (Some(n), false) => write!(f, ", {n} shards")?,
         (None, false) => (),
     }
-    if let Some(w) = s.outer_wire {
-        write!(f, ", outer_wire {w}{}", if s.error_feedback { " + error feedback" } else { "" })?;
-    }
+    super::settings::describe_wire(&s.diloco(), f)?;
     f.write_str(")")
 }
 

@@ -132,7 +132,7 @@ pub async fn run<C: Ctx>(
     // theta^(t-1): the replica at the start of every round (the checkpoint's model when resuming).
     let mut theta = w.model.params.clone();
     // A compressed outer_wire: the sender with its residual, and a buffer to decode into.
-    let mut sender = s.outer_wire.map(|wire| (ErrorFeedback::new(wire, s.error_feedback, n), vec![0.0; n]));
+    let mut sender = s.outer_wire.map(|wire| (ErrorFeedback::new(wire, s.feedback(), n), vec![0.0; n]));
     let mut t = 0;
     if let Some(st) = j.take_resumed() {
         inner.restore(&st)?;

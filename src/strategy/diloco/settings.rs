@@ -44,6 +44,13 @@ pub struct DilocoSettings {
     /// next pseudo-gradient (error feedback, comm/codec/feedback.rs).
     /// Default true: SparseLoCo's top-k needs it to converge.
     pub error_feedback: bool,
+    /// With error feedback: beta in [0, 1], the share of the residual the
+    /// next message carries (e <- beta e + Delta, comm/codec/feedback.rs).
+    /// Default 1 (classic error feedback, nothing dropped). SparseLoCo
+    /// (arXiv 2508.15706) decays it, beta < 1, with `outer = "sgd"`: the
+    /// accumulator then stands in for the outer momentum.
+    #[serde(skip_serializing_if = "super::settings::keeps_whole_residual")]
+    pub error_decay: f32,
 }
 
 impl Default for DilocoSettings {
@@ -58,6 +65,7 @@ impl Default for DilocoSettings {
             dn_c: o.dn_c,
             outer_wire: None,
             error_feedback: true,
+            error_decay: 1.0,
         }
     }
 }
@@ -79,7 +87,25 @@ impl DilocoSettings {
     /// is checked as N = 1 here (c <= 1) and with the run's workers by
     /// [`DilocoSettings::check_workers`].
     pub(super) fn check(&self, method: &str) -> Result<()> {
+        if !(0.0..=1.0).contains(&self.error_decay) {
+            bail!(
+                "[methods.{method}]: error_decay must be in [0, 1] (the share of the residual kept), got {}, e.g. error_decay = 0.95",
+                self.error_decay
+            );
+        }
+        if self.error_decay != 1.0 && (self.outer_wire.is_none() || !self.error_feedback) {
+            bail!(
+                "[methods.{method}]: error_decay = {} decays the error-feedback residual, which needs a compressed outer_wire and error_feedback = true; add outer_wire = \"topk:64+2bit\", or leave error_decay out",
+                self.error_decay
+            );
+        }
         self.outer_config(1).validate(method)
+    }
+
+    /// How a compressed pseudo-gradient keeps what it left out: `Some(beta)`
+    /// with error feedback, `None` without ([`crate::comm::codec::ErrorFeedback::new`]).
+    pub fn feedback(&self) -> Option<f32> {
+        self.error_feedback.then_some(self.error_decay)
     }
 
     /// The outer optimizer's ranges with `workers` workers (`train` checks
@@ -129,14 +155,29 @@ pub(super) fn check_outer_name(table: &toml::Table, method: &str, example: &str)
     Ok(())
 }
 
+/// `error_decay` at its default (1) is left out of a written config, so
+/// runs from before the key existed keep their identity.
+pub(super) fn keeps_whole_residual(beta: &f32) -> bool {
+    *beta == 1.0
+}
+
 /// How DiLoCo is shown (banner, summaries).
 pub fn describe(s: &DilocoSettings, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
     f.write_str("diloco (")?;
     describe_round(s, f)?;
-    if let Some(w) = s.outer_wire {
-        write!(f, ", outer_wire {w}{}", if s.error_feedback { " + error feedback" } else { "" })?;
-    }
+    describe_wire(s, f)?;
     f.write_str(")")
+}
+
+/// `, outer_wire W + error feedback (decay B)` when the pseudo-gradient is
+/// compressed: what every DiLoCo variant shows alike.
+pub(super) fn describe_wire(s: &DilocoSettings, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+    let Some(w) = s.outer_wire else { return Ok(()) };
+    match s.feedback() {
+        None => write!(f, ", outer_wire {w}"),
+        Some(1.0) => write!(f, ", outer_wire {w} + error feedback"),
+        Some(b) => write!(f, ", outer_wire {w} + error feedback (decay {b})"),
+    }
 }
 
 /// `h H, outer KIND lr LR` and the outer optimizer's own knobs: what sync
@@ -181,11 +222,40 @@ mod tests {
             ("outer_lr = -1.0", &["outer_lr must be > 0"]),
             ("outer = \"adam\"", &["outer \"adam\" does not exist: choose one of sgd, sgd-momentum, nesterov, dn"]),
             ("h = -1", &["[methods.diloco]:"]),
+            ("outer_wire = \"int8\"\nerror_decay = 1.5", &["error_decay must be in [0, 1]", "error_decay = 0.95"]),
+            (
+                "error_decay = 0.9",
+                &["error_decay = 0.9 decays the error-feedback residual", "outer_wire = \"topk:64+2bit\""],
+            ),
+            (
+                "outer_wire = \"int8\"\nerror_feedback = false\nerror_decay = 0.9",
+                &["needs a compressed outer_wire and error_feedback = true"],
+            ),
         ] {
             let e = err(text);
             for n in needles {
                 assert!(e.contains(n), "{text}: {e}");
             }
         }
+    }
+
+    #[test]
+    fn error_decay_reaches_the_sender_and_the_banner_and_leaves_old_configs_alone() {
+        struct Shown(DilocoSettings);
+        impl std::fmt::Display for Shown {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                describe(&self.0, f)
+            }
+        }
+        let s = parse("outer = \"sgd\"\nouter_wire = \"topk:64+2bit\"\nerror_decay = 0.95".parse().unwrap()).unwrap();
+        assert_eq!(s.feedback(), Some(0.95));
+        let shown = Shown(s.clone()).to_string();
+        assert!(shown.ends_with("outer_wire topk:64+2bit + error feedback (decay 0.95))"), "{shown}");
+        let off = DilocoSettings { error_feedback: false, ..s.clone() };
+        assert_eq!((off.feedback(), Shown(off).to_string().contains("error feedback")), (None, false));
+        // The default (1) is not written, so a run from before the key keeps its identity.
+        let d = DilocoSettings { outer_wire: s.outer_wire, ..DilocoSettings::default() };
+        assert!(!toml::to_string(&d).unwrap().contains("error_decay"));
+        assert!(toml::to_string(&s).unwrap().contains("error_decay = 0.9"));
     }
 }

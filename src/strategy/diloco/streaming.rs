@@ -330,7 +330,7 @@ pub async fn run<C: Ctx>(
             let np = frags.size(p);
             let mut theta = vec![0.0; np];
             frags.gather(p, &w.model.params, &mut theta);
-            let sender = s.outer_wire.map(|wire| (ErrorFeedback::new(wire, ef, np), vec![0.0; np]));
+            let sender = s.outer_wire.map(|wire| (ErrorFeedback::new(wire, s.diloco().feedback(), np), vec![0.0; np]));
             let others = vec![0.0; if s.eager { np } else { 0 }];
             Fragment { theta, outer: OuterOpt::new(cfg, np), sender, others }
         })

@@ -30,7 +30,7 @@
 //!   streaming.rs adapts them to tau steps (E1-E3).
 
 use super::fragments::FragmentPattern;
-use super::settings::{check_outer_name, describe_round, DilocoSettings};
+use super::settings::{check_outer_name, describe_round, describe_wire, DilocoSettings};
 use crate::comm::codec::OuterWire;
 use crate::optim::{OuterConfig, OuterKind};
 use anyhow::{bail, Result};
@@ -48,6 +48,7 @@ pub const KEYS: &[&str] = &[
     "fragment_pattern",
     "outer_wire",
     "error_feedback",
+    "error_decay",
     "eager",
 ];
 
@@ -91,6 +92,9 @@ pub struct StreamingSettings {
     /// With `outer_wire` set: a residual per fragment (error feedback).
     /// Default true, as `diloco`.
     pub error_feedback: bool,
+    /// With error feedback: beta in [0, 1], as `diloco`'s. Default 1.
+    #[serde(skip_serializing_if = "super::settings::keeps_whole_residual")]
+    pub error_decay: f32,
     /// Eager updates (Kale, Douillard et al., arXiv 2502.12996): while a
     /// fragment's averaged outer gradient is in flight (the tau overlap
     /// steps), each worker applies a stand-in made of its own fresh outer
@@ -119,6 +123,7 @@ impl Default for StreamingSettings {
             fragment_pattern: FragmentPattern::Strided,
             outer_wire: None,
             error_feedback: true,
+            error_decay: 1.0,
             eager: false,
             same_offset: false,
         }
@@ -135,6 +140,7 @@ impl StreamingSettings {
             outer_momentum: self.outer_momentum,
             outer_wire: self.outer_wire,
             error_feedback: self.error_feedback,
+            error_decay: self.error_decay,
             ..DilocoSettings::default()
         }
     }
@@ -222,9 +228,7 @@ pub fn describe(s: &StreamingSettings, f: &mut std::fmt::Formatter<'_>) -> std::
     if s.eager {
         f.write_str(", eager")?;
     }
-    if let Some(w) = s.outer_wire {
-        write!(f, ", outer_wire {w}{}", if s.error_feedback { " + error feedback" } else { "" })?;
-    }
+    describe_wire(&s.diloco(), f)?;
     f.write_str(")")
 }
 
@@ -262,6 +266,7 @@ mod tests {
         let s = StreamingSettings {
             overlap: Some(2),
             outer_wire: Some(OuterWire::Fp4),
+            error_decay: 0.5,
             eager: true,
             ..StreamingSettings::default()
         };
