@@ -310,10 +310,10 @@ fn compare_runs_demo_variants_with_bytes_per_tier_and_compression() {
     let md = std::fs::read_to_string(results.join("summary.md")).unwrap();
     assert!(md.contains("| flexdemo:replicator=random:compression=0.05 |"), "{md}");
     let row = |name: &str| md.lines().rfind(|l| l.starts_with(&format!("| {name} |"))).unwrap().to_string();
-    // The last table: bytes per tier, then payload and compression.
+    // The last table: bytes per tier, the largest transfer, then payload and compression.
     let random: Vec<String> =
         row("flexdemo:replicator=random:compression=0.05").split('|').map(|c| c.trim().to_string()).collect();
-    let comp: f64 = random[6].parse().unwrap();
+    let comp: f64 = random[7].parse().unwrap();
     assert!((comp - 0.05).abs() < 0.001, "{md}");
     let between: f64 = random[4].parse().unwrap();
     assert!(between > 0.0, "the exchange crosses nodes: {md}");
@@ -322,6 +322,10 @@ fn compare_runs_demo_variants_with_bytes_per_tier_and_compression() {
         .map(|c| c.trim().to_string())
         .collect();
     assert!(full[4].parse::<f64>().unwrap() > 10.0 * between, "the baseline sends the whole shard: {md}");
+    // The largest single transfer: here the sharding collective inside a node, the same for both.
+    let cell = |r: &[String], i: usize| r[i].parse::<f64>().unwrap();
+    assert!(cell(&random, 5) > 0.0 && cell(&random, 5) <= cell(&random, 2), "one transfer's peak: {md}");
+    assert_eq!(cell(&random, 5), cell(&full, 5), "{md}");
     // Bad input: a replicator that does not exist, and nodes that do not divide the workers.
     let bad =
         lowcomm(tmp.path(), &["train", "--config", &cfg, "--method", "flexdemo", "--replicator", "dct", "--quiet"]);

@@ -318,7 +318,8 @@ pub struct TrainArgs {
     #[arg(long, value_parser = values::Utf8Path)]
     pub cluster: Option<PathBuf>,
     /// One flat link to emulate (real) or simulate (sim), e.g. 1gbit,50us or
-    /// 25GB/s,2us; not with --cluster, whose profile has its own links.
+    /// 25GB/s,2us; with --nodes, INSIDE/BETWEEN nodes, e.g. 25gbit,5us/1gbit,10ms
+    /// (the second per node); not with --cluster, whose profile has its own links.
     #[arg(long)]
     pub link: Option<String>,
     /// Speed factor per worker, e.g. 1,1,1,0.25 (a 4x slower fourth worker).

@@ -216,7 +216,9 @@ pub struct ParallelSection {
     pub backend: String,
     /// Cluster profile for `sim` (configs/clusters/*.toml): workers, device, links.
     pub cluster: Option<PathBuf>,
-    /// One-tier link, emulated (real) or simulated (sim), e.g. `1gbit,50us`.
+    /// Link, emulated (real) or simulated (sim): one tier, e.g. `1gbit,50us`,
+    /// or with `nodes` the link inside nodes and the one between them (per
+    /// node), e.g. `25gbit,5us/1gbit,10ms`.
     pub link: Option<String>,
     /// Speed factor per worker, e.g. `[1, 1, 1, 0.25]` (default all 1).
     pub speeds: Option<Vec<f64>>,

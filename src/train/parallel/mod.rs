@@ -94,6 +94,20 @@ pub fn check_link_and_cluster(p: &ParallelSection) -> Result<()> {
     Ok(())
 }
 
+/// `--link`: one flat link (`1gbit,50us`), or with `--nodes` the link
+/// inside nodes and the one between them (`25gbit,5us/1gbit,10ms`, the
+/// latter per node, as a cluster profile's `[links]`).
+fn link_model(text: &str, per_node: usize, world: usize) -> Result<LinkModel> {
+    let tier = |t: &str| t.parse::<Tier>().map_err(|e| anyhow::anyhow!("parallel.link (--link): {e}"));
+    let Some((intra, inter)) = text.split_once('/') else { return Ok(LinkModel::flat(tier(text)?)) };
+    if per_node >= world {
+        bail!(
+            "--link {text} gives a link inside nodes and one between them, but every worker is on one node: add --nodes N (N >= 2 dividing --workers {world}), or give one link, e.g. --link {inter}"
+        );
+    }
+    Ok(LinkModel { intra: tier(intra)?, inter: Some(tier(inter)?), workers_per_node: per_node })
+}
+
 /// Workers and runtime from the `[parallel]` section; errors name the field.
 pub fn runtime(
     p: &ParallelSection,
@@ -101,12 +115,6 @@ pub fn runtime(
     params: usize,
     tokens_per_micro_batch: usize,
 ) -> Result<(usize, Runtime)> {
-    let link = match &p.link {
-        Some(s) => {
-            Some(LinkModel::flat(s.parse::<Tier>().map_err(|e| anyhow::anyhow!("parallel.link (--link): {e}"))?))
-        }
-        None => None,
-    };
     let profile = match &p.cluster {
         Some(path) => Some(crate::runtime::cluster::ClusterProfile::from_file(path)?),
         None => None,
@@ -150,6 +158,7 @@ pub fn runtime(
         (None, _) => world,
     };
     let topology = Topology { workers: world, per_node, server: false };
+    let link = p.link.as_deref().map(|s| link_model(s, per_node, world)).transpose()?;
     let rt = match p.runtime.as_str() {
         "real" => {
             if profile.is_some() {
@@ -361,5 +370,35 @@ mod tests {
             let (_, r) = runtime(&p(2, rt), &model, 1000, 64).unwrap();
             assert_eq!(topology(&r), Topology { workers: 4, per_node: 2, server: false });
         }
+    }
+
+    #[test]
+    fn a_link_with_a_slash_gives_the_inside_and_between_node_tiers() {
+        let model = GptConfig::nano();
+        let p = |nodes, link: &str| ParallelSection {
+            workers: Some(4),
+            nodes,
+            runtime: "sim".into(),
+            link: Some(link.into()),
+            ..ParallelSection::default()
+        };
+        let link = |r: Runtime| match r {
+            Runtime::Sim(s) => s.link.unwrap(),
+            Runtime::Real(_) => unreachable!(),
+        };
+        let two = link(runtime(&p(Some(2), "25gbit,5us/1gbit,10ms"), &model, 1000, 64).unwrap().1);
+        let (intra, inter) = (two.intra, two.inter.unwrap());
+        // Each tier as `Tier`'s own parser reads it (5us parses to 4.9999999999999996e-6).
+        assert_eq!(
+            (intra, inter, two.workers_per_node),
+            ("25gbit,5us".parse().unwrap(), "1gbit,10ms".parse().unwrap(), 2)
+        );
+        assert!(inter.latency_s > intra.latency_s && inter.bandwidth_bytes_per_s < intra.bandwidth_bytes_per_s);
+        let flat = link(runtime(&p(Some(2), "1gbit,10ms"), &model, 1000, 64).unwrap().1);
+        assert_eq!(flat.inter, None);
+        let e = runtime(&p(None, "25gbit,5us/1gbit,10ms"), &model, 1000, 64).err().unwrap().to_string();
+        assert!(e.contains("every worker is on one node: add --nodes N") && e.contains("--link 1gbit,10ms"), "{e}");
+        let e = runtime(&p(Some(2), "25gbit,5us/fast"), &model, 1000, 64).err().unwrap().to_string();
+        assert!(e.starts_with("parallel.link (--link):"), "{e}");
     }
 }
