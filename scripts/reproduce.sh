@@ -134,15 +134,19 @@ streaming_part() {
     $CFG --steps "$STEPS" --quiet $a
   run tune --method diloco --grid 'outer="sgd"' --grid outer_lr=0.7,1.0,1.5,2.0,3.0,4.0 --grid error_decay=0.9,0.95,1.0 \
     --results "$R/streaming/tune-sparseloco" $topk
-  run tune --method diloco --grid 'outer="sgd"' --grid error_feedback=false --grid outer_lr=1.0,2.0,3.0,4.0 \
+  # Past the first grid's edge: lr 6 and beta 0.8 (a check; the compare keeps the first grid's winner).
+  run tune --method diloco --grid 'outer="sgd"' --grid outer_lr=4.0,6.0 --grid error_decay=0.8,0.9 \
+    --results "$R/streaming/tune-sparseloco-edge" $topk
+  run tune --method diloco --grid 'outer="sgd"' --grid error_feedback=false --grid outer_lr=1.0,2.0,3.0,4.0,6.0,8.0,12.0 \
     --results "$R/streaming/tune-topk-sgd" $topk
-  local dl sl sd nl
+  local dl sl sd nl st
   dl=$(won streaming/tune-diloco outer_lr)
+  st=$(won streaming/tune-streaming outer_lr)
   sl=$(won streaming/tune-sparseloco outer_lr)
   sd=$(won streaming/tune-sparseloco error_decay)
   nl=$(won streaming/tune-topk-sgd outer_lr)
   local w='outer_wire="topk:64+2bit"'
-  run compare --methods "diloco,streaming-diloco,streaming-diloco:outer_wire=\"fp4\",diloco:$w:error_feedback=false,diloco:$w,diloco:outer_lr=$dl,diloco:$w:outer=\"sgd\":outer_lr=$sl:error_decay=$sd,diloco:$w:outer=\"sgd\":outer_lr=$nl:error_feedback=false" \
+  run compare --methods "diloco,streaming-diloco,streaming-diloco:outer_wire=\"fp4\",diloco:$w:error_feedback=false,diloco:$w,diloco:outer_lr=$dl,diloco:$w:outer=\"sgd\":outer_lr=$sl:error_decay=$sd,diloco:$w:outer=\"sgd\":outer_lr=$nl:error_feedback=false$([[ $st != 0.7 ]] && echo ",streaming-diloco:outer_lr=$st")" \
     --seeds "$SEEDS" --results "$R/streaming/compare" $COMMON $a
 }
 
