@@ -177,11 +177,15 @@ impl MethodResult {
     pub fn load(dir: &Path, config: &str) -> Option<MethodResult> {
         let text = std::fs::read_to_string(dir.join(RESULT_FILE)).ok()?;
         let mut r: MethodResult = serde_json::from_str(&text).ok()?;
+        if r.config != config {
+            return None;
+        }
+        // Written before the field: read the events once more (only for a result that is reused).
         if r.largest_transfer.is_none() && r.finished() {
             let events = crate::metrics::read_jsonl(&dir.join("events.jsonl")).ok();
             r.largest_transfer = events.and_then(|e| largest_transfer(e.spans.iter(), r.world));
         }
-        (r.config == config).then_some(r)
+        Some(r)
     }
 
     /// Writes `dir/result.json` atomically: it exists only once complete.

@@ -33,9 +33,9 @@ pub fn sender_copies(wire: Option<OuterWire>, error_feedback: bool) -> usize {
 #[derive(Clone, Debug)]
 pub struct ErrorFeedback {
     wire: OuterWire,
-    enabled: bool,
-    /// beta: how much of the residual the next message carries.
-    decay: f32,
+    /// With error feedback, beta: how much of the residual the next
+    /// message carries; `None` without.
+    feedback: Option<f32>,
     /// e_{t-1}: what earlier messages left out (empty without feedback).
     residual: Vec<f32>,
     /// m_t, then what the receivers decode from this round's message.
@@ -46,10 +46,9 @@ impl ErrorFeedback {
     /// A sender of `n`-element pseudo-gradients; `feedback` keeps a
     /// residual, decayed by beta = the value each round (1: classic).
     pub fn new(wire: OuterWire, feedback: Option<f32>, n: usize) -> ErrorFeedback {
-        let enabled = feedback.is_some();
         // Without feedback the residual is always zero: not stored.
-        let residual = vec![0.0; if enabled { n } else { 0 }];
-        ErrorFeedback { wire, enabled, decay: feedback.unwrap_or(0.0), residual, staged: vec![0.0; n] }
+        let residual = vec![0.0; if feedback.is_some() { n } else { 0 }];
+        ErrorFeedback { wire, feedback, residual, staged: vec![0.0; n] }
     }
 
     /// The message for `delta` (this round's pseudo-gradient); afterwards
@@ -58,16 +57,16 @@ impl ErrorFeedback {
     pub fn encode(&mut self, delta: &[f32]) -> Vec<u8> {
         assert_eq!(delta.len(), self.staged.len(), "pseudo-gradient of another size");
         self.staged.copy_from_slice(delta);
-        let beta = self.decay;
+        let beta = self.feedback.unwrap_or(0.0);
         for (m, e) in self.staged.iter_mut().zip(&self.residual) {
             *m += beta * e;
         }
         let bytes = self.wire.encode(&self.staged);
-        if self.enabled {
+        if self.feedback.is_some() {
             self.residual.copy_from_slice(&self.staged);
         }
         self.wire.decode(&bytes, &mut self.staged);
-        if self.enabled {
+        if self.feedback.is_some() {
             for (e, s) in self.residual.iter_mut().zip(&self.staged) {
                 *e -= s;
             }

@@ -33,6 +33,25 @@ use crate::optim::{OuterConfig, OuterKind};
 use anyhow::{bail, Result};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 
+/// The keys `[methods.async-diloco]` accepts (strategy/method.rs): the
+/// fields below, checked by `the_keys_method_rs_accepts_are_the_fields`.
+pub const KEYS: &[&str] = &[
+    "h",
+    "outer",
+    "outer_lr",
+    "outer_momentum",
+    "dn_buffer",
+    "dn_c",
+    "weight",
+    "grace",
+    "dylu",
+    "shards",
+    "fixed_shards",
+    "outer_wire",
+    "error_feedback",
+    "error_decay",
+];
+
 /// Async DiLoCo's settings (`[methods.async-diloco]`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -367,5 +386,19 @@ mod tests {
                 assert!(e.contains(n), "{text}: {e}");
             }
         }
+    }
+
+    #[test]
+    fn the_keys_method_rs_accepts_are_the_fields() {
+        let s = AsyncDilocoSettings {
+            outer_lr: Some(0.1),
+            dn_buffer: Some(2),
+            grace: Some(0.5),
+            shards: Some(4),
+            outer_wire: Some(OuterWire::Int8),
+            error_decay: 0.5,
+            ..AsyncDilocoSettings::default()
+        };
+        super::super::settings::tests::assert_keys_are_fields(&s, KEYS);
     }
 }

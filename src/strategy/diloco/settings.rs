@@ -12,6 +12,11 @@ use crate::optim::{OuterConfig, OuterKind};
 use anyhow::{bail, Result};
 use serde::{Deserialize, Serialize};
 
+/// The keys `[methods.diloco]` accepts (strategy/method.rs): the fields
+/// below, checked by `the_keys_method_rs_accepts_are_the_fields`.
+pub const KEYS: &[&str] =
+    &["h", "outer", "outer_lr", "outer_momentum", "dn_buffer", "dn_c", "outer_wire", "error_feedback", "error_decay"];
+
 /// DiLoCo's settings (`[methods.diloco]`).
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
@@ -195,7 +200,7 @@ pub(super) fn describe_round(s: &DilocoSettings, f: &mut std::fmt::Formatter<'_>
 }
 
 #[cfg(test)]
-mod tests {
+pub(super) mod tests {
     use super::*;
 
     fn err(text: &str) -> String {
@@ -257,5 +262,27 @@ mod tests {
         let d = DilocoSettings { outer_wire: s.outer_wire, ..DilocoSettings::default() };
         assert!(!toml::to_string(&d).unwrap().contains("error_decay"));
         assert!(toml::to_string(&s).unwrap().contains("error_decay = 0.9"));
+    }
+
+    #[test]
+    fn the_keys_method_rs_accepts_are_the_fields() {
+        let s = DilocoSettings {
+            dn_buffer: Some(2),
+            outer_wire: Some(OuterWire::Int8),
+            error_decay: 0.5,
+            ..DilocoSettings::default()
+        };
+        assert_keys_are_fields(&s, KEYS);
+    }
+
+    /// Test helper: the keys `settings` writes (every optional field set) are
+    /// `keys`, in any order.
+    pub(in crate::strategy::diloco) fn assert_keys_are_fields(settings: &impl Serialize, keys: &[&str]) {
+        let v = toml::Value::try_from(settings).unwrap();
+        let mut got: Vec<&str> = v.as_table().unwrap().keys().map(String::as_str).collect();
+        let mut want = keys.to_vec();
+        got.sort();
+        want.sort();
+        assert_eq!(got, want);
     }
 }

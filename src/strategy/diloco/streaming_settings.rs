@@ -270,14 +270,8 @@ mod tests {
             eager: true,
             ..StreamingSettings::default()
         };
-        let v = toml::Value::try_from(&s).unwrap();
-        let t = v.as_table().unwrap();
-        let mut got: Vec<&str> = t.keys().map(String::as_str).collect();
-        let mut want = KEYS.to_vec();
-        got.sort();
-        want.sort();
-        assert_eq!(got, want);
-        assert_eq!(parse(t.clone()).unwrap(), s);
+        super::super::settings::tests::assert_keys_are_fields(&s, KEYS);
+        assert_eq!(parse(toml::Table::try_from(&s).unwrap()).unwrap(), s);
     }
 
     #[test]
