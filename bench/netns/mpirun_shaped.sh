@@ -6,6 +6,7 @@
 #
 # Usage (as root):
 #   bench/netns/mpirun_shaped.sh --ranks 2 --rate 100mbit [--prefix lcnet] -- <program> [args...]
+#   bench/netns/mpirun_shaped.sh --ranks 2 --rate 50mbit --jitter 50 -- <program> [args...]
 #   bench/netns/mpirun_shaped.sh --help
 #
 # Topology (all addresses live only inside the namespaces; the root namespace
@@ -37,6 +38,13 @@
 # of the caller's environment is passed too (-genvall), e.g. UCX_* settings.
 # After the job, the script prints each rank's veth tx/rx bytes, which show
 # that the traffic crossed the shaped links.
+#
+# Jitter (--jitter PCT[,PERIOD_MS]): netem (delay, jitter, loss) is not built
+# into this kernel; only tbf, htb and pfifo are. So the jitter here is in
+# BANDWIDTH: every PERIOD_MS (default 100) each shaped qdisc is changed to its
+# own rate drawn uniformly from RATE x [1 - PCT/100, 1 + PCT/100]. The mean
+# rate is RATE; a transfer's mean time is longer than at RATE (1/rate is
+# convex), which is what `lowcomm calibrate` is there to measure.
 #
 # tbf parameters: burst = max(32kbit, 1 ms at the rate), latency 400ms.
 # Measured with a single TCP stream (python sockets) between two rank
@@ -107,6 +115,9 @@ latency=400ms
 timeout_s=0
 guard_s=2            # finalize_guard.c watchdog delay; 0 = off
 eager=0              # 1 = UCX_RNDV_THRESH=inf
+jitter=0             # percent of the rate; 0 = a steady rate
+jitter_ms=100        # how often the rates are redrawn
+jitter_pid=""        # background loop that redraws them
 do_cleanup=0
 cmd=()
 
@@ -125,6 +136,11 @@ rank's veth link is shaped in both directions with tc tbf. Must run as root.
   --burst B        tbf burst (default: max(32kbit, 1 ms at RATE))
   --latency L      tbf latency (default: $latency)
   --timeout S      kill the MPI job after S seconds (default: 0 = never)
+  --jitter PCT[,MS]
+                   bandwidth jitter: every MS milliseconds (default $jitter_ms) each
+                   shaped link direction gets a rate drawn uniformly from
+                   RATE x [1-PCT/100, 1+PCT/100] (netem, for delay jitter, is not
+                   in this kernel); PCT in 1..90
   --eager          set UCX_RNDV_THRESH=inf (eager protocol for every size). With
                    more ranks than cores, the rendezvous handshakes wait for
                    descheduled peers; eager keeps the shaped link busier
@@ -160,6 +176,7 @@ parse_args() {
             --timeout)  timeout_s=${2:?--timeout needs a value}; shift 2 ;;
             --finalize-guard) guard_s=${2:?--finalize-guard needs a value}; shift 2 ;;
             --eager)    eager=1; shift ;;
+            --jitter)   jitter=${2:?--jitter needs a value}; shift 2 ;;
             --cleanup)  do_cleanup=1; shift ;;
             -h|--help)  usage; exit 0 ;;
             --)         shift; cmd=("$@"); break ;;
@@ -174,6 +191,14 @@ parse_args() {
     [[ -n $rate ]] || die "--rate is required (e.g. 100mbit, or 'none')"
     [[ $timeout_s =~ ^[0-9]+$ ]] || die "--timeout must be whole seconds (got '$timeout_s')"
     [[ $guard_s =~ ^[0-9]+(\.[0-9]+)?$ ]] || die "--finalize-guard must be seconds (got '$guard_s')"
+    if [[ $jitter != 0 ]]; then
+        [[ $jitter =~ ^([0-9]+)(,([0-9]+))?$ ]] && (( BASH_REMATCH[1] >= 1 && BASH_REMATCH[1] <= 90 )) \
+            || die "--jitter must be PCT or PCT,MS with PCT in 1..90 (got '$jitter')"
+        [[ -z ${BASH_REMATCH[3]} ]] || jitter_ms=${BASH_REMATCH[3]}
+        jitter=${BASH_REMATCH[1]}
+        (( jitter_ms >= 10 )) || die "--jitter period must be at least 10 ms (got $jitter_ms)"
+        [[ $rate != none ]] || die "--jitter needs a --rate to vary around (got --rate none)"
+    fi
     (( ${#cmd[@]} > 0 )) || die "no program given (usage: $prog --ranks N --rate R -- PROGRAM [ARGS...])"
     if [[ $rate != none ]]; then
         # tc accepts many unit spellings; restrict to bit-based ones so the
@@ -254,6 +279,7 @@ cleanup() {
         for _ in 1 2 3 4 5; do kill -0 "$launcher_pid" 2>/dev/null || break; sleep 1; done
         kill -KILL "$launcher_pid" 2>/dev/null
     fi
+    [[ -z $jitter_pid ]] || kill "$jitter_pid" 2>/dev/null
     local i
     for (( i = ${#created_ns[@]} - 1; i >= 0; i-- )); do   # ranks first, hub last
         delete_ns "${created_ns[i]}"
@@ -301,6 +327,34 @@ setup_network() {
         shape "$ns" "$RANK_IF"     # rank r -> hub
         shape "$hub" "r$r"         # hub -> rank r
     done
+}
+
+# Background loop (--jitter): redraws every shaped qdisc's rate each period.
+# The rate in kbit; awk's rand() seeded once, so every run draws anew.
+start_jitter() {
+    (( jitter > 0 )) || return 0
+    local kbit
+    kbit=$(awk -v r="$rate" 'BEGIN {
+        match(r, /^[0-9.]+/); n = substr(r, 1, RLENGTH); u = substr(r, RLENGTH + 1, 1);
+        m = (u=="k") ? 1 : (u=="m") ? 1e3 : (u=="g") ? 1e6 : (u=="t") ? 1e9 : 1e-3;
+        printf "%d", n * m }')
+    local pairs=() r
+    for (( r = 0; r < ranks; r++ )); do pairs+=("$(rank_ns "$r") $RANK_IF" "$prefix-hub r$r"); done
+    (
+        trap - EXIT INT TERM HUP ERR
+        set +e
+        while sleep "$(awk -v ms="$jitter_ms" 'BEGIN { printf "%.3f", ms / 1000 }')"; do
+            for p in "${pairs[@]}"; do
+                read -r ns dev <<< "$p"
+                tc -n "$ns" qdisc change dev "$dev" root tbf \
+                    rate "$(awk -v k="$kbit" -v j="$jitter" -v s="$RANDOM$RANDOM" 'BEGIN {
+                        srand(s); printf "%dkbit", k * (1 + j / 100 * (2 * rand() - 1)) }')" \
+                    burst "$burst" latency "$latency" 2>/dev/null
+            done
+        done
+    ) &
+    jitter_pid=$!
+    log "bandwidth jitter: each direction's rate redrawn every ${jitter_ms} ms from $rate x [$((100 - jitter))%, $((100 + jitter))%]"
 }
 
 # "<rx_bytes> <tx_bytes>" of the rank-side veth of rank $1.
@@ -428,6 +482,7 @@ main() {
     tmpdir=$(mktemp -d "/tmp/$prefix-mpirun.XXXXXX")
     setup_network
     print_header
+    start_jitter
     run_job
     exit "$job_rc"
 }

@@ -155,7 +155,7 @@ fn concurrently<S>(
 }
 
 /// Random tokens for one micro-batch: inputs and next-token targets.
-fn tokens(cfg: &GptConfig, b: usize, t: usize, seed: u64) -> (Vec<u32>, Vec<u32>) {
+pub(super) fn tokens(cfg: &GptConfig, b: usize, t: usize, seed: u64) -> (Vec<u32>, Vec<u32>) {
     let mut rng = rand_pcg::Pcg64::seed_from_u64(seed);
     let data: Vec<u32> = (0..b * (t + 1)).map(|_| rng.random_range(0..cfg.vocab_size as u32)).collect();
     let (mut x, mut y) = (Vec::with_capacity(b * t), Vec::with_capacity(b * t));

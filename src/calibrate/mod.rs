@@ -12,6 +12,8 @@
 //! 2. links (links.rs, fit.rs): all-reduce (and under MPI ping-pong) sweeps
 //!    over message sizes per link tier, fitted to alpha-beta; a sweep the
 //!    line does not fit is said to be so in the profile;
+//!    under MPI, how much computation and communication slow each other
+//!    when a rank runs both at once (overlap.rs);
 //! 3. the profile (profile.rs).
 //!
 //! In-process the workers of one node are threads, and their link is the
@@ -23,6 +25,7 @@ pub mod fit;
 pub mod links;
 #[cfg(feature = "mpi")]
 pub mod mpi;
+pub mod overlap;
 pub mod profile;
 
 use crate::model::GptConfig;
@@ -107,6 +110,9 @@ pub struct Calibration {
     pub intra: TierSource,
     /// The inter-node tier, when there is more than one node or it was given.
     pub inter: Option<TierSource>,
+    /// Under MPI: computation and communication overlapped on a rank
+    /// (rank 0's samples); `None` in one process.
+    pub overlap: Option<overlap::Overlap>,
 }
 
 /// A progress line on stderr: `calibrate [phase/3] ...`.
@@ -206,6 +212,7 @@ pub fn run_local(opts: &Options) -> Result<Calibration> {
         memory_per_worker: memory_per_worker(k),
         intra,
         inter,
+        overlap: None,
     })
 }
 

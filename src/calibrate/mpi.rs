@@ -12,7 +12,7 @@
 //! Rank 0 gathers every rank's samples and builds the [`Calibration`].
 
 use super::compute::{self, ComputeCosts, ComputeSetup};
-use super::{links, measured, progress, size_text, Calibration, Options, TierSource};
+use super::{links, measured, overlap, progress, size_text, Calibration, Options, TierSource};
 use crate::comm::mpi::MpiProcess;
 use crate::comm::Fabric;
 use anyhow::{bail, Result};
@@ -137,6 +137,27 @@ pub fn run_mpi(
         }
         (None, false) => None,
     };
+    // Overlap: the model's gradient all-reduce over every rank, as the
+    // synchronous methods send it, alone and while this rank computes.
+    let bytes = (mine.params * 4).min(opts.max_bytes).max(4);
+    let ranks: Vec<usize> = (0..size).collect();
+    if root {
+        progress(2, &format!("overlap: all-reduce of {} over {size} ranks alone, then while each rank computes micro-batches on a second thread", size_text(bytes)));
+    }
+    let overlap =
+        overlap::measure(fabric.group(&ranks), &opts.model, (opts.batch, opts.seq), bytes, opts.repeats.clamp(3, 10));
+    if root {
+        progress(
+            2,
+            &format!(
+                "  all-reduce {:.4} ms alone, {:.4} ms overlapped; micro-batch {:.4} ms overlapped ({} samples)",
+                overlap.comm_alone.median() * 1e3,
+                overlap.comm_overlapped.median() * 1e3,
+                overlap.compute_overlapped.median() * 1e3,
+                overlap.compute_overlapped.0.len()
+            ),
+        );
+    }
     drop(fabric);
     let Some(all) = all else { return Ok(None) };
     let mut compute = ComputeCosts { params: mine.params, demo_flops: mine.demo_flops, ..Default::default() };
@@ -164,5 +185,6 @@ pub fn run_mpi(
         memory_per_worker: super::memory_per_worker(mpi.local_ranks()),
         intra,
         inter,
+        overlap: Some(overlap),
     }))
 }

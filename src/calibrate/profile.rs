@@ -4,6 +4,7 @@
 
 use super::compute::{Samples, ELEMENTWISE_BYTES, OPTIMIZER_BYTES};
 use super::fit::{tier_spec, AlphaBeta};
+use super::overlap::Overlap;
 use super::{size_text, Calibration, Measured, TierSource};
 use std::fmt::Write;
 
@@ -99,6 +100,27 @@ fn tier(out: &mut String, key: &str, src: &TierSource) {
     }
 }
 
+/// The overlap factors (calibrate/overlap.rs) with their samples.
+fn overlap_lines(w: &mut String, o: &Overlap, alone: &Samples) {
+    let _ = writeln!(
+        w,
+        "# Overlap (sim/spec.rs Interference): the model's gradient all-reduce ({} over {})",
+        size_text(o.bytes),
+        o.members
+    );
+    let _ = writeln!(w, "# alone:                {}", stats(&o.comm_alone, 1e3, "ms"));
+    let _ = writeln!(w, "# while the rank computes: {}", stats(&o.comm_overlapped, 1e3, "ms"));
+    let _ = writeln!(w, "# a micro-batch while the all-reduces run: {}", stats(&o.compute_overlapped, 1e3, "ms"));
+    let _ = writeln!(
+        w,
+        "# against {} alone (the [timing] median). Each factor is overlapped over alone,",
+        stats(alone, 1e3, "ms")
+    );
+    let _ = writeln!(w, "# at least 1: the simulator and `plan` stretch work that overlaps by it.");
+    let _ = writeln!(w, "overlap_compute_factor = {}", o.compute_factor(alone));
+    let _ = writeln!(w, "overlap_comm_factor = {}", o.comm_factor());
+}
+
 /// The profile's TOML text, with provenance comments.
 pub fn render(c: &Calibration) -> String {
     let o = &c.opts;
@@ -152,6 +174,9 @@ pub fn render(c: &Calibration) -> String {
     );
     let _ = writeln!(w, "# for the {:e} FLOPs the strategy charges per encode + decode.", cc.demo_flops);
     let _ = writeln!(w, "sustained_flops = {:e}", cc.demo_flops_per_s());
+    if let Some(o) = &c.overlap {
+        overlap_lines(w, o, &cc.micro_batch);
+    }
     if let Some(m) = c.memory_per_worker {
         let n = c.sharing;
         let _ =
@@ -235,7 +260,28 @@ mod tests {
             memory_per_worker: Some(8e9),
             intra: TierSource::Measured(m),
             inter: Some(TierSource::Given { spec: "1gbit,50us".into(), why: "given".into() }),
+            overlap: None,
         }
+    }
+
+    #[test]
+    fn measured_overlap_factors_reach_the_simulator() {
+        let mut c = hand(1);
+        c.overlap = Some(Overlap {
+            bytes: 4000,
+            members: 2,
+            comm_alone: Samples(vec![0.5]),
+            comm_overlapped: Samples(vec![0.625]),
+            compute_overlapped: Samples(vec![0.02]),
+        });
+        let text = render(&c);
+        let p = ClusterProfile::from_toml(&text).unwrap_or_else(|e| panic!("{e:#}\n{text}"));
+        // 0.625 / 0.5; 20 ms over the 10 ms median micro-batch.
+        let spec = p.sim_spec(&GptConfig::nano(), 1000, 1024, vec![1.0; 2]).unwrap();
+        assert_eq!(spec.interference, crate::runtime::sim::Interference { compute: 2.0, comm: 1.25 });
+        assert!(text.contains("while the rank computes"), "{text}");
+        // Without the measurement (one process), no factors are written.
+        assert!(!render(&hand(1)).contains("overlap_"));
     }
 
     #[test]

@@ -18,7 +18,7 @@
 //!
 //! ```text
 //! blocking:  K mb + RS + max_j (loc_j + ex_j) + AG
-//! overlap:   max(K mb, max_j ex_j) + RS + max_j loc_j + AG
+//! overlap:   max(K mb, max_j ex_j) + RS + max_j loc_j + AG   (max: Interference::overlapped)
 //! ```
 //! The node's collectives wait for its slowest shard (max_j). With overlap
 //! the exchange started after step t's all-gather runs behind step t+1's
@@ -187,7 +187,9 @@ pub(super) fn timing(net: &Net, c: &Costing, s: &DemoSettings, flex: bool) -> Re
         .collect();
     let max = |v: &mut dyn Iterator<Item = f64>| v.fold(0.0, f64::max);
     let round_s = if s.overlap {
-        kmb.max(max(&mut ex.iter().map(|x| x.s))) + node.s + max(&mut loc.iter().copied())
+        c.spec.interference.overlapped(kmb, max(&mut ex.iter().map(|x| x.s)), net.mb())
+            + node.s
+            + max(&mut loc.iter().copied())
     } else {
         kmb + node.s + max(&mut loc.iter().zip(&ex).map(|(l, x)| l + x.s))
     };
@@ -219,7 +221,8 @@ pub(super) fn timing(net: &Net, c: &Costing, s: &DemoSettings, flex: bool) -> Re
         exposed_s: (round_s - compute).max(0.0),
         bytes_intra: x.intra,
         bytes_inter: x.inter,
-        exact: g.exact && !periodic,
+        // Interference behind the micro-batches is spread evenly here, whole micro-batches in sim.
+        exact: g.exact && !periodic && !(s.overlap && c.spec.interference != crate::runtime::sim::Interference::NONE),
         rule: format!("{bound}{how}{diloco}"),
     })
 }

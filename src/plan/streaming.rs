@@ -88,12 +88,17 @@ pub(super) fn timing(net: &Net, c: &Costing, s: &StreamingSettings) -> Result<Ti
             in_flight = standin + ew("streaming mix", 3 * np) + if s.outer_wire.is_some() { g } else { 0.0 };
         }
         let x = sync(net, c, s, np);
-        exposed += (x.s - s.overlap() as f64 * step - in_flight).max(0.0);
+        // What runs behind the sync, and how much longer the pair takes
+        // (slowed by each other, sim/spec.rs Interference); alone, it blocks.
+        let behind = s.overlap() as f64 * step + in_flight;
+        exposed += if behind > 0.0 { c.spec.interference.overlapped(behind, x.s, step) - behind } else { x.s };
         comm = comm + x;
     }
     let compute = s.h as f64 * step + local;
     let gap = s.h / s.fragments.max(1) as u64;
-    let exact = c.layout.is_some() && !s.same_offset && (s.overlap() == 0 || s.overlap() < gap);
+    let exact = c.layout.is_some()
+        && !s.same_offset
+        && (s.overlap() == 0 || (s.overlap() < gap && c.spec.interference == crate::runtime::sim::Interference::NONE));
     let rule = format!(
         "{}up to tau = {} inner steps per fragment: each of the {} fragments' outer gradients runs behind the next tau steps, the rest is exposed; peak {:.0} bytes per synchronisation (the largest fragment), {:.0} per round",
         if s.eager { "eager updates (a stand-in step while the average travels, corrected when it lands); " } else { "" },

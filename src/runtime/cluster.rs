@@ -10,7 +10,7 @@
 //! Every key, with the formulas, is documented in configs/clusters/README.md;
 //! the shipped profiles are examples.
 
-use super::sim::SimSpec;
+use super::sim::{Interference, SimSpec};
 use crate::comm::{LinkModel, Tier, WireDtype};
 use crate::model::GptConfig;
 use anyhow::{anyhow, bail, ensure, Context, Result};
@@ -64,6 +64,16 @@ pub struct DeviceProfile {
     /// calibrate` measures it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sustained_flops: Option<f64>,
+    /// Factor (at least 1) on computation while the worker's own
+    /// communication runs (CPU workers: the network stack and MPI's
+    /// progress share the cores). Default 1. `lowcomm calibrate --backend
+    /// mpi` measures it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub overlap_compute_factor: Option<f64>,
+    /// Factor (at least 1) on communication while its worker computes. Default 1.
+    /// `lowcomm calibrate --backend mpi` measures it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub overlap_comm_factor: Option<f64>,
 }
 
 impl DeviceProfile {
@@ -71,6 +81,14 @@ impl DeviceProfile {
     /// (`SimSpec::memory_bytes_per_s`, `SimSpec::flops_per_s`).
     pub fn work_rates(&self) -> (Option<f64>, Option<f64>) {
         (self.memory_bandwidth, Some(self.sustained_flops.unwrap_or(self.peak_flops * self.utilization)))
+    }
+
+    /// How overlapped computation and communication slow each other (1 = not at all).
+    pub fn interference(&self) -> Interference {
+        Interference {
+            compute: self.overlap_compute_factor.unwrap_or(1.0),
+            comm: self.overlap_comm_factor.unwrap_or(1.0),
+        }
     }
 }
 
@@ -160,6 +178,14 @@ impl ClusterProfile {
         if let Some(d) = &self.device {
             positive("device.memory_bandwidth", d.memory_bandwidth, "2e12 bytes/s for an A100's HBM")?;
             positive("device.sustained_flops", d.sustained_flops, "1e11")?;
+            for (field, v) in [
+                ("device.overlap_compute_factor", d.overlap_compute_factor),
+                ("device.overlap_comm_factor", d.overlap_comm_factor),
+            ] {
+                if let Some(x) = v.filter(|x| !(*x >= 1.0 && x.is_finite())) {
+                    bail!("{field} must be >= 1 (1 = overlapped work is not slowed), got {x} (e.g. 1.2)");
+                }
+            }
         }
         positive("timing.params", t.params, "125e6 for GPT-Neo-125M")?;
         positive("timing.flops_per_token", t.flops_per_token, "7.5e8 = 6 x 125e6 for GPT-Neo-125M")?;
@@ -260,6 +286,7 @@ impl ClusterProfile {
             topology: crate::runtime::Topology { workers: p, per_node: self.workers_per_node, server: false },
             memory_bytes_per_s: self.work_rates().0,
             flops_per_s: self.work_rates().1,
+            interference: self.device.as_ref().map_or(Interference::NONE, DeviceProfile::interference),
             start: Vec::new(),
             parallel: true,
         })
@@ -302,6 +329,21 @@ mod tests {
         assert_eq!(profile(DEV).unwrap().work_rates(), (None, Some(5e11)));
         let e = profile(&DEV.replace("utilization = 0.5\n", "utilization = 0.5\nmemory_bandwidth = 0\n")).unwrap_err();
         assert!(e.to_string().starts_with("device.memory_bandwidth must be > 0, got 0"), "{e}");
+    }
+
+    #[test]
+    fn overlap_factors_reach_the_simulator_and_must_be_at_least_one() {
+        let with = DEV.replace(
+            "utilization = 0.5\n",
+            "utilization = 0.5\noverlap_compute_factor = 1.25\noverlap_comm_factor = 1.5\n",
+        );
+        let spec = profile(&with).unwrap().sim_spec(&GptConfig::nano(), 1000, 64, vec![1.0; 2]).unwrap();
+        assert_eq!(spec.interference, Interference { compute: 1.25, comm: 1.5 });
+        let none = profile(DEV).unwrap().sim_spec(&GptConfig::nano(), 1000, 64, vec![1.0; 2]).unwrap();
+        assert_eq!(none.interference, Interference::NONE);
+        let e =
+            profile(&DEV.replace("utilization = 0.5\n", "utilization = 0.5\noverlap_comm_factor = 0.9\n")).unwrap_err();
+        assert!(e.to_string().starts_with("device.overlap_comm_factor must be >= 1"), "{e}");
     }
 
     #[test]

@@ -159,6 +159,44 @@ fn sim_tasks_in_flight_run_one_after_another() {
 }
 
 #[test]
+fn sim_overlapped_compute_and_communication_slow_each_other_by_the_spec() {
+    // Link 1000 B/s: 500 f32 = 2000 B all-reduced over 2 = 2 s alone;
+    // micro-batch 1 s alone. Factors: compute 1.5, comm 1.25.
+    let spec = SimSpec {
+        link: Some(LinkModel::flat(tier(1e3, 0.0))),
+        interference: sim::Interference { compute: 1.5, comm: 1.25 },
+        ..SimSpec::flat(2, 1.0, None)
+    };
+    let out = sim_run(spec, |mut ctx| {
+        Box::pin(async move {
+            // Overlapped: the collective starts while both compute, so 2 x 1.25
+            // = 2.5 s; the micro-batches started inside it take 1.5 s each:
+            // at 0, 1.5 (both inside), 3.0 (after it: 1 s) -> 4.0.
+            let a = ctx.start(AllReduce::sum(Group::World, vec![1.0; 500], crate::comm::WireDtype::F32));
+            let mut ends = Vec::new();
+            for _ in 0..3 {
+                ctx.compute(Work::MicroBatch, || ()).await;
+                ends.push(ctx.now());
+            }
+            ctx.wait(a).await;
+            // Blocking: nothing computes, so the next all-reduce takes its 2 s alone.
+            let t0 = ctx.now();
+            ctx.run(AllReduce::sum(Group::World, vec![1.0; 500], crate::comm::WireDtype::F32)).await;
+            Ok((ends, ctx.now() - t0))
+        })
+    });
+    assert_eq!(out[0], (vec![1.5, 3.0, 4.0], 2.0));
+    // The planner's closed form of the same pair, 3 micro-batches of 1 s
+    // behind a 2 s transfer: two start inside it -> 3 + 2 x 0.5 = 4 s.
+    let f = sim::Interference { compute: 1.5, comm: 1.25 };
+    assert_eq!(f.overlapped(3.0, 2.0, 1.0), 4.0);
+    // Every piece starts inside: the slower of the two decides.
+    assert_eq!(f.overlapped(1.0, 2.0, 1.0), 2.5);
+    assert_eq!(f.overlapped(2.0, 1.0, 2.0), 3.0);
+    assert_eq!(sim::Interference::NONE.overlapped(3.0, 2.0, 1.0), 3.0);
+}
+
+#[test]
 fn sim_reports_a_deadlock_naming_who_waits_on_what() {
     let err = sim::run(SimSpec::flat(2, 1.0, None), |mut ctx| async move {
         if ctx.rank() == 0 {

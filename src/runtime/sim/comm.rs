@@ -84,7 +84,9 @@ impl SimComm {
             let route = topo.route(g, &members);
             let scaled = (n_elems as f64 * st.spec.comm_scale).round() as usize;
             let cost = st.spec.link.as_ref().map_or(0.0, |l| collective_cost(l, kind, scaled, bpe, route));
-            let done = last + cost;
+            // Slower while a member computes (spec.rs, Interference).
+            let computing = members.iter().any(|&m| st.parts[m].computing_until > last);
+            let done = last + if computing { cost * st.spec.interference.comm } else { cost };
             let ops = st.groups.get_mut(&members).expect("exists");
             let op = ops.ops.get_mut(&seq).expect("exists");
             op.results = results.into_iter().map(Some).collect();
@@ -318,7 +320,8 @@ impl CommSide for SimComm {
             let scaled = crate::comm::payload::MESSAGE_HEADER
                 + ((bytes - crate::comm::payload::MESSAGE_HEADER) as f64 * st.spec.comm_scale).round() as usize;
             let cost = st.spec.link.as_ref().map_or(0.0, |l| l.message_s(scaled, same_node));
-            let arrival = st.now + cost;
+            let computing = st.parts[self.rank].computing_until > st.now;
+            let arrival = st.now + if computing { cost * st.spec.interference.comm } else { cost };
             let seq = st.mail_seq;
             st.mail_seq += 1;
             st.parts[to].mailbox.push(Mail { arrival, seq, from: self.rank, msg });

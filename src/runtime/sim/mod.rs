@@ -34,7 +34,7 @@ mod tests;
 use super::{CommTask, Ctx, Topology, Work, WorkerTimes};
 use crate::metrics::{EventLog, Span};
 use anyhow::{bail, Result};
-pub use spec::SimSpec;
+pub use spec::{Interference, SimSpec};
 use state::{sleep_until, Lane, Part, Queued, SimComm, State, TaskFn, Time};
 use std::any::Any;
 use std::cell::RefCell;
@@ -79,9 +79,12 @@ impl Ctx for SimCtx {
     async fn compute<R: Send>(&mut self, work: Work, f: impl FnOnce() -> R + Send) -> R {
         let (until, parallel) = {
             let mut st = self.state.borrow_mut();
-            let dt = st.spec.cost(work, st.parts[self.rank].speed);
+            // Slower while this worker's communication runs (spec.rs, Interference).
+            let slowdown = if st.parts[self.rank].comm_idle { 1.0 } else { st.spec.interference.compute };
+            let dt = st.spec.cost(work, st.parts[self.rank].speed) * slowdown;
             let now = st.now;
             let part = &mut st.parts[self.rank];
+            part.computing_until = now + dt;
             part.times.compute_s += dt;
             let mb = u32::from(work == Work::MicroBatch);
             part.times.micro_batches += u64::from(mb);
@@ -261,6 +264,7 @@ where
             round: 0,
             queue: VecDeque::new(),
             comm_idle: true,
+            computing_until: f64::NEG_INFINITY,
             next_id: 0,
             finished: HashMap::new(),
             waiting: None,

@@ -25,6 +25,9 @@ pub struct SimSpec {
     pub memory_bytes_per_s: Option<f64>,
     /// Device FLOP/s for [`Work::Flops`]; `None` makes that work free.
     pub flops_per_s: Option<f64>,
+    /// How computation and communication slow each other on one worker
+    /// when they overlap (none by default).
+    pub interference: Interference,
     /// Where each participant's clock starts (empty: at zero).
     pub start: StartClocks,
     /// Run the math of participants whose virtual compute intervals
@@ -49,6 +52,7 @@ impl SimSpec {
             topology: Topology::flat(workers),
             memory_bytes_per_s: None,
             flops_per_s: None,
+            interference: Interference::NONE,
             start: Vec::new(),
             parallel: true,
         }
@@ -68,5 +72,47 @@ impl SimSpec {
             Work::Flops { flops, .. } => self.flops_per_s.map_or(0.0, |f| flops * self.comm_scale / f),
         };
         t / speed
+    }
+}
+
+/// How much computation and communication slow each other while both run
+/// on one worker. On CPU workers the network stack and the MPI progress
+/// thread share the cores with the math (issue 29 measured 1.2-1.4x each
+/// way with two ranks on two cores); on GPUs the collectives' kernels take
+/// some of the device. `lowcomm calibrate --backend mpi` measures both.
+///
+/// The simulator applies them at the start of each piece of work, whole:
+/// a computation started while its worker's communication lane is busy
+/// takes `compute` times as long; a collective (or message) that starts
+/// while a member computes takes `comm` times as long.
+#[derive(Clone, Copy, Debug, PartialEq)]
+pub struct Interference {
+    /// Factor on computation started while the worker's communication runs.
+    pub compute: f64,
+    /// Factor on communication started while a member computes.
+    pub comm: f64,
+}
+
+impl Interference {
+    /// No interference: overlapped work takes what it takes alone.
+    pub const NONE: Interference = Interference { compute: 1.0, comm: 1.0 };
+
+    /// Wall seconds of computation `c` and communication `m` (seconds
+    /// alone) started together, by the simulator's rule above, the
+    /// computation being pieces of `unit` seconds (a micro-batch, an inner
+    /// step): the communication takes `m x comm`; each piece started inside
+    /// that window (the first at once) takes `compute` times as long.
+    /// `max(c, m)` without interference.
+    pub fn overlapped(&self, c: f64, m: f64, unit: f64) -> f64 {
+        let m = m * self.comm;
+        if !(unit > 0.0 && c > 0.0) {
+            return c.max(m);
+        }
+        let inside = (m / (unit * self.compute) * (1.0 - 1e-12)).ceil().max(1.0);
+        if inside * unit >= c {
+            (c * self.compute).max(m)
+        } else {
+            c + inside * unit * (self.compute - 1.0)
+        }
     }
 }

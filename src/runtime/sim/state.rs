@@ -60,6 +60,8 @@ pub(super) struct Part {
     pub queue: VecDeque<Queued>,
     /// The communication actor waits for a task.
     pub comm_idle: bool,
+    /// When the computation under way ends (at or before now: none).
+    pub computing_until: f64,
     pub next_id: u64,
     /// Completed tasks' outputs, until waited for.
     pub finished: HashMap<u64, Box<dyn Any>>,

@@ -1,0 +1,77 @@
+#!/usr/bin/env bash
+# planner_accuracy.sh - holds `plan` and `--runtime sim` against real runs over
+# a real, shaped TCP network (issue 29): for each link setting, calibrate the
+# job first (`lowcomm calibrate --backend mpi` over the same shaped links),
+# then run every method for real (one MPI rank per network namespace,
+# bench/netns/mpirun_shaped.sh), in the simulator and in `plan`, all three on
+# the calibrated profile. scripts/planner_accuracy.py then writes the table
+# of docs/results/planner-accuracy.md. Run as root:
+#
+#   bash bench/netns/planner_accuracy.sh                 # all settings, ~55 min on a 2-core VM
+#   SETTINGS="100mbit" bash bench/netns/planner_accuracy.sh   # one of them
+#
+# Each rank computes on one thread (RAYON_NUM_THREADS=1): two ranks on this
+# 2-core machine then stand for two one-core machines, and calibrate measures
+# a micro-batch the way training runs it. async-diloco needs a rank for its
+# server, so it runs on 3 ranks (2 workers + the server in its own namespace).
+# Needs `lowcomm data prepare --preset nano` and MPICH.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-docs/results/planner-accuracy}
+STEPS=${STEPS:-48}
+# rate[:jitter] per setting (mpirun_shaped.sh --rate / --jitter)
+SETTINGS=${SETTINGS:-"100mbit 20mbit 50mbit:50"}
+METHODS=${METHODS:-ddp,zero1,acco,local-sgd,co2,diloco:h=12,demo,flexdemo,streaming-diloco:h=12}
+ASYNC=${ASYNC:-async-diloco:h=12}
+OVERLAPPED=${OVERLAPPED:-acco,co2,streaming-diloco:h=12}   # the methods whose transfers run beside computation
+cargo build --release --locked --features mpi -q
+B=$PWD/target/release/lowcomm
+export RAYON_NUM_THREADS=1
+# --budget rounds: acco runs STEPS rounds like the rest (it applies to acco only)
+common=(--preset nano --steps "$STEPS" --batch-size 16 --eval-every 0)
+
+dir_of() {   # the folder of a setting: RATE or RATE-jitterPCT
+    local rate=${1%%:*}
+    [[ $1 != *:* ]] && echo "$OUT/$rate" || echo "$OUT/$rate-jitter${1#*:}"
+}
+# Every real run first, on a quiet machine; the simulator and plan after
+# (virtual time: the machine's load does not change them).
+for setting in $SETTINGS; do
+    rate=${setting%%:*}
+    jitter=0
+    [[ $setting != *:* ]] || jitter=${setting#*:}
+    dir=$(dir_of "$setting")
+    mkdir -p "$dir"
+    shaped() {
+        local ranks=$1; shift
+        bench/netns/mpirun_shaped.sh --ranks "$ranks" --rate "$rate" --jitter "$jitter" --prefix lcpa -- "$@"
+    }
+    start=$(date +%s)
+    echo "== $dir: calibrate over the shaped link" >&2
+    shaped 2 "$B" calibrate --backend mpi --preset nano --batch-size 16 --max-bytes 4194304 \
+        --out "$dir/profile.toml" --force --name "netns-$rate-jitter$jitter"
+    echo "== $dir: real runs (MPI, 2 ranks; $ASYNC on 3)" >&2
+    shaped 2 "$B" compare --backend mpi --methods "$METHODS" "${common[@]}" --budget rounds --results "$dir/real" --fresh >/dev/null
+    shaped 3 "$B" compare --backend mpi --workers 2 --methods "$ASYNC" "${common[@]}" --results "$dir/real-async" --fresh >/dev/null
+    echo "== $dir: $(( $(date +%s) - start )) s" >&2
+done
+for setting in $SETTINGS; do
+    dir=$(dir_of "$setting")
+    echo "== $dir: simulator and plan on the calibrated profile" >&2
+    "$B" compare --runtime sim --cluster "$dir/profile.toml" --methods "$METHODS,$ASYNC" "${common[@]}" --budget rounds \
+        --results "$dir/sim" --fresh >/dev/null
+    "$B" plan --model nano --cluster "$dir/profile.toml" --batch 16x64 --methods "$METHODS,$ASYNC" \
+        --json "$dir/plan.json" > "$dir/plan.txt"
+done
+python3 scripts/planner_accuracy.py "$OUT"
+# The same profiles without their overlap factors, for the methods they
+# change: what the factors are worth (docs/results/planner-accuracy.md).
+for setting in $SETTINGS; do
+    dir=$(dir_of "$setting")
+    grep -v '^overlap_' "$dir/profile.toml" > "$dir/profile-plain.toml"
+    "$B" compare --runtime sim --cluster "$dir/profile-plain.toml" --methods "$OVERLAPPED" "${common[@]}" --budget rounds \
+        --results "$dir/sim-plain" --fresh >/dev/null
+    "$B" plan --model nano --cluster "$dir/profile-plain.toml" --batch 16x64 --methods "$OVERLAPPED" \
+        --json "$dir/plan-plain.json" > /dev/null
+done
+python3 scripts/planner_accuracy.py "$OUT" plain

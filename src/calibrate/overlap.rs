@@ -1,0 +1,133 @@
+//! How much computation and communication slow each other when a worker
+//! runs both at once (runtime/sim/spec.rs, `Interference`): the model's
+//! all-reduce timed alone and then while a second thread of the same rank
+//! computes micro-batches back to back, as ACCO, CO2 and streaming DiLoCo
+//! run them. On CPU workers the network stack and MPI's progress share the
+//! cores with the math (issue 29: ACCO's rounds 21% longer than modelled
+//! over a shaped 100 Mbit/s link, its micro-batches 25% slower).
+//!
+//! Only under MPI: in one process the "link" is a memory copy on the same
+//! cores, which says nothing about a network. Every rank calls [`measure`].
+
+use super::compute::{tokens, Samples};
+use crate::comm::{Communicator, ReduceOp, WireDtype};
+use crate::model::{Gpt, GptConfig};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Instant;
+
+/// The samples behind the two factors.
+#[derive(Clone, Debug)]
+pub struct Overlap {
+    /// Bytes of the all-reduce timed (the model's f32 gradient, capped at `--max-bytes`).
+    pub bytes: usize,
+    /// Members of that all-reduce.
+    pub members: usize,
+    /// Its seconds with nothing else running.
+    pub comm_alone: Samples,
+    /// Its seconds while this rank computes micro-batches.
+    pub comm_overlapped: Samples,
+    /// A micro-batch's seconds while the all-reduces run (alone: the
+    /// compute phase's micro-batch samples).
+    pub compute_overlapped: Samples,
+}
+
+impl Overlap {
+    /// `overlap_comm_factor`: overlapped over alone, at least 1 (below 1 is noise).
+    pub fn comm_factor(&self) -> f64 {
+        (self.comm_overlapped.median() / self.comm_alone.median()).max(1.0)
+    }
+
+    /// `overlap_compute_factor`, against `alone`'s median micro-batch; at least 1.
+    pub fn compute_factor(&self, alone: &Samples) -> f64 {
+        (self.compute_overlapped.median() / alone.median()).max(1.0)
+    }
+}
+
+/// Times `repeats` all-reduces of `bytes` on `comm` (after one untimed),
+/// each after a barrier.
+fn all_reduces(comm: &mut dyn Communicator, bytes: usize, repeats: usize) -> Samples {
+    let mut buf = vec![1.0f32; (bytes / 4).max(1)];
+    comm.all_reduce(&mut buf, ReduceOp::Mean, WireDtype::F32);
+    Samples(
+        (0..repeats)
+            .map(|_| {
+                comm.barrier();
+                let t = Instant::now();
+                comm.all_reduce(&mut buf, ReduceOp::Mean, WireDtype::F32);
+                t.elapsed().as_secs_f64()
+            })
+            .collect(),
+    )
+}
+
+/// Measures on `comm` (every member calls it): the all-reduce of `bytes`
+/// alone, then again while a thread computes micro-batches of `model`
+/// (`batch` x `seq` tokens). Micro-batches that did not both start and
+/// end inside the all-reduces are dropped.
+pub fn measure(
+    comm: &mut dyn Communicator,
+    model: &GptConfig,
+    (batch, seq): (usize, usize),
+    bytes: usize,
+    repeats: usize,
+) -> Overlap {
+    let members = comm.world();
+    let comm_alone = all_reduces(comm, bytes, repeats);
+    let stop = AtomicBool::new(false);
+    comm.barrier();
+    let (comm_overlapped, spans, window) = std::thread::scope(|sc| {
+        let computing = sc.spawn(|| {
+            // The weights do not matter for timing: seed 0.
+            let mut m = Gpt::new(model.clone(), 0).expect("validated by the compute phase");
+            let (x, y) = tokens(model, batch, seq, 0);
+            let mut spans = Vec::new();
+            while !stop.load(Ordering::Relaxed) {
+                let t = Instant::now();
+                m.zero_grads();
+                std::hint::black_box(m.forward_backward(&x, &y, batch, seq, 1.0));
+                spans.push((t, Instant::now()));
+            }
+            spans
+        });
+        let start = Instant::now();
+        let s = all_reduces(comm, bytes, repeats);
+        let end = Instant::now();
+        stop.store(true, Ordering::Relaxed);
+        (s, computing.join().expect("the overlap's compute thread"), (start, end))
+    });
+    let inside = spans.iter().filter(|(a, b)| *a >= window.0 && *b <= window.1);
+    let compute_overlapped = Samples(inside.map(|(a, b)| (*b - *a).as_secs_f64()).collect());
+    Overlap { bytes, members, comm_alone, comm_overlapped, compute_overlapped }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn factors_are_overlapped_over_alone_and_never_below_one() {
+        let o = Overlap {
+            bytes: 4,
+            members: 2,
+            comm_alone: Samples(vec![1.0, 2.0, 3.0]),
+            comm_overlapped: Samples(vec![2.5, 2.0, 3.0]),
+            compute_overlapped: Samples(vec![0.3, 0.2, 0.1]),
+        };
+        // Medians: comm 2.5 / 2 = 1.25; compute 0.2 / 0.1 = 2.
+        assert_eq!(o.comm_factor(), 1.25);
+        assert_eq!(o.compute_factor(&Samples(vec![0.1, 0.1, 0.2])), 2.0);
+        // Faster while overlapped is noise: 1.
+        assert_eq!(o.compute_factor(&Samples(vec![1.0])), 1.0);
+    }
+
+    #[test]
+    fn overlap_is_measured_on_a_communicator_of_one() {
+        // A group of one: the all-reduce is a no-op, but the threads, the
+        // window and the samples are exercised.
+        let mut g = crate::comm::LocalGroup::new(1).pop().expect("one member");
+        let model = GptConfig::gpt2(37, 16, 1, 2, 8);
+        let o = measure(&mut g, &model, (2, 8), 1 << 20, 3);
+        assert_eq!((o.comm_alone.0.len(), o.comm_overlapped.0.len(), o.members), (3, 3, 1));
+        assert!(o.compute_overlapped.0.iter().all(|&s| s > 0.0));
+    }
+}
