@@ -3,8 +3,9 @@
 //! all-reduce timed alone and then while a second thread of the same rank
 //! computes micro-batches back to back, as ACCO, CO2 and streaming DiLoCo
 //! run them. On CPU workers the network stack and MPI's progress share the
-//! cores with the math (issue 29: ACCO's rounds 21% longer than modelled
-//! over a shaped 100 Mbit/s link, its micro-batches 25% slower).
+//! cores with the math (issue 29: over a shaped 100 Mbit/s link the
+//! simulator's ACCO rounds were 21% shorter than the real ones, whose
+//! micro-batches ran 25% slower than those of the methods that block).
 //!
 //! Only under MPI: in one process the "link" is a memory copy on the same
 //! cores, which says nothing about a network. Every rank calls [`measure`].

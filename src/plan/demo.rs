@@ -30,6 +30,7 @@ use crate::comm::link::Op;
 use crate::comm::payload::SparseLayout;
 use crate::model::ParamLayout;
 use crate::optim::dct::{Dct, Piece};
+use crate::runtime::sim::Interference;
 use crate::runtime::{Group, Work};
 use crate::strategy::detonation::demo::pairs_per_chunk;
 use crate::strategy::detonation::settings::{DemoSettings, InnerKind, ReplicatorKind};
@@ -221,8 +222,8 @@ pub(super) fn timing(net: &Net, c: &Costing, s: &DemoSettings, flex: bool) -> Re
         exposed_s: (round_s - compute).max(0.0),
         bytes_intra: x.intra,
         bytes_inter: x.inter,
-        // Interference behind the micro-batches is spread evenly here, whole micro-batches in sim.
-        exact: g.exact && !periodic && !(s.overlap && c.spec.interference != crate::runtime::sim::Interference::NONE),
+        // With interference behind the micro-batches: approximate, as plan/time.rs says.
+        exact: g.exact && !periodic && !(s.overlap && c.spec.interference != Interference::NONE),
         rule: format!("{bound}{how}{diloco}"),
     })
 }

@@ -8,7 +8,7 @@
 use super::{Costing, ModelSpec, Precision};
 use crate::comm::WireDtype;
 use crate::runtime::cluster::ClusterProfile;
-use crate::runtime::sim::{Interference, SimSpec};
+use crate::runtime::sim::SimSpec;
 use crate::runtime::Topology;
 use crate::strategy::Method;
 use anyhow::{bail, Context, Result};
@@ -81,7 +81,7 @@ pub fn costing(model: &ModelSpec, profile: &ClusterProfile, k: &Knobs) -> Result
             topology: Topology { workers, per_node: profile.workers_per_node, server: false },
             memory_bytes_per_s: profile.work_rates().0,
             flops_per_s: profile.work_rates().1,
-            interference: profile.device.as_ref().map_or(Interference::NONE, |d| d.interference()),
+            interference: profile.interference(),
             start: Vec::new(),
             parallel: true,
         },

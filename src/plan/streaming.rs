@@ -25,6 +25,7 @@
 use super::net::{Net, Timing, Xfer};
 use super::Costing;
 use crate::comm::link::Op;
+use crate::runtime::sim::Interference;
 use crate::runtime::{Group, Work};
 use crate::strategy::diloco::fragments::Fragments;
 use crate::strategy::StreamingSettings;
@@ -98,7 +99,7 @@ pub(super) fn timing(net: &Net, c: &Costing, s: &StreamingSettings) -> Result<Ti
     let gap = s.h / s.fragments.max(1) as u64;
     let exact = c.layout.is_some()
         && !s.same_offset
-        && (s.overlap() == 0 || (s.overlap() < gap && c.spec.interference == crate::runtime::sim::Interference::NONE));
+        && (s.overlap() == 0 || (s.overlap() < gap && c.spec.interference == Interference::NONE));
     let rule = format!(
         "{}up to tau = {} inner steps per fragment: each of the {} fragments' outer gradients runs behind the next tau steps, the rest is exposed; peak {:.0} bytes per synchronisation (the largest fragment), {:.0} per round",
         if s.eager { "eager updates (a stand-in step while the average travels, corrected when it lands); " } else { "" },

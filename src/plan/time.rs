@@ -44,11 +44,11 @@ fn shard_step(net: &Net, c: &Costing) -> f64 {
 
 /// A stage of dpu / acco-wp / acco: micro-batches are computed while the
 /// round runs, checked after each one (at least one); or exactly `k`,
-/// then a wait. `r` is the round's link time (each collective slowed by
-/// the interference, as its members compute), `work` its optimizer step on
-/// the communication lane. Returns (seconds, micro-batches, seconds of one).
-fn accumulate_while(net: &Net, c: &Costing, r: &Xfer, work: f64) -> (f64, f64, f64) {
-    let f = c.spec.interference;
+/// then a wait. `r` is the sharded round: its collectives are slowed by
+/// the interference (their members compute), not its optimizer step on the
+/// communication lane. Returns (seconds, micro-batches, seconds of one).
+fn accumulate_while(net: &Net, c: &Costing, r: &Xfer) -> (f64, f64, f64) {
+    let (f, work) = (c.spec.interference, shard_step(net, c));
     let (mb, r) = (net.mb() * f.compute, (r.s - work) * f.comm + work);
     let (s, k) = match c.fixed_micro_batches {
         Some(k) => ((k as f64 * mb).max(r), k as f64),
@@ -84,9 +84,10 @@ pub fn timing(method: &Method, c: &Costing) -> Result<Timing> {
         exact: true,
         rule: rule.to_string(),
     };
-    // With interference, a transfer behind inner steps slows the micro-batches
-    // that start inside it, whole (sim/spec.rs): the closed form spreads it
-    // evenly, so it is close to the simulator but not equal.
+    // With interference, a transfer behind inner steps slows, whole, each
+    // inner step that starts inside it (sim/spec.rs); the closed form
+    // assumes the steps line up with the transfer's start as in steady
+    // state, so it is called approximate (tests_sim finds it equal there).
     let approx = |mut t: Timing| {
         t.exact = ov == Interference::NONE;
         t
@@ -113,14 +114,14 @@ pub fn timing(method: &Method, c: &Costing) -> Result<Timing> {
         // One round per step, micro-batches computed while it runs (one step stale).
         Method::Dpu(_) | Method::AccoWp => {
             let r = sharded_round(&net, c, true);
-            let (s, mbs, one) = accumulate_while(&net, c, &r, shard_step(&net, c));
+            let (s, mbs, one) = accumulate_while(&net, c, &r);
             let rule = "all: micro-batches are computed while the round runs (>= 1, so at least one micro-batch per round); the first round (dpu: after its warmup) adds one micro-batch";
             t(s, 1, mbs, mbs * one, r, rule)
         }
         // Two stages per step, each hiding one sharded round.
         Method::Acco => {
             let r = sharded_round(&net, c, true);
-            let (s, mbs, one) = accumulate_while(&net, c, &r, shard_step(&net, c));
+            let (s, mbs, one) = accumulate_while(&net, c, &r);
             let rule = "all: each of the two stages computes micro-batches while its round runs; one extra micro-batch at the start";
             t(2.0 * s, 1, 2.0 * mbs, 2.0 * mbs * one, r.times(2.0), rule)
         }

@@ -203,6 +203,12 @@ impl ClusterProfile {
         self.device.as_ref().map_or((None, None), DeviceProfile::work_rates)
     }
 
+    /// How overlapped computation and communication slow each other
+    /// ([`DeviceProfile::interference`]; none without `[device]`).
+    pub fn interference(&self) -> Interference {
+        self.device.as_ref().map_or(Interference::NONE, DeviceProfile::interference)
+    }
+
     /// Number of workers: `nodes * workers_per_node`.
     pub fn workers(&self) -> usize {
         self.nodes * self.workers_per_node
@@ -286,7 +292,7 @@ impl ClusterProfile {
             topology: crate::runtime::Topology { workers: p, per_node: self.workers_per_node, server: false },
             memory_bytes_per_s: self.work_rates().0,
             flops_per_s: self.work_rates().1,
-            interference: self.device.as_ref().map_or(Interference::NONE, DeviceProfile::interference),
+            interference: self.interference(),
             start: Vec::new(),
             parallel: true,
         })
