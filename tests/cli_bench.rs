@@ -46,5 +46,5 @@ fn bench_comm_reports_the_size_it_was_given() {
 fn bench_help_names_every_preset_it_takes() {
     let out = lowcomm(&["bench", "--help"]);
     let help = String::from_utf8_lossy(&out.stdout);
-    assert!(help.contains("nano (32 x 64), micro (16 x 128) or small (8 x 256)"), "{help}");
+    assert!(help.contains("nano (32 x 64), micro (16 x 128), small (8 x 256) or gpt2 (2 x 1024)"), "{help}");
 }

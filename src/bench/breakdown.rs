@@ -94,7 +94,8 @@ pub fn run(preset: &str, steps: usize, warmup: usize) -> Result<(Vec<Row>, f64)>
         tm.mark("zero grads");
         model.forward_backward(&x, &y, b, t, 1.0);
         let mut tm = Timer::start();
-        opt.step(&mut model.params, &model.grads, 1e-3, &decay);
+        let (params, grads) = model.params_and_grads();
+        opt.step(params, grads, 1e-3, &decay);
         tm.mark("optimizer (AdamW)");
         if s >= warmup {
             total += t0.elapsed().as_secs_f64();

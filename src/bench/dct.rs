@@ -68,10 +68,11 @@ pub fn run(preset: &str, steps: usize, warmup: usize) -> Result<DctBench> {
         let t0 = Instant::now();
         model.zero_grads();
         model.forward_backward(&x, &y, b, t, 1.0);
-        opt.step(&mut model.params, &model.grads, 1e-3, &decay);
+        let (params, grads) = model.params_and_grads();
+        opt.step(params, grads, 1e-3, &decay);
         let step = t0.elapsed().as_secs_f64();
         let t0 = Instant::now();
-        let ex = rep.fold(s as u64, 1e-3, &model.grads);
+        let ex = rep.fold(s as u64, 1e-3, model.grads());
         let enc = t0.elapsed().as_secs_f64();
         let Exchange::Gather { group, input, mut output } = ex else { unreachable!("DeMo gathers") };
         for m in 0..members {
@@ -92,10 +93,10 @@ pub fn run(preset: &str, steps: usize, warmup: usize) -> Result<DctBench> {
     let (mut gemm_t, mut loops_t) = (Vec::new(), Vec::new());
     for _ in 0..3 {
         let t0 = Instant::now();
-        dct.forward(&model.grads, &mut out, &mut scratch);
+        dct.forward(model.grads(), &mut out, &mut scratch);
         gemm_t.push(t0.elapsed().as_secs_f64());
         let t0 = Instant::now();
-        forward_loops(&pieces, &model.grads, &mut scratch);
+        forward_loops(&pieces, model.grads(), &mut scratch);
         loops_t.push(t0.elapsed().as_secs_f64());
     }
     let worst = out.iter().zip(&scratch).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);

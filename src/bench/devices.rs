@@ -5,6 +5,7 @@
 //!
 //!   lowcomm bench --preset micro --device native,cpu      (a `--features torch` build)
 
+use super::StepConfig;
 use crate::model::ComputeDevice;
 use anyhow::{bail, Context, Result};
 use std::process::Command;
@@ -24,11 +25,16 @@ fn field(line: &str, key: &str) -> Result<f64> {
     v.with_context(|| format!("no {key} in `{line}`"))?.parse().with_context(|| format!("{key} in `{line}`"))
 }
 
-/// `lowcomm bench --what step --device D` in a child process.
-fn measure(preset: &str, steps: usize, warmup: usize, device: ComputeDevice) -> Result<DeviceResult> {
+/// `lowcomm bench --what step` of `step` in a child process.
+fn measure(step: &StepConfig, steps: usize, warmup: usize) -> Result<DeviceResult> {
     let exe = std::env::current_exe().context("this binary's path")?;
-    let args = ["bench", "--preset", preset, "--steps", &steps.to_string(), "--warmup", &warmup.to_string()];
-    let out = Command::new(exe).args(args).args(["--device", &device.to_string()]).output()?;
+    let args = ["bench", "--preset", &step.preset, "--steps", &steps.to_string(), "--warmup", &warmup.to_string()];
+    let mut cmd = Command::new(exe);
+    cmd.args(args).args(["--device", &step.device.to_string(), "--precision", &step.precision.to_string()]);
+    if let Some(b) = step.batch {
+        cmd.args(["--batch", &b.to_string()]);
+    }
+    let (device, out) = (step.device, cmd.output()?);
     let text = String::from_utf8_lossy(&out.stdout);
     if !out.status.success() {
         bail!("bench on --device {device} failed: {}", String::from_utf8_lossy(&out.stderr).trim());
@@ -41,13 +47,14 @@ fn measure(preset: &str, steps: usize, warmup: usize, device: ComputeDevice) -> 
     })
 }
 
-/// Every device measured twice (A B B A), the faster run of each kept.
-pub fn run(preset: &str, steps: usize, warmup: usize, devices: &[ComputeDevice]) -> Result<Vec<DeviceResult>> {
+/// `step` on every device, each measured twice (A B B A), the faster run
+/// of each kept.
+pub fn run(step: &StepConfig, steps: usize, warmup: usize, devices: &[ComputeDevice]) -> Result<Vec<DeviceResult>> {
     let mut best = vec![DeviceResult::default(); devices.len()];
     let order: Vec<usize> = (0..devices.len()).chain((0..devices.len()).rev()).collect();
     for i in order {
-        eprintln!("bench: {preset} on --device {} ...", devices[i]);
-        let r = measure(preset, steps, warmup, devices[i])?;
+        eprintln!("bench: {} on --device {} ...", step.preset, devices[i]);
+        let r = measure(&StepConfig { device: devices[i], ..step.clone() }, steps, warmup)?;
         eprintln!("  {:.0} tok/s, peak {:.0} MB", r.tokens_per_s, r.peak_rss_mb);
         if r.tokens_per_s > best[i].tokens_per_s {
             best[i] = r;

@@ -14,7 +14,7 @@ pub mod devices;
 pub mod server;
 pub mod sim_parallel;
 
-use crate::model::{ComputeDevice, Gpt, GptConfig};
+use crate::model::{ComputeDevice, ComputePrecision, Gpt, GptConfig};
 use crate::optim::{AdamW, AdamWConfig, DecaySegments, Optimizer};
 use anyhow::{bail, Result};
 use rand::{Rng, SeedableRng};
@@ -28,6 +28,12 @@ pub struct BenchResult {
     pub seq: usize,
     pub params: usize,
     pub median_step_s: f64,
+    /// Median forward + backward (on libtorch: the parameters' upload
+    /// and the device's work, waited for).
+    pub median_fwd_bwd_s: f64,
+    /// Median of the rest, the host's work: the gradient's download (on
+    /// libtorch) and the AdamW step on the host buffers.
+    pub median_host_s: f64,
     pub tokens_per_s: f64,
     /// Achieved model FLOP/s (6N + attention per token).
     pub gflops: f64,
@@ -37,22 +43,45 @@ pub struct BenchResult {
     pub loss_last: f32,
 }
 
-/// The benchmark's shapes: `micro` at 16 x 128, `small` at 8 x 256.
+/// The benchmark's shapes, 2048 tokens per step: `micro` at 16 x 128,
+/// `small` at 8 x 256, `nano` at 32 x 64, `gpt2` at 2 x 1024.
 pub fn bench_shape(preset: &str) -> Result<(GptConfig, usize)> {
     Ok(match preset {
         "micro" => (GptConfig::micro(), 16),
         "small" => (GptConfig::small(), 8),
         "nano" => (GptConfig::nano(), 32),
-        other => bail!("no benchmark shape for preset `{other}`: use micro or small (or nano)"),
+        "gpt2" => (GptConfig::gpt2_small(), 2),
+        other => bail!("no benchmark shape for preset `{other}`: use micro or small (or nano, gpt2)"),
     })
 }
 
-/// Time `steps` training steps after `warmup` untimed ones, the model's
-/// math on `device`.
-pub fn run(preset: &str, steps: usize, warmup: usize, device: ComputeDevice) -> Result<BenchResult> {
-    let (cfg, b) = bench_shape(preset)?;
+/// What `--what step` times: a preset's training step, its math on a device.
+#[derive(Clone, Debug)]
+pub struct StepConfig {
+    /// A preset with a [`bench_shape`].
+    pub preset: String,
+    /// Sequences per step, instead of the shape's (a GPU wants more than
+    /// 2048 tokens).
+    pub batch: Option<usize>,
+    /// Where the model's math runs.
+    pub device: ComputeDevice,
+    /// In which precision.
+    pub precision: ComputePrecision,
+}
+
+impl StepConfig {
+    /// The preset's shape on the native kernels, in f32.
+    pub fn native(preset: &str) -> Self {
+        Self { preset: preset.into(), batch: None, device: ComputeDevice::Native, precision: ComputePrecision::F32 }
+    }
+}
+
+/// Time `steps` training steps after `warmup` untimed ones.
+pub fn run(step: &StepConfig, steps: usize, warmup: usize) -> Result<BenchResult> {
+    let (cfg, b) = bench_shape(&step.preset)?;
+    let b = step.batch.unwrap_or(b);
     let t = cfg.ctx;
-    let mut model = Gpt::new(cfg.clone(), 0)?.on_device(device)?;
+    let mut model = Gpt::new(cfg.clone(), 0)?.on(step.device, step.precision)?;
     let mut rng = rand_pcg::Pcg64::seed_from_u64(0);
     let data: Vec<u32> = (0..b * (t + 1)).map(|_| rng.random_range(0..cfg.vocab_size as u32)).collect();
     let (mut x, mut y) = (Vec::with_capacity(b * t), Vec::with_capacity(b * t));
@@ -62,29 +91,39 @@ pub fn run(preset: &str, steps: usize, warmup: usize, device: ComputeDevice) -> 
     }
     let mut opt = AdamW::new(AdamWConfig { beta1: 0.9, beta2: 0.95, eps: 1e-8, weight_decay: 0.1 }, model.num_params());
     let decay = DecaySegments::new(model.layout.decay_ranges());
-    let mut times = Vec::new();
+    let (mut times, mut fwd_bwd, mut host) = (Vec::new(), Vec::new(), Vec::new());
     let mut losses = Vec::new();
     for s in 0..warmup + steps {
         let t0 = Instant::now();
         model.zero_grads();
+        // The loss is a host value: on a GPU, reading it waits for the backward.
         let loss = model.forward_backward(&x, &y, b, t, 1.0);
-        opt.step(&mut model.params, &model.grads, 1e-3, &decay);
-        let dt = t0.elapsed().as_secs_f64();
+        let t1 = Instant::now();
+        let (params, grads) = model.params_and_grads();
+        opt.step(params, grads, 1e-3, &decay);
+        let (dt, dh) = (t0.elapsed().as_secs_f64(), t1.elapsed().as_secs_f64());
         losses.push(loss);
         if s >= warmup {
             times.push(dt);
+            fwd_bwd.push(dt - dh);
+            host.push(dh);
         }
         eprintln!("step {s} loss {loss:.4} time {dt:.3}s");
     }
-    times.sort_by(f64::total_cmp);
-    let med = times[times.len() / 2];
+    let median = |v: &mut Vec<f64>| {
+        v.sort_by(f64::total_cmp);
+        v[v.len() / 2]
+    };
+    let med = median(&mut times);
     let tokens = (b * t) as f64;
     Ok(BenchResult {
-        preset: preset.into(),
+        preset: step.preset.clone(),
         batch: b,
         seq: t,
         params: model.num_params(),
         median_step_s: med,
+        median_fwd_bwd_s: median(&mut fwd_bwd),
+        median_host_s: median(&mut host),
         tokens_per_s: tokens / med,
         gflops: cfg.flops_per_token() * tokens / med / 1e9,
         peak_rss_mb: peak_rss_mb(),
@@ -135,7 +174,8 @@ pub fn sim_overhead(preset: &str, steps: u64) -> Result<(f64, f64)> {
         for s in 0..steps {
             w.model.zero_grads();
             w.micro_batch(1.0);
-            opt.step(&mut w.model.params, &w.model.grads, plan.schedule.lr(s), &plan.decay);
+            let (params, grads) = w.model.params_and_grads();
+            opt.step(params, grads, plan.schedule.lr(s), &plan.decay);
         }
         raw = raw.min(t0.elapsed().as_secs_f64());
         drop(w);

@@ -67,7 +67,7 @@ pub fn apply_time(preset: &str, outer: OuterKind, steps: usize, warmup: usize) -
 /// and small with both outer optimizers, each against one micro worker's
 /// round of H steps timed in this run.
 pub fn run(steps: usize, warmup: usize) -> Result<Vec<String>> {
-    let worker = crate::bench::run("micro", steps.max(1), warmup, crate::model::ComputeDevice::Native)?;
+    let worker = crate::bench::run(&crate::bench::StepConfig::native("micro"), steps.max(1), warmup)?;
     let round_s = H as f64 * worker.median_step_s;
     let mut lines = Vec::new();
     for preset in ["micro", "small"] {

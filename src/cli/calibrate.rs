@@ -18,7 +18,7 @@ pub struct CalibrateArgs {
     /// Replace --out if it exists.
     #[arg(long)]
     pub force: bool,
-    /// Model preset timed: nano, micro, small, llama-nano, llama-micro, llama-small [default: train's, nano].
+    /// Model preset timed: nano, micro, small, llama-nano, llama-micro, llama-small, gpt2 [default: train's, nano].
     #[arg(long)]
     pub preset: Option<String>,
     /// Sequences per micro-batch [default: train's, 16].

@@ -257,6 +257,8 @@ fn check_bench_flags(a: &BenchArgs) -> Result<()> {
         (a.backend.is_some(), "--backend", "comm"),
         (a.breakdown, "--breakdown", "step"),
         (!a.device.is_empty(), "--device", "step"),
+        (a.precision.is_some(), "--precision", "step"),
+        (a.batch.is_some(), "--batch", "step"),
     ];
     if let Some((_, flag, what)) = only.iter().find(|(given, _, what)| *given && *what != a.what) {
         anyhow::bail!("{flag} applies to --what {what} only, not to --what {}: drop it, or use --what {what}", a.what);
@@ -328,24 +330,31 @@ pub fn bench(a: BenchArgs) -> Result<()> {
         }
         other => anyhow::bail!("unknown benchmark `{other}`: use --what step, comm, sim, sim-parallel, dct or server"),
     }
+    let step = crate::bench::StepConfig {
+        preset: a.preset.clone(),
+        batch: a.batch,
+        device: a.device.first().copied().unwrap_or_default(),
+        precision: a.precision.unwrap_or_default(),
+    };
     if a.device.len() > 1 {
-        let results = crate::bench::devices::run(&a.preset, a.steps, warmup, &a.device)?;
+        let results = crate::bench::devices::run(&step, a.steps, warmup, &a.device)?;
         crate::bench::devices::lines(&a.preset, &a.device, &results).iter().for_each(|l| println!("{l}"));
         return Ok(());
     }
-    let device = a.device.first().copied().unwrap_or_default();
+    let device = step.device;
     device.check_available()?;
+    step.precision.check_for(device)?;
     let host = crate::bench::breakdown::Host::probe()?;
     if a.breakdown {
         let (rows, step_s) = crate::bench::breakdown::run(&a.preset, a.steps, warmup)?;
         println!("Per-kernel time of one `{}` step (mean of {} profiled steps):\n", a.preset, a.steps);
         println!("{}", crate::bench::breakdown::table(&rows, step_s));
     }
-    let r = crate::bench::run(&a.preset, a.steps, warmup, device)?;
+    let r = crate::bench::run(&step, a.steps, warmup)?;
     println!("{}", host.line(r.gflops));
     println!(
-        "RESULT lib=lowcomm device={device} preset={} batch={}x{} params={} median_step_s={:.4} tok_per_s={:.0} gflops={:.1} peak_rss_mb={:.0} loss_first={:.4} loss_last={:.4}",
-        r.preset, r.batch, r.seq, r.params, r.median_step_s, r.tokens_per_s, r.gflops, r.peak_rss_mb, r.loss_first, r.loss_last
+        "RESULT lib=lowcomm device={device} precision={} preset={} batch={}x{} params={} median_step_s={:.4} fwd_bwd_s={:.4} host_s={:.4} tok_per_s={:.0} gflops={:.1} peak_rss_mb={:.0} loss_first={:.4} loss_last={:.4}",
+        step.precision, r.preset, r.batch, r.seq, r.params, r.median_step_s, r.median_fwd_bwd_s, r.median_host_s, r.tokens_per_s, r.gflops, r.peak_rss_mb, r.loss_first, r.loss_last
     );
     Ok(())
 }

@@ -14,7 +14,7 @@ mod tune;
 pub use tune::TuneArgs;
 mod values;
 
-use crate::model::ComputeDevice;
+use crate::model::{ComputeDevice, ComputePrecision};
 pub use calibrate::CalibrateArgs;
 use clap::{Args, Parser, Subcommand};
 use std::path::PathBuf;
@@ -211,7 +211,7 @@ pub struct TrainArgs {
     /// TOML run configuration (every key: configs/README.md). Flags below override it.
     #[arg(long)]
     pub config: Option<PathBuf>,
-    /// Model preset: nano, micro, small, llama-nano, llama-micro, llama-small.
+    /// Model preset: nano, micro, small, llama-nano, llama-micro, llama-small, gpt2 (124M, for accelerators).
     #[arg(long)]
     pub preset: Option<String>,
     // Shape flags over the preset's (--arch, --vocab-size, --n-layer, --n-embd,
@@ -258,6 +258,11 @@ pub struct TrainArgs {
     /// (docs/torch.md).
     #[arg(long)]
     pub device: Option<ComputeDevice>,
+    /// Precision of the model's math: f32 (default) or bf16 (libtorch
+    /// devices only: bf16 forward and backward, f32 master weights and
+    /// optimizer; docs/torch.md).
+    #[arg(long, value_parser = precision_parser())]
+    pub precision: Option<ComputePrecision>,
     /// Evaluate every N steps.
     #[arg(long, allow_negative_numbers = true, value_parser = values::count_u64)]
     pub eval_every: Option<u64>,
@@ -480,7 +485,7 @@ pub struct ExportArgs {
 
 #[derive(Args, Debug)]
 pub struct BenchArgs {
-    /// nano (32 x 64), micro (16 x 128) or small (8 x 256): 2048 tokens per step.
+    /// nano (32 x 64), micro (16 x 128), small (8 x 256) or gpt2 (2 x 1024): 2048 tokens per step.
     #[arg(long, default_value = "micro")]
     pub preset: String,
     /// Timed steps (the median is reported; `--what comm`: timed iterations), at least 1.
@@ -517,6 +522,20 @@ pub struct BenchArgs {
     /// libtorch devices need a build with --features torch [default: native].
     #[arg(long, value_delimiter = ',')]
     pub device: Vec<ComputeDevice>,
+    /// `--what step`: the math's precision, f32 or bf16 (libtorch devices) [default: f32].
+    #[arg(long, value_parser = precision_parser())]
+    pub precision: Option<ComputePrecision>,
+    /// `--what step`: sequences per step instead of the preset's 2048
+    /// tokens (a GPU wants more), at least 1.
+    #[arg(long, allow_negative_numbers = true, value_parser = values::positive_usize)]
+    pub batch: Option<usize>,
+}
+
+/// `--precision`: one of a fixed list, which help shows.
+fn precision_parser() -> impl clap::builder::TypedValueParser<Value = ComputePrecision> {
+    use clap::builder::TypedValueParser;
+    clap::builder::PossibleValuesParser::new(["f32", "bf16"])
+        .map(|s| s.parse::<ComputePrecision>().expect("one of the listed values"))
 }
 
 impl BenchArgs {

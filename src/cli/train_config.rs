@@ -96,6 +96,7 @@ fn apply_flags(mut cfg: RunConfig, a: &TrainArgs) -> Result<RunConfig> {
         t.init_from_hf = a.init_from_hf.clone();
     }
     set!(a.device, t.device);
+    set!(a.precision, t.precision);
     if a.checkpoint_every.is_some() {
         t.checkpoint_every = a.checkpoint_every;
     }

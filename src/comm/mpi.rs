@@ -111,6 +111,8 @@ pub struct MpiProcess {
     poll: Poll,
     /// Ranks sharing memory (the machine) with this one, found once at init.
     local_ranks: usize,
+    /// This rank's place among them (0 to `local_ranks - 1`).
+    local_rank: usize,
     // Dropped last: MPI_Finalize.
     _universe: Universe,
 }
@@ -126,8 +128,9 @@ impl MpiProcess {
             bail!("the MPI library grants only {threading:?} threading; lowcomm needs at least MPI_THREAD_SERIALIZED (MPICH and OpenMPI builds from Debian grant MULTIPLE)");
         }
         let world = universe.world();
-        let local_ranks = world.split_shared(world.rank()).size() as usize;
-        Ok(MpiProcess { world, threading, poll, local_ranks, _universe: universe })
+        let machine = world.split_shared(world.rank());
+        let (local_ranks, local_rank) = (machine.size() as usize, machine.rank() as usize);
+        Ok(MpiProcess { world, threading, poll, local_ranks, local_rank, _universe: universe })
     }
 
     /// This process's rank.
@@ -166,6 +169,13 @@ impl MpiProcess {
     /// Ranks sharing memory (the machine) with this one, as MPI sees it.
     pub fn local_ranks(&self) -> usize {
         self.local_ranks
+    }
+
+    /// This rank's place among the ranks on its machine: the GPU it takes
+    /// under `--device cuda` (`cuda:(local rank mod GPUs)`), whatever the
+    /// job's rank numbering across machines.
+    pub fn local_rank(&self) -> usize {
+        self.local_rank
     }
 
     /// Whether `per_node` ranks per node make a real two-tier topology

@@ -124,6 +124,13 @@ impl GptConfig {
     pub fn small() -> Self {
         Self::gpt2(4096, 512, 6, 8, 256)
     }
+    /// `gpt2`: GPT-2 small, vocab 50257, d 768, 12 layers, 12 heads, ctx
+    /// 1024 (124,439,808 params, Hugging Face's count for `gpt2`): for
+    /// runs on accelerators (docs/torch.md); the default corpus trains a
+    /// tokenizer of the full 50257 tokens.
+    pub fn gpt2_small() -> Self {
+        Self::gpt2(50257, 768, 12, 12, 1024)
+    }
     /// The Llama-style model of a GPT-2 shape: same vocab, width, depth,
     /// heads and context, `n_head / 2` key/value heads (grouped-query
     /// attention), Llama's MLP width rule, tied head.
@@ -154,7 +161,8 @@ impl GptConfig {
     }
 
     /// Names of the presets, for help texts and errors.
-    pub const PRESETS: [&'static str; 6] = ["nano", "micro", "small", "llama-nano", "llama-micro", "llama-small"];
+    pub const PRESETS: [&'static str; 7] =
+        ["nano", "micro", "small", "llama-nano", "llama-micro", "llama-small", "gpt2"];
 
     /// Look a preset up by name.
     pub fn preset(name: &str) -> Result<Self> {
@@ -165,6 +173,7 @@ impl GptConfig {
             "llama-nano" => Self::llama_nano(),
             "llama-micro" => Self::llama_micro(),
             "llama-small" => Self::llama_small(),
+            "gpt2" => Self::gpt2_small(),
             other => bail!("unknown model preset `{other}`: choose one of {}", Self::PRESETS.join(", ")),
         })
     }

@@ -70,6 +70,71 @@ impl ComputeDevice {
     }
 }
 
+/// The precision of the model's math (in TOML as its name: `precision =
+/// "bf16"`). The host buffers the strategies see (parameters, gradients,
+/// optimizer state) are f32 either way: `bf16` is mixed precision with f32
+/// master weights.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(try_from = "String", into = "String")]
+pub enum ComputePrecision {
+    /// Everything in f32 (the native kernels' only precision).
+    #[default]
+    F32,
+    /// libtorch only: the forward and backward in bf16 (the parameters cast
+    /// from the f32 ones each pass; norms accumulate in f32 inside
+    /// libtorch's kernels), the loss in f32, the gradient back in f32.
+    Bf16,
+}
+
+impl ComputePrecision {
+    /// Refuses bf16 on the native kernels, with the fix.
+    pub fn check_for(self, device: ComputeDevice) -> Result<()> {
+        if self == ComputePrecision::Bf16 && !device.is_torch() {
+            bail!("--precision bf16 needs a libtorch device (--device cpu or cuda): the native kernels compute in f32 only; drop --precision or pass --precision f32");
+        }
+        Ok(())
+    }
+}
+
+/// For `skip_serializing_if`: an f32 run's config.toml does not mention it.
+pub fn is_f32(p: &ComputePrecision) -> bool {
+    *p == ComputePrecision::F32
+}
+
+impl FromStr for ComputePrecision {
+    type Err = anyhow::Error;
+
+    fn from_str(s: &str) -> Result<Self> {
+        Ok(match s {
+            "f32" => ComputePrecision::F32,
+            "bf16" => ComputePrecision::Bf16,
+            _ => bail!("unknown precision `{s}`: f32 (the default) or bf16 (libtorch devices)"),
+        })
+    }
+}
+
+impl fmt::Display for ComputePrecision {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(match self {
+            ComputePrecision::F32 => "f32",
+            ComputePrecision::Bf16 => "bf16",
+        })
+    }
+}
+
+impl TryFrom<String> for ComputePrecision {
+    type Error = anyhow::Error;
+    fn try_from(s: String) -> Result<Self> {
+        s.parse()
+    }
+}
+
+impl From<ComputePrecision> for String {
+    fn from(p: ComputePrecision) -> String {
+        p.to_string()
+    }
+}
+
 /// For `skip_serializing_if`: a native run's config.toml does not mention it.
 pub fn is_native(d: &ComputeDevice) -> bool {
     *d == ComputeDevice::Native
@@ -130,17 +195,55 @@ impl Gpt {
     /// the host buffers). Refuses a libtorch device in a binary without the
     /// `torch` feature, CUDA where libtorch sees none, and dropout on
     /// libtorch, each with the fix.
-    pub fn on_device(mut self, device: ComputeDevice) -> Result<Self> {
+    pub fn on_device(self, device: ComputeDevice) -> Result<Self> {
+        self.on(device, ComputePrecision::F32)
+    }
+
+    /// [`Gpt::on_device`] computing in `precision` (bf16: libtorch only,
+    /// refused natively with the fix).
+    pub fn on(mut self, device: ComputeDevice, precision: ComputePrecision) -> Result<Self> {
         device.check_for(&self.cfg)?;
+        precision.check_for(device)?;
         #[cfg(feature = "torch")]
         {
+            self.sync_grads();
             self.torch = match device {
                 ComputeDevice::Native => None,
-                d => Some(Box::new(super::torch::TorchGpt::new(&self.cfg, d)?)),
+                d => Some(Box::new(super::torch::TorchGpt::new(&self.cfg, d, precision)?)),
             };
         }
         self.device = device;
         Ok(self)
+    }
+
+    /// The gradient accumulated since [`Gpt::zero_grads`]. On libtorch the
+    /// micro-batches accumulate on the device (one transfer per optimizer
+    /// step, not per micro-batch); this brings their sum to the host first.
+    pub fn grads(&mut self) -> &[f32] {
+        self.sync_grads();
+        &self.grads
+    }
+
+    /// [`Gpt::grads`], writable (clipping, an all-reduce in place).
+    pub fn grads_mut(&mut self) -> &mut Vec<f32> {
+        self.sync_grads();
+        &mut self.grads
+    }
+
+    /// The parameters and the accumulated gradient at once, for an
+    /// optimizer step (`opt.step(params, grads, ..)`).
+    pub fn params_and_grads(&mut self) -> (&mut [f32], &mut [f32]) {
+        self.sync_grads();
+        (&mut self.params, &mut self.grads)
+    }
+
+    /// Adds the device's pending gradient into the host's (nothing to do
+    /// natively, where the backward writes the host buffer itself).
+    fn sync_grads(&mut self) {
+        #[cfg(feature = "torch")]
+        if let Some(torch) = &mut self.torch {
+            torch.take_grads_into(&mut self.grads);
+        }
     }
 
     #[cfg(feature = "torch")]
@@ -153,6 +256,18 @@ impl Gpt {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn precisions_parse_print_and_bf16_is_refused_natively() {
+        for s in ["f32", "bf16"] {
+            assert_eq!(s.parse::<ComputePrecision>().unwrap().to_string(), s);
+        }
+        assert!("fp16".parse::<ComputePrecision>().unwrap_err().to_string().contains("f32 (the default) or bf16"));
+        let e = ComputePrecision::Bf16.check_for(ComputeDevice::Native).unwrap_err().to_string();
+        assert!(e.contains("--precision bf16 needs a libtorch device") && e.contains("--precision f32"), "{e}");
+        ComputePrecision::Bf16.check_for(ComputeDevice::TorchCpu).unwrap();
+        ComputePrecision::F32.check_for(ComputeDevice::Native).unwrap();
+    }
 
     #[test]
     fn devices_parse_print_and_spread_over_gpus() {

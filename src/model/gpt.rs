@@ -35,7 +35,9 @@ pub struct Gpt {
     /// All parameters, flat, in `layout` order.
     pub params: Vec<f32>,
     /// All gradients, same layout; accumulate until [`Gpt::zero_grads`].
-    pub grads: Vec<f32>,
+    /// Read through [`Gpt::grads`] and the like (device.rs): on libtorch the
+    /// micro-batches accumulate on the device, and those bring the sum here.
+    pub(super) grads: Vec<f32>,
     /// Dropout's random stream (part of a checkpoint's state).
     pub dropout_rng: Pcg64,
     acts: Activations,
@@ -103,9 +105,14 @@ impl Gpt {
         self.layout.len
     }
 
-    /// Reset the gradient accumulators to zero.
+    /// Reset the gradient accumulators to zero (the host's and, on
+    /// libtorch, the device's).
     pub fn zero_grads(&mut self) {
         self.grads.fill(0.0);
+        #[cfg(feature = "torch")]
+        if let Some(torch) = &mut self.torch {
+            torch.zero_grads();
+        }
     }
 
     /// Bytes of activation buffers currently held.
@@ -149,12 +156,13 @@ impl Gpt {
     }
 
     /// Forward and backward of `loss_scale x mean cross-entropy`; gradients
-    /// are ADDED to `self.grads` (micro-batch accumulation: pass
-    /// `loss_scale = 1 / micro_batches`). Returns the unscaled mean loss.
+    /// are ADDED to the accumulated gradient (micro-batch accumulation: pass
+    /// `loss_scale = 1 / micro_batches`; read the sum with [`Gpt::grads`]).
+    /// Returns the unscaled mean loss.
     pub fn forward_backward(&mut self, inputs: &[u32], targets: &[u32], b: usize, t: usize, loss_scale: f32) -> f32 {
         #[cfg(feature = "torch")]
         if let Some(torch) = &mut self.torch {
-            return torch.forward_backward(&self.params, &mut self.grads, inputs, targets, (b, t), loss_scale);
+            return torch.forward_backward(&self.params, inputs, targets, (b, t), loss_scale);
         }
         self.forward(inputs, b, t, true);
         let mut tm = Timer::start();

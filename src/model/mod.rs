@@ -17,6 +17,6 @@ mod tests;
 pub mod torch;
 
 pub use config::{Arch, GptConfig};
-pub use device::ComputeDevice;
+pub use device::{ComputeDevice, ComputePrecision};
 pub use gpt::Gpt;
 pub use layout::{ParamLayout, TensorSpec};

@@ -31,9 +31,9 @@ pub struct ModelSpec {
     pub gpt: Option<GptConfig>,
 }
 
-/// Well-known shapes, as Hugging Face config.json text (GPT-2 small, GPT-Neo-125M, Llama-2-7B).
-const HF_PRESETS: [(&str, &str); 3] = [
-    ("gpt2", r#"{"model_type":"gpt2","n_embd":768,"n_layer":12,"n_head":12,"vocab_size":50257,"n_positions":1024}"#),
+/// Well-known shapes, as Hugging Face config.json text (GPT-Neo-125M,
+/// Llama-2-7B; GPT-2 small is lowcomm's `gpt2` preset).
+const HF_PRESETS: [(&str, &str); 2] = [
     (
         "gpt-neo-125m",
         r#"{"model_type":"gpt_neo","hidden_size":768,"num_layers":12,"num_heads":12,"vocab_size":50257,"max_position_embeddings":2048}"#,

@@ -119,11 +119,14 @@ impl Inner {
         ctx.mark_round(step);
         let loss = accumulate(ctx, w, plan.grad_accum).await;
         if plan.grad_clip > 0.0 {
-            clip_global_norm(&mut w.model.grads, plan.grad_clip);
+            clip_global_norm(w.model.grads_mut(), plan.grad_clip);
         }
         let (m, opt) = (&mut w.model, &mut self.opt);
-        ctx.compute(Work::Optimizer { params: m.params.len() }, || opt.step(&mut m.params, &m.grads, lr, &plan.decay))
-            .await;
+        ctx.compute(Work::Optimizer { params: m.params.len() }, || {
+            let (params, grads) = m.params_and_grads();
+            opt.step(params, grads, lr, &plan.decay)
+        })
+        .await;
         self.steps += 1;
         j.step(ctx, step + 1, loss, plan.grad_accum as u64)
     }

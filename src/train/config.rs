@@ -17,7 +17,7 @@
 //! weight_decay = 0.1
 //! ```
 
-use crate::model::{Arch, ComputeDevice, GptConfig};
+use crate::model::{Arch, ComputeDevice, ComputePrecision, GptConfig};
 use crate::optim::{LrSchedule, OptimizerConfig};
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
@@ -145,6 +145,12 @@ pub struct TrainSection {
     /// Not part of a run's identity: a checkpoint resumes on either.
     #[serde(skip_serializing_if = "crate::model::device::is_native")]
     pub device: ComputeDevice,
+    /// The precision of the model's math (`--precision`): `f32` (the
+    /// default) or `bf16` (libtorch devices: bf16 forward and backward, f32
+    /// master weights, gradients and optimizer). Not part of a run's
+    /// identity, as `device`.
+    #[serde(skip_serializing_if = "crate::model::device::is_f32")]
+    pub precision: ComputePrecision,
 }
 
 impl Default for TrainSection {
@@ -167,6 +173,7 @@ impl Default for TrainSection {
             init_from: None,
             init_from_hf: None,
             device: ComputeDevice::Native,
+            precision: ComputePrecision::F32,
         }
     }
 }
@@ -413,6 +420,7 @@ impl RunConfig {
         );
         anyhow::ensure!(t.grad_clip >= 0.0, "train.grad_clip must be >= 0 (0 disables clipping)");
         t.device.check_for(&model)?;
+        t.precision.check_for(t.device)?;
         let seq = self.seq_len(&model);
         anyhow::ensure!(
             seq >= 1 && seq <= model.ctx,

@@ -57,7 +57,7 @@ impl Trainer {
                     Some(params) => Gpt::from_params(model_cfg.clone(), params, t.seed)?,
                     None => Gpt::new(model_cfg.clone(), t.seed)?,
                 }
-                .on_device(t.device)?;
+                .on(t.device, t.precision)?;
                 (model, 0, 0, 0.0)
             }
             Some(path) => {
@@ -86,7 +86,7 @@ impl Trainer {
                 sampler
                     .restore(st.sampler.clone())
                     .context("checkpoint's sampler does not fit this corpus and sequence length")?;
-                let mut m = Gpt::from_params(model_cfg.clone(), ck.params, t.seed)?.on_device(t.device)?;
+                let mut m = Gpt::from_params(model_cfg.clone(), ck.params, t.seed)?.on(t.device, t.precision)?;
                 m.dropout_rng = st.dropout_rng.clone();
                 (m, st.step, st.tokens_seen, st.wall_s)
             }
@@ -135,7 +135,7 @@ impl Trainer {
         let loss = (loss / accum as f64) as f32;
         let clip = self.cfg.train.grad_clip;
         let grad_norm =
-            if clip > 0.0 { clip_global_norm(&mut self.model.grads, clip) } else { global_norm(&self.model.grads) };
+            if clip > 0.0 { clip_global_norm(self.model.grads_mut(), clip) } else { global_norm(self.model.grads()) };
         let lr = self.schedule.lr(self.step);
         if !loss.is_finite() || !grad_norm.is_finite() {
             bail!(
@@ -143,7 +143,8 @@ impl Trainer {
                 self.step + 1
             );
         }
-        self.optimizer.step(&mut self.model.params, &self.model.grads, lr, &self.decay);
+        let (params, grads) = self.model.params_and_grads();
+        self.optimizer.step(params, grads, lr, &self.decay);
         self.step += 1;
         self.tokens_seen += self.tokens_per_step();
         let dt = t0.elapsed().as_secs_f64();

@@ -16,20 +16,21 @@ use crate::model::layout::ParamLayout;
 use crate::model::ops::rope;
 use crate::model::{Arch, GptConfig};
 use std::ops::Range;
-use tch::{Device, Tensor};
+use tch::{Device, Kind, Tensor};
 
-/// Logits `[b, t, vocab]` of `tokens` `[b, t]` under the flat `params`.
+/// Logits `[b, t, vocab]` of `tokens` `[b, t]`; `weight(range)` is the
+/// parameter tensor at `range` of the flat layout.
 pub fn forward(
     cfg: &GptConfig,
     layout: &ParamLayout,
-    params: &Tensor,
+    weight: &dyn Fn(&Range<usize>) -> Tensor,
     rope: Option<&(Tensor, Tensor)>,
     tokens: &Tensor,
     t: usize,
 ) -> Tensor {
     let view = |r: &Range<usize>, shape: &[usize]| {
         let shape: Vec<i64> = shape.iter().map(|&d| d as i64).collect();
-        params.narrow(0, r.start as i64, r.len() as i64).view(shape.as_slice())
+        weight(r).view(shape.as_slice())
     };
     match cfg.arch {
         Arch::Gpt2 => gpt2(cfg, layout, &view, tokens, t),
@@ -110,12 +111,13 @@ fn rotate(x: &Tensor, cos: &Tensor, sin: &Tensor) -> Tensor {
 }
 
 /// cos and sin `[ctx, hs]` (each half the native table's `[ctx, hs/2]`
-/// repeated), on `device`.
-pub fn rope_tables(cfg: &GptConfig, device: Device) -> (Tensor, Tensor) {
+/// repeated), on `device`, in the compute `kind` (an f32 table would
+/// promote bf16 queries and keys back to f32).
+pub fn rope_tables(cfg: &GptConfig, device: Device, kind: Kind) -> (Tensor, Tensor) {
     let table = rope::Table::new(cfg.ctx, cfg.head_size(), ROPE_THETA);
     let full = |half: &[f32]| {
         let half = Tensor::from_slice(half).view([cfg.ctx as i64, (cfg.head_size() / 2) as i64]);
-        Tensor::cat(&[&half, &half], -1).to_device(device)
+        Tensor::cat(&[&half, &half], -1).to_device(device).to_kind(kind)
     };
     (full(&table.cos), full(&table.sin))
 }

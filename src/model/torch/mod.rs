@@ -3,14 +3,15 @@
 //! kernels, over the same flat parameter layout.
 //!
 //! The host buffers stay the truth the strategies read and write
-//! (`Gpt::params`, `Gpt::grads`): before each pass the parameters go up as
-//! one copy into one device tensor whose views are the model's tensors, and
-//! after a backward its gradient is added straight into the host gradient
-//! (micro-batches accumulate there, as natively); both through views of
-//! the host buffers, no staging copy. That is two
-//! transfers of the model per micro-batch, not per optimizer step: simple and
-//! always in step with whatever a strategy did to the host parameters; see
-//! docs/torch.md for what it costs and the planned device-side accumulation.
+//! (`Gpt::params`, `Gpt::grads()`). The data moves once per accumulation
+//! window, not per micro-batch: the window's first micro-batch uploads the
+//! host parameters (one copy into one device tensor whose views are the
+//! model's tensors); every micro-batch's gradient accumulates on the device
+//! (one sum per tensor); reading the gradient (`Gpt::grads`
+//! and the like) adds the sum into the host gradient in one transfer and
+//! ends the window, as `Gpt::zero_grads` does. So a strategy that changes the
+//! parameters between micro-batches must zero the gradient first; every one
+//! does, and debug builds (the tests) check it on each micro-batch.
 //!
 //! Dropout is not offered here (its masks come from lowcomm's own random
 //! stream, so the two backends could not agree): a run with dropout > 0 on
@@ -18,7 +19,7 @@
 
 mod blocks;
 
-use super::device::ComputeDevice;
+use super::device::{ComputeDevice, ComputePrecision};
 use super::layout::ParamLayout;
 use super::GptConfig;
 use anyhow::{bail, Result};
@@ -29,8 +30,31 @@ pub struct TorchGpt {
     cfg: GptConfig,
     layout: ParamLayout,
     device: Device,
-    /// Every parameter, flat, in `layout` order, on the device.
+    /// The kind the forward and backward compute in (`Float`, or
+    /// `BFloat16` under `--precision bf16`: the f32 parameters are cast
+    /// each pass, so autograd brings the gradient back in f32).
+    kind: Kind,
+    /// Every parameter, flat, in `layout` order, on the device (one copy
+    /// uploads them all).
     params: Tensor,
+    /// One autograd leaf per tensor of `layout`, in its order: views of
+    /// `params`' storage. Not slices of one flat leaf: autograd's backward
+    /// of a slice writes a zero tensor the size of the whole model, once per
+    /// slice (measured: 28 s per micro-batch of `gpt2`, against 2 s natively).
+    leaves: Vec<Tensor>,
+    /// The window's gradient so far, one tensor per leaf (empty: none
+    /// pending). The first micro-batch's gradients are kept as autograd
+    /// returns them, later ones added in place: no `.grad` to zero and
+    /// refill each window.
+    grads: Vec<Tensor>,
+    /// Whether `params` holds the host parameters of the current
+    /// accumulation window (its first micro-batch uploads them; zeroing or
+    /// reading the gradient ends the window).
+    params_current: bool,
+    /// Debug builds: the parameters last uploaded, to catch a caller that
+    /// changes the host parameters inside an accumulation window.
+    #[cfg(debug_assertions)]
+    uploaded: Vec<f32>,
     /// The rotary tables of llama blocks (`[ctx, hs]` each, halves repeated),
     /// from the native table so both backends rotate by the same bits.
     rope: Option<(Tensor, Tensor)>,
@@ -42,12 +66,43 @@ impl TorchGpt {
     /// A libtorch model of shape `cfg` on `device` (parameters arrive with
     /// each pass). Errors name what is missing: CUDA, or a GPU index.
     /// Dropout is refused before this, by [`ComputeDevice::check_for`].
-    pub fn new(cfg: &GptConfig, device: ComputeDevice) -> Result<Self> {
+    pub fn new(cfg: &GptConfig, device: ComputeDevice, precision: ComputePrecision) -> Result<Self> {
         let device = torch_device(device)?;
+        let kind = match precision {
+            ComputePrecision::F32 => Kind::Float,
+            ComputePrecision::Bf16 => Kind::BFloat16,
+        };
         let layout = ParamLayout::new(cfg);
         let params = Tensor::zeros([layout.len as i64], (Kind::Float, device));
-        let rope = (cfg.arch == super::Arch::Llama).then(|| blocks::rope_tables(cfg, device));
-        Ok(Self { cfg: cfg.clone(), layout, device, params, rope, logits: Vec::new() })
+        let mut end = 0;
+        let leaves = layout
+            .tensors
+            .iter()
+            .map(|spec| {
+                // The gradient's gather (a concatenation in this order) needs the tensors back to back.
+                assert_eq!(spec.range.start, end, "{}: the layout's tensors must tile the flat buffer", spec.name);
+                end = spec.range.end;
+                let shape: Vec<i64> = spec.shape.iter().map(|&d| d as i64).collect();
+                let view = params.narrow(0, spec.range.start as i64, spec.range.len() as i64).view(shape.as_slice());
+                view.detach().set_requires_grad(true)
+            })
+            .collect();
+        assert_eq!(end, layout.len, "the layout's tensors must tile the flat buffer");
+        let rope = (cfg.arch == super::Arch::Llama).then(|| blocks::rope_tables(cfg, device, kind));
+        Ok(Self {
+            cfg: cfg.clone(),
+            layout,
+            device,
+            kind,
+            params,
+            leaves,
+            grads: Vec::new(),
+            params_current: false,
+            #[cfg(debug_assertions)]
+            uploaded: Vec::new(),
+            rope,
+            logits: Vec::new(),
+        })
     }
 
     /// Mean cross-entropy of `targets` given `inputs`, no gradients.
@@ -62,40 +117,115 @@ impl TorchGpt {
         let _guard = tch::no_grad_guard();
         let logits = self.forward(params, inputs, b, t);
         self.logits.resize(b * t * self.cfg.vocab_size, 0.0);
-        logits.to_kind(Kind::Float).copy_data(&mut self.logits, b * t * self.cfg.vocab_size);
+        logits.copy_data(&mut self.logits, b * t * self.cfg.vocab_size);
         &self.logits
     }
 
     /// Forward and backward of `loss_scale x mean cross-entropy`; the
-    /// gradient is ADDED to `grads` (the host accumulator). Returns the
-    /// unscaled mean loss.
+    /// gradient accumulates on the device until [`Self::take_grads_into`].
+    /// Returns the unscaled mean loss.
     pub fn forward_backward(
         &mut self,
         params: &[f32],
-        grads: &mut [f32],
         inputs: &[u32],
         targets: &[u32],
         (b, t): (usize, usize),
         loss_scale: f32,
     ) -> f32 {
-        let leaf = {
+        if self.params_current {
+            self.check_unchanged(params);
+        } else {
             self.upload(params);
-            self.params.detach().set_requires_grad(true)
-        };
-        let logits = blocks::forward(&self.cfg, &self.layout, &leaf, self.rope.as_ref(), &self.tokens(inputs, b, t), t);
+            self.params_current = true;
+        }
+        let logits = self.graph(inputs, b, t);
         let loss = self.cross_entropy(&logits, targets);
-        (&loss * f64::from(loss_scale)).backward();
-        assert_eq!(grads.len(), self.layout.len, "gradient buffer of another shape");
-        // SAFETY: the view is used and dropped here, while `grads` is borrowed.
-        let mut host = unsafe { host_view(grads.as_mut_ptr(), grads.len()) };
-        host += leaf.grad().to_device(Device::Cpu);
+        let grads = Tensor::run_backward(&[&loss * f64::from(loss_scale)], &self.leaves, false, false);
+        if self.grads.is_empty() {
+            self.grads = grads;
+        } else {
+            let _guard = tch::no_grad_guard();
+            for (sum, g) in self.grads.iter_mut().zip(grads) {
+                // A tensor no pass used has an undefined gradient.
+                match (sum.defined(), g.defined()) {
+                    (true, true) => *sum += g,
+                    (false, true) => *sum = g,
+                    _ => {}
+                }
+            }
+        }
         f32::try_from(loss.detach()).expect("a scalar loss")
+    }
+
+    /// The parameters at `range` of the flat layout: one tensor's leaf, or
+    /// the flattened leaves of consecutive tensors concatenated (llama's
+    /// fused q|k|v and gate|up products span several).
+    fn weights_at(&self, range: &std::ops::Range<usize>) -> Tensor {
+        let tensors = &self.layout.tensors;
+        let first = tensors.partition_point(|s| s.range.start < range.start);
+        let last = tensors.partition_point(|s| s.range.end <= range.end);
+        let ok = first < last && tensors[first].range.start == range.start && tensors[last - 1].range.end == range.end;
+        assert!(ok, "no parameter tensors tile {range:?}");
+        if last - first == 1 {
+            return self.leaves[first].shallow_clone();
+        }
+        Tensor::cat(&self.leaves[first..last].iter().map(|l| l.view(-1)).collect::<Vec<_>>(), 0)
+    }
+
+    /// Adds the gradient accumulated on the device into `grads` (the host
+    /// gradient), in one transfer, and ends the accumulation window.
+    pub fn take_grads_into(&mut self, grads: &mut [f32]) {
+        if !self.grads.is_empty() {
+            assert_eq!(grads.len(), self.layout.len, "gradient buffer of another shape");
+            let _guard = tch::no_grad_guard();
+            // A tensor no pass used has no gradient: zeros in its place.
+            let flat: Vec<Tensor> = (self.grads.drain(..).zip(&self.leaves))
+                .map(|(g, leaf)| if g.defined() { g.view(-1) } else { leaf.zeros_like().view(-1) })
+                .collect();
+            // SAFETY: the view is used and dropped here, while `grads` is borrowed.
+            let mut host = unsafe { host_view(grads.as_mut_ptr(), grads.len()) };
+            host += Tensor::cat(&flat, 0).to_device(Device::Cpu);
+        }
+        self.params_current = false;
+    }
+
+    /// Drops the device's pending gradient and ends the accumulation window.
+    pub fn zero_grads(&mut self) {
+        self.grads.clear();
+        self.params_current = false;
+    }
+
+    /// Debug builds: the host parameters must be the ones this window
+    /// uploaded (a strategy that moves them between micro-batches without
+    /// zeroing the gradient would otherwise train on stale ones).
+    fn check_unchanged(&self, params: &[f32]) {
+        #[cfg(debug_assertions)]
+        assert!(
+            params.len() == self.uploaded.len() && params.iter().zip(&self.uploaded).all(|(a, b)| a.to_bits() == b.to_bits()),
+            "the host parameters changed between micro-batches of one accumulation window: call Gpt::zero_grads (or read the gradient) before changing them"
+        );
+        let _ = params;
     }
 
     fn forward(&mut self, params: &[f32], inputs: &[u32], b: usize, t: usize) -> Tensor {
         self.upload(params);
+        self.graph(inputs, b, t)
+    }
+
+    /// Logits `[b, t, vocab]` in f32 from the device parameters, computed
+    /// in `self.kind`.
+    fn graph(&self, inputs: &[u32], b: usize, t: usize) -> Tensor {
         let tokens = self.tokens(inputs, b, t);
-        blocks::forward(&self.cfg, &self.layout, &self.params, self.rope.as_ref(), &tokens, t)
+        let weight = |r: &std::ops::Range<usize>| {
+            let w = self.weights_at(r);
+            if self.kind == Kind::Float {
+                w
+            } else {
+                w.to_kind(self.kind)
+            }
+        };
+        let logits = blocks::forward(&self.cfg, &self.layout, &weight, self.rope.as_ref(), &tokens, t);
+        logits.to_kind(Kind::Float)
     }
 
     /// The host parameters into the device tensor, one copy.
@@ -104,6 +234,11 @@ impl TorchGpt {
         let _guard = tch::no_grad_guard();
         // SAFETY: the view is only read, and dropped before `params` is released.
         self.params.copy_(&unsafe { host_view(params.as_ptr().cast_mut(), params.len()) });
+        #[cfg(debug_assertions)]
+        {
+            self.uploaded.clear();
+            self.uploaded.extend_from_slice(params);
+        }
     }
 
     fn tokens(&self, inputs: &[u32], b: usize, t: usize) -> Tensor {

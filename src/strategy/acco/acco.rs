@@ -41,7 +41,7 @@ pub async fn run<C: Ctx>(ctx: &mut C, w: &mut Worker, plan: &Plan, j: &mut Journ
             let loss = ctx.compute(Work::MicroBatch, || w.micro_batch(1.0)).await;
             budget.computed(1);
             budget.loss(loss as f64, 1);
-            (w.model.grads.clone(), 1)
+            (w.model.grads().to_vec(), 1)
         }
     };
     for t in j.first_round()..plan.end {
@@ -55,7 +55,7 @@ pub async fn run<C: Ctx>(ctx: &mut C, w: &mut Worker, plan: &Plan, j: &mut Journ
         shard.finish(ctx, &mut r1).await;
         w.model.params.copy_from_slice(shard.gathered()); // theta~(t+1)
                                                           // Stage 2 (eq. 2): commit theta(t+1) from g(t) + g~(t) while computing g~(t+1) on theta~(t+1).
-        for (a, g) in tilde.iter_mut().zip(&w.model.grads) {
+        for (a, g) in tilde.iter_mut().zip(w.model.grads()) {
             *a += g;
         }
         let left = budget.left_to_send();
@@ -69,7 +69,7 @@ pub async fn run<C: Ctx>(ctx: &mut C, w: &mut Worker, plan: &Plan, j: &mut Journ
         budget.round_done(applied as u64, left);
         let loss = budget.loss(loss1 + loss2, n1 + n2);
         j.step(ctx, t + 1, loss, (n1 + tilde_n) as u64)?;
-        tilde.copy_from_slice(&w.model.grads);
+        tilde.copy_from_slice(w.model.grads());
         tilde_n = n2;
         j.round_end(ctx, Some(w), t + 1, budget.end(plan.end, t), || {
             let mut s = StrategyState { model: replica_piece(rank, &w.model.params), ..StrategyState::default() };

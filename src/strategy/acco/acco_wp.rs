@@ -40,7 +40,7 @@ pub async fn run<C: Ctx>(ctx: &mut C, w: &mut Worker, plan: &Plan, j: &mut Journ
             let loss = ctx.compute(Work::MicroBatch, || w.micro_batch(1.0)).await;
             budget.computed(1);
             budget.loss(loss as f64, 1);
-            (w.model.grads.clone(), 1)
+            (w.model.grads().to_vec(), 1)
         }
     };
     for t in j.first_round()..plan.end {
@@ -58,7 +58,7 @@ pub async fn run<C: Ctx>(ctx: &mut C, w: &mut Worker, plan: &Plan, j: &mut Journ
         let loss = budget.loss(loss, n);
         j.step(ctx, t + 1, loss, pending_n as u64)?;
         w.model.params.copy_from_slice(shard.gathered());
-        pending.copy_from_slice(&w.model.grads);
+        pending.copy_from_slice(w.model.grads());
         pending_n = n;
         j.round_end(ctx, Some(w), t + 1, budget.end(plan.end, t), || {
             // Every worker holds one shard of the committed theta(t+1).

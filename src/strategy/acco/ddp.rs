@@ -26,14 +26,18 @@ pub async fn run<C: Ctx>(ctx: &mut C, w: &mut Worker, plan: &Plan, j: &mut Journ
     for step in j.first_round()..plan.end {
         ctx.mark_round(step);
         let loss = accumulate(ctx, w, plan.grad_accum).await;
-        let grads = std::mem::take(&mut w.model.grads);
-        w.model.grads = ctx.run(AllReduce::mean(Group::World, grads, plan.wire)).await;
+        let grads = std::mem::take(w.model.grads_mut());
+        *w.model.grads_mut() = ctx.run(AllReduce::mean(Group::World, grads, plan.wire)).await;
         if plan.grad_clip > 0.0 {
-            clip_global_norm(&mut w.model.grads, plan.grad_clip);
+            clip_global_norm(w.model.grads_mut(), plan.grad_clip);
         }
         let lr = plan.schedule.lr(step);
         let m = &mut w.model;
-        ctx.compute(Work::Optimizer { params: n }, || opt.step(&mut m.params, &m.grads, lr, &plan.decay)).await;
+        ctx.compute(Work::Optimizer { params: n }, || {
+            let (params, grads) = m.params_and_grads();
+            opt.step(params, grads, lr, &plan.decay)
+        })
+        .await;
         j.step(ctx, step + 1, loss, plan.grad_accum as u64)?;
         j.round_end(ctx, Some(w), step + 1, plan.end, || StrategyState {
             tensors: opt.state_tensors().into_iter().map(|(k, v)| (k, v.to_vec())).collect(),

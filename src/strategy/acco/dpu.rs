@@ -47,7 +47,7 @@ pub async fn run<C: Ctx>(
             let loss = accumulate(ctx, w, plan.grad_accum).await;
             budget.computed(plan.grad_accum);
             let left = budget.left_to_send();
-            let mut round = shard.start(ctx, &w.model.grads, 1.0, Some(world), Update::Commit, lr, left);
+            let mut round = shard.start(ctx, w.model.grads(), 1.0, Some(world), Update::Commit, lr, left);
             shard.finish(ctx, &mut round).await;
             w.model.params.copy_from_slice(shard.gathered());
             budget.round_done((ctx.world() * plan.grad_accum) as u64, shard.sums().1);
@@ -61,7 +61,7 @@ pub async fn run<C: Ctx>(
                     let loss = ctx.compute(Work::MicroBatch, || w.micro_batch(1.0)).await;
                     budget.computed(1);
                     budget.loss(loss as f64, 1);
-                    (w.model.grads.clone(), 1)
+                    (w.model.grads().to_vec(), 1)
                 }
             };
             let left = budget.left_to_send();
@@ -75,7 +75,7 @@ pub async fn run<C: Ctx>(
             budget.round_done(applied as u64, left);
             let loss = budget.loss(loss, n);
             j.step(ctx, t + 1, loss, prev_n as u64)?;
-            prev.copy_from_slice(&w.model.grads);
+            prev.copy_from_slice(w.model.grads());
             stale = Some((prev, n));
         }
         j.round_end(ctx, Some(w), t + 1, budget.end(plan.end, t), || {

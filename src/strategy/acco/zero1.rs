@@ -30,7 +30,7 @@ pub async fn run<C: Ctx>(ctx: &mut C, w: &mut Worker, plan: &Plan, j: &mut Journ
         ctx.mark_round(step);
         let loss = accumulate(ctx, w, plan.grad_accum).await;
         let mut round =
-            shard.start(ctx, &w.model.grads, 1.0, Some(world), Update::Commit, plan.schedule.lr(step), None);
+            shard.start(ctx, w.model.grads(), 1.0, Some(world), Update::Commit, plan.schedule.lr(step), None);
         shard.finish(ctx, &mut round).await;
         w.model.params.copy_from_slice(shard.gathered());
         j.step(ctx, step + 1, loss, plan.grad_accum as u64)?;

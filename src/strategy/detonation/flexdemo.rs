@@ -104,14 +104,14 @@ pub async fn run<C: Ctx>(
         // FlexDeMo: my shard of the node's mean gradient.
         if k > 1 {
             for (seg, r) in rs_in.chunks_mut(m).zip(&shards) {
-                seg[..r.len()].copy_from_slice(&w.model.grads[r.clone()]);
+                seg[..r.len()].copy_from_slice(&w.model.grads()[r.clone()]);
                 seg[r.len()..].fill(0.0);
             }
             let task =
                 ReduceScatter { group: Group::Node, input: rs_in, output: g, op: ReduceOp::Mean, wire: plan.wire };
             (rs_in, g) = ctx.run(task).await;
         } else {
-            g.copy_from_slice(&w.model.grads);
+            g.copy_from_slice(w.model.grads());
         }
         if plan.grad_clip > 0.0 {
             clip_node(ctx, &mut g[..len], plan.grad_clip, k).await;

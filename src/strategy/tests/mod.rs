@@ -149,7 +149,8 @@ fn n_workers_equal_one_worker_with_n_times_the_batch() {
         }
         model.zero_grads();
         model.forward_backward(&x, &y, 2 * world, t, 1.0);
-        opt.step(&mut model.params, &model.grads, p.schedule.lr(step), &p.decay);
+        let (params, grads) = model.params_and_grads();
+        opt.step(params, grads, p.schedule.lr(step), &p.decay);
     }
     let worst = multi[0].params.iter().zip(&model.params).map(|(a, b)| (a - b).abs()).fold(0.0f32, f32::max);
     assert!(worst < 1e-5, "max |N workers - 1 worker x N batch| = {worst}");

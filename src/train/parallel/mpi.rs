@@ -271,7 +271,7 @@ fn run_rank_inner(mpi: &MpiProcess, mut cfg: RunConfig, opts: &RunOptions) -> Re
     let mut theta = s.init.params.clone();
     mpi.comm().broadcast(&mut theta, 0, WireDtype::F32);
     let participant = if rank < workers {
-        let mut worker = s.worker(rank)?;
+        let mut worker = s.worker_on(rank, mpi.local_rank())?;
         worker.model.params.copy_from_slice(&theta);
         Participant::Worker(Box::new(worker))
     } else {

@@ -59,7 +59,7 @@ pub fn finish(s: Setup, reports: Vec<WorkerReport>, log: RoundLog, checkpoint: P
     let applied: u64 = reports.iter().flat_map(|r| &r.points).map(|p| p.micro_batches).sum();
     let summary = metrics::summarize(&spans, participants, applied * (t.batch_size * seq) as u64)?;
     let params = assemble_model(init.num_params(), reports.iter().filter_map(|r| r.model.clone()))?;
-    let mut model = Gpt::from_params(model_cfg.clone(), params, t.seed)?.on_device(t.device.for_worker(0, 1))?;
+    let mut model = Gpt::from_params(model_cfg.clone(), params, t.seed)?.on(t.device.for_worker(0, 1), t.precision)?;
     let val_loss = evaluate(&mut model, &data.val, seq, t.batch_size, t.eval_windows);
     // The whole run's rounds, a resumed run's earlier ones included.
     let rounds = read_rounds(&t.out_dir).unwrap_or(this_run);

@@ -60,13 +60,22 @@ pub fn topology(runtime: &Runtime) -> Topology {
 }
 
 impl Setup {
-    /// Worker `rank`: a replica of the initial model and its shard of the
-    /// data, continuing its stream when resuming.
+    /// Worker `rank` of threads in one process, computing on the device of
+    /// local slot `rank` ([`Setup::worker_on`]).
     pub fn worker(&self, rank: usize) -> Result<Worker> {
+        self.worker_on(rank, rank)
+    }
+
+    /// Worker `rank`: a replica of the initial model and its shard of the
+    /// data, continuing its stream when resuming. It computes on the device
+    /// of `local` (its place among the workers on its machine: `--device
+    /// cuda` spreads those over the machine's GPUs).
+    pub fn worker_on(&self, rank: usize, local: usize) -> Result<Worker> {
         let t = &self.cfg.train;
         let shard = shard_range(self.tokens.len(), rank, self.world);
-        let device = t.device.for_worker(rank, crate::model::device::cuda_count());
-        let model = Gpt::from_params(self.model_cfg.clone(), self.init.params.clone(), t.seed)?.on_device(device)?;
+        let device = t.device.for_worker(local, crate::model::device::cuda_count());
+        let model =
+            Gpt::from_params(self.model_cfg.clone(), self.init.params.clone(), t.seed)?.on(device, t.precision)?;
         let mut w = Worker::new(model, self.tokens.clone(), shard, t.batch_size, self.seq, t.seed, rank).with_context(
             || format!("worker {rank} of {}: its data shard is too small; use fewer workers or more text", self.world),
         )?;

@@ -44,7 +44,7 @@ impl Replay {
         self.w.model.params.copy_from_slice(params);
         self.w.model.zero_grads();
         self.w.micro_batch(1.0);
-        self.w.model.grads.clone()
+        self.w.model.grads().to_vec()
     }
     /// One SGD step theta <- theta - lr * g.
     fn sgd(&mut self, theta: &mut [f32], g: &[f32]) {

@@ -71,8 +71,9 @@ fn diloco_with_one_worker_is_algorithm_1_written_out() {
             for _ in 0..2 {
                 w.micro_batch(0.5);
             }
-            crate::optim::clip_global_norm(&mut w.model.grads, 0.5);
-            inner.step(&mut w.model.params, &w.model.grads, p.schedule.lr(step), &p.decay);
+            crate::optim::clip_global_norm(w.model.grads_mut(), 0.5);
+            let (params, grads) = w.model.params_and_grads();
+            inner.step(params, grads, p.schedule.lr(step), &p.decay);
         }
         let delta: Vec<f32> = theta.iter().zip(&w.model.params).map(|(old, new)| old - new).collect();
         outer.step(&mut theta, &delta);

@@ -72,8 +72,9 @@ fn one_worker_replays_the_schedule_written_out() {
     for step in 0..8u64 {
         w.model.zero_grads();
         w.micro_batch(1.0);
-        crate::optim::clip_global_norm(&mut w.model.grads, 1.0);
-        inner.step(&mut w.model.params, &w.model.grads, p.schedule.lr(step), &p.decay);
+        crate::optim::clip_global_norm(w.model.grads_mut(), 1.0);
+        let (params, grads) = w.model.params_and_grads();
+        inner.step(params, grads, p.schedule.lr(step), &p.decay);
         let done = step + 1;
         if let Some((q, delta, _)) = in_flight.take_if(|f| f.2 == done) {
             land(q, &delta, 0.25, &mut w.model.params, &mut theta);

@@ -111,7 +111,8 @@ fn co2_replay(s: &Co2Settings, rounds: usize, ignore_clip: bool) -> (Vec<f32>, u
                 ws[i].model.zero_grads();
                 ws[i].micro_batch(1.0);
                 let w = &mut ws[i].model;
-                opts[i].step(&mut w.params, &w.grads, LR, &DecaySegments::none());
+                let (params, grads) = w.params_and_grads();
+                opts[i].step(params, grads, LR, &DecaySegments::none());
                 if k == 0 {
                     x1[i].copy_from_slice(&ws[i].model.params);
                 }
@@ -209,11 +210,11 @@ fn co2_without_penalty_and_clip_and_with_instant_averages_is_eq_10() {
             for _ in 0..s.tau {
                 w.model.zero_grads();
                 w.micro_batch(1.0);
-                for (e, g) in w.model.grads.iter().enumerate() {
+                for (e, g) in w.model.grads().iter().enumerate() {
                     sum[e] += g / 2.0;
                 }
-                let m = &mut w.model;
-                m.params.iter_mut().zip(&m.grads).for_each(|(p, g)| *p -= LR * g);
+                let (params, grads) = w.model.params_and_grads();
+                params.iter_mut().zip(grads.iter()).for_each(|(p, g)| *p -= LR * g);
             }
         }
         last = x.iter().zip(&sum).map(|(x, g)| x - LR * g).collect();

@@ -55,7 +55,8 @@ fn reference_replay(s: &Co2Settings, rounds: usize) -> Vec<f32> {
             for _ in 0..s.tau {
                 w.model.zero_grads();
                 w.micro_batch(1.0);
-                o.step(&mut w.model.params, &w.model.grads, LR, &crate::optim::DecaySegments::none());
+                let (params, grads) = w.model.params_and_grads();
+                o.step(params, grads, LR, &crate::optim::DecaySegments::none());
             }
         }
         for e in 0..n {

@@ -95,8 +95,9 @@ fn local_sgd_with_one_worker_is_single_worker_training() {
         for _ in 0..2 {
             w.micro_batch(0.5);
         }
-        crate::optim::clip_global_norm(&mut w.model.grads, 0.5);
-        opt.step(&mut w.model.params, &w.model.grads, p.schedule.lr(step), &p.decay);
+        crate::optim::clip_global_norm(w.model.grads_mut(), 0.5);
+        let (params, grads) = w.model.params_and_grads();
+        opt.step(params, grads, p.schedule.lr(step), &p.decay);
     }
     assert_eq!(bits(&got.params), bits(&w.model.params));
     assert_eq!(got.points.len(), 7, "one point per inner step");
@@ -134,7 +135,8 @@ fn slowmo_outer_step_is_applied_from_the_exact_average() {
         for _ in 0..2 {
             w.model.zero_grads();
             w.micro_batch(1.0);
-            opt.step(&mut w.model.params, &w.model.grads, LR, &DecaySegments::none());
+            let (params, grads) = w.model.params_and_grads();
+            opt.step(params, grads, LR, &DecaySegments::none());
         }
         for i in 0..x0.len() {
             u[i] = 0.5 * u[i] + (x0[i] - w.model.params[i]) / LR;
@@ -159,7 +161,8 @@ fn overlap_replay(tau: usize, rounds: usize, pull: f32, fresh: bool) -> Vec<f32>
             for _ in 0..tau {
                 w.model.zero_grads();
                 w.micro_batch(1.0);
-                o.step(&mut w.model.params, &w.model.grads, LR, &DecaySegments::none());
+                let (params, grads) = w.model.params_and_grads();
+                o.step(params, grads, LR, &DecaySegments::none());
             }
         }
         let anchor = if fresh { mean(&ws) } else { z.clone() };
@@ -201,7 +204,8 @@ fn inner_state_keep_reset_and_average_do_what_they_say() {
                 for k in 0..2 {
                     w.model.zero_grads();
                     w.micro_batch(1.0);
-                    o.step(&mut w.model.params, &w.model.grads, p.schedule.lr(2 * r + k), &p.decay);
+                    let (params, grads) = w.model.params_and_grads();
+                    o.step(params, grads, p.schedule.lr(2 * r + k), &p.decay);
                 }
             }
             let avg: Vec<f32> = (0..n).map(|i| (ws[0].model.params[i] + ws[1].model.params[i]) / 2.0).collect();

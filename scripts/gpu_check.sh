@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# On a lent GPU machine (no Rust, no network), from the repository root, with
+# gpu-kit/ carried (built here by scripts/gpu_kit.sh): runs the libtorch
+# backend's tests, the CUDA ones included, then the GPU benchmark against
+# plain PyTorch (scripts/bench_gpu.sh), and leaves the logs in $OUT.
+#
+#   device run: command="bash scripts/gpu_check.sh", carry=["gpu-kit"], timeout_s=480
+#   PRESETS=gpt2 PRECISIONS=bf16 bash scripts/gpu_check.sh    # a shorter benchmark
+#   SKIP_TESTS=1 bash scripts/gpu_check.sh                    # the benchmark only
+#
+# Works on a CPU-only machine too (the CUDA tests then say they did not run,
+# and the benchmark needs DEVICE=cpu): how the script itself is checked.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-/tmp/gpu-check}
+mkdir -p "$OUT"
+PYTHON=${PYTHON:-python3}
+[ -f gpu-kit/kit.tar.xz ] || { echo "no gpu-kit/kit.tar.xz: build it with scripts/gpu_kit.sh and carry gpu-kit" >&2; exit 1; }
+kit=$(mktemp -d)
+tar -C "$kit" -xJf gpu-kit/kit.tar.xz || exit 1
+# shellcheck source=/dev/null
+. "$kit/kit.env"
+torch_lib=$("$PYTHON" -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "lib"))') || exit 1
+export LD_LIBRARY_PATH="$torch_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
+{
+  echo "kit: lowcomm $KIT_COMMIT built $KIT_BUILT against torch $KIT_TORCH"
+  "$PYTHON" -c 'import torch; print("here: torch", torch.__version__, "| CUDA devices:", torch.cuda.device_count(), "|", torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU")'
+  nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || echo "nvidia-smi: none"
+} | tee "$OUT/machine.txt"
+# The test binary runs the paths it was built with: the checkout (fixtures),
+# its target's tmp/ (scratch) and debug/lowcomm (the binary the command-line
+# tests start). Make them exist here.
+if [ "$(cd "$KIT_MANIFEST_DIR" 2>/dev/null && pwd -P)" != "$(pwd -P)" ]; then
+  [ -e "$KIT_MANIFEST_DIR" ] && { echo "$KIT_MANIFEST_DIR exists and is not this checkout" >&2; exit 1; }
+  mkdir -p "$(dirname "$KIT_MANIFEST_DIR")" && ln -s "$PWD" "$KIT_MANIFEST_DIR"
+fi
+mkdir -p "$KIT_TARGET_DIR/tmp" "$KIT_TARGET_DIR/debug"
+ln -sf "$kit/lowcomm" "$KIT_TARGET_DIR/debug/lowcomm"
+"$kit/lowcomm" --version | tee -a "$OUT/machine.txt" || exit 1
+rc=0
+if [ "${SKIP_TESTS:-0}" != 1 ]; then
+  "$kit/torch_backend" --test-threads 1 --nocapture 2>&1 | tee "$OUT/tests.log"
+  rc=${PIPESTATUS[0]}
+fi
+LOWCOMM="$kit/lowcomm" PYTHON="$PYTHON" bash scripts/bench_gpu.sh 2>&1 | tee "$OUT/bench.md"
+[ "${PIPESTATUS[0]}" = 0 ] || rc=1
+exit "$rc"
