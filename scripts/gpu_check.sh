@@ -20,6 +20,11 @@ kit=$(mktemp -d)
 tar -C "$kit" -xJf gpu-kit/kit.tar.xz || exit 1
 # shellcheck source=/dev/null
 . "$kit/kit.env"
+here=$("$PYTHON" -c 'import torch; print(torch.__version__.split("+")[0])') || exit 1
+if [ "$here" != "$KIT_TORCH" ]; then
+  echo "the kit was built against torch $KIT_TORCH and this machine's is $here: libtorch's C++ library must be the same version; rebuild the kit with TORCH_VERSION=$here bash scripts/gpu_kit.sh (docs/torch.md, \"On a lent GPU machine\")" >&2
+  exit 1
+fi
 torch_lib=$("$PYTHON" -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "lib"))') || exit 1
 export LD_LIBRARY_PATH="$torch_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 {

@@ -2,22 +2,26 @@
 # Builds, here, what a lent GPU machine needs to run the libtorch backend's
 # tests and the GPU benchmark (scripts/gpu_check.sh, run there). That machine
 # has PyTorch but no Rust toolchain and no network, and at most 64 MiB
-# travels with the working tree: so lowcomm is built here against the same
-# torch version as the GPU machine's (2.11.0+cu130 when last read, in the
-# device tool's KINDS.md), stripped, and packed into gpu-kit/kit.tar.xz
+# travels with the working tree: so lowcomm is built here against the torch
+# version of the GPU machine, stripped, and packed into gpu-kit/kit.tar.xz
 # (gpu-kit/ is ignored by git: name it in the device call's `carry`).
 #
-#   bash scripts/gpu_kit.sh                       # torch 2.11.0 in .venv-torch-2.11.0 (pip, ~5 GB, once; ignored by git)
-#   TORCH_VERSION=2.13.0 KIT_VENV=.venv-torch bash scripts/gpu_kit.sh
+#   bash scripts/gpu_kit.sh                                   # torch 2.13.0, the venv of docs/torch.md (.venv-torch)
+#   TORCH_VERSION=2.11.0 bash scripts/gpu_kit.sh              # another version, in .venv-torch-2.11.0 (pip, ~5 GB, once; ignored by git)
 #
-# tch 0.26 is written for libtorch 2.13; against another version its build
-# check is bypassed (LIBTORCH_BYPASS_VERSION_CHECK), which works where the
-# C++ API tch uses did not change (2.11 builds and passes the CPU tests
-# here: docs/torch.md).
+# The kit runs only on a machine whose torch is the version it was built
+# against (scripts/gpu_check.sh checks). tch 0.26 is written for libtorch
+# 2.13: against another version its version check is bypassed
+# (LIBTORCH_BYPASS_VERSION_CHECK), but its C++ wrapper must still compile,
+# and against 2.11 (the GPU machines' torch when last read) it does not:
+# 2.11 lacks ops the wrapper calls (_philox_*,
+# _flash_attention_forward_no_dropout_inplace). docs/torch.md, "On a lent
+# GPU machine".
 set -euo pipefail
 cd "$(dirname "$0")/.."
-TORCH_VERSION=${TORCH_VERSION:-2.11.0}
-VENV=${KIT_VENV:-.venv-torch-$TORCH_VERSION}
+TORCH_VERSION=${TORCH_VERSION:-2.13.0}
+default_venv=$([ "$TORCH_VERSION" = 2.13.0 ] && echo .venv-torch || echo ".venv-torch-$TORCH_VERSION")
+VENV=${KIT_VENV:-$default_venv}
 if ! "$VENV/bin/python" -c 'import torch' 2>/dev/null; then
   python3 -m venv "$VENV"
   "$VENV/bin/pip" install -q "torch==$TORCH_VERSION"
