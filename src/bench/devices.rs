@@ -34,10 +34,10 @@ fn measure(step: &StepConfig, steps: usize, warmup: usize) -> Result<DeviceResul
     if let Some(b) = step.batch {
         cmd.args(["--batch", &b.to_string()]);
     }
-    let (device, out) = (step.device, cmd.output()?);
+    let out = cmd.output()?;
     let text = String::from_utf8_lossy(&out.stdout);
     if !out.status.success() {
-        bail!("bench on --device {device} failed: {}", String::from_utf8_lossy(&out.stderr).trim());
+        bail!("bench on --device {} failed: {}", step.device, String::from_utf8_lossy(&out.stderr).trim());
     }
     let line = text.lines().find(|l| l.starts_with("RESULT lib=lowcomm")).context("the child printed no RESULT")?;
     Ok(DeviceResult {
