@@ -243,8 +243,9 @@ pub struct ParallelSection {
     /// many micro-batches as fit while a round communicates): `rounds`,
     /// `steps` rounds of however many fit, as their papers run them; or
     /// `tokens`, the tokens of `steps` synchronous steps (`steps x
-    /// grad_accum` micro-batches per worker, the schedule followed by
-    /// tokens), what every other method trains. Default `rounds`;
+    /// grad_accum` micro-batches per worker, pooled: a faster worker
+    /// computes more of them; the schedule followed by tokens), what every
+    /// other method trains. Default `rounds`;
     /// `compare` defaults to `tokens`. Flag `--budget`.
     pub budget: BudgetUnit,
 }

@@ -13,7 +13,7 @@
 //! at theta~(t)) / (their count): no stale gradient (Sec. 3, "Theoretical
 //! discussion"). The look-ahead uses lr(t): it estimates theta(t+1), the
 //! result of step t. Under a token budget (budget.rs) a worker computes at
-//! most its micro-batches left, and the run ends on the round after which no
+//! most its quota (shared by speed), and the run ends on the round after which no
 //! worker has any.
 
 use super::budget::TokenBudget;
@@ -27,7 +27,7 @@ use anyhow::Result;
 /// Run ACCO on one worker.
 pub async fn run<C: Ctx>(ctx: &mut C, w: &mut Worker, plan: &Plan, j: &mut Journal) -> Result<Outcome> {
     let mut shard = Sharded::new(&w.model.params, ctx.rank(), ctx.world(), plan)?;
-    let mut budget = TokenBudget::new(plan, ctx.world());
+    let mut budget = TokenBudget::new(plan, ctx.rank(), ctx.world());
     let rank = ctx.rank();
     let (mut tilde, mut tilde_n) = match j.take_resumed() {
         Some(s) => {
@@ -58,15 +58,15 @@ pub async fn run<C: Ctx>(ctx: &mut C, w: &mut Worker, plan: &Plan, j: &mut Journ
         for (a, g) in tilde.iter_mut().zip(w.model.grads()) {
             *a += g;
         }
-        let left = budget.left_to_send();
-        let mut r2 = shard.start(ctx, &tilde, (n1 + tilde_n) as f32, None, Update::Commit, lr, left);
+        let report = budget.to_send();
+        let mut r2 = shard.start(ctx, &tilde, (n1 + tilde_n) as f32, None, Update::Commit, lr, report);
         w.model.zero_grads();
         let (loss2, n2) = accumulate_while(ctx, w, &shard, &r2, plan.fixed_micro_batches, budget.cap()).await;
         budget.computed(n2);
         shard.finish(ctx, &mut r2).await;
         w.model.params.copy_from_slice(shard.gathered()); // theta(t+1)
-        let (applied, left) = shard.sums();
-        budget.round_done(applied as u64, left);
+        let (applied, sums) = shard.sums();
+        budget.round_done(applied as u64, sums);
         let loss = budget.loss(loss1 + loss2, n1 + n2);
         j.step(ctx, t + 1, loss, (n1 + tilde_n) as u64)?;
         tilde.copy_from_slice(w.model.grads());

@@ -26,7 +26,7 @@ use anyhow::Result;
 /// theta(T), not the prediction.
 pub async fn run<C: Ctx>(ctx: &mut C, w: &mut Worker, plan: &Plan, j: &mut Journal) -> Result<Outcome> {
     let mut shard = Sharded::new(&w.model.params, ctx.rank(), ctx.world(), plan)?;
-    let mut budget = TokenBudget::new(plan, ctx.world());
+    let mut budget = TokenBudget::new(plan, ctx.rank(), ctx.world());
     let (mut pending, mut pending_n) = match j.take_resumed() {
         Some(s) => {
             shard.restore(&s)?;
@@ -47,14 +47,14 @@ pub async fn run<C: Ctx>(ctx: &mut C, w: &mut Worker, plan: &Plan, j: &mut Journ
         ctx.mark_round(t);
         let step = budget.lr_step(t);
         let update = Update::CommitThenPredict { predict_lr: plan.schedule.lr(step + 1) };
-        let left = budget.left_to_send();
-        let mut round = shard.start(ctx, &pending, pending_n as f32, None, update, plan.schedule.lr(step), left);
+        let report = budget.to_send();
+        let mut round = shard.start(ctx, &pending, pending_n as f32, None, update, plan.schedule.lr(step), report);
         w.model.zero_grads();
         let (loss, n) = accumulate_while(ctx, w, &shard, &round, plan.fixed_micro_batches, budget.cap()).await;
         budget.computed(n);
         shard.finish(ctx, &mut round).await;
-        let (applied, left) = shard.sums();
-        budget.round_done(applied as u64, left);
+        let (applied, sums) = shard.sums();
+        budget.round_done(applied as u64, sums);
         let loss = budget.loss(loss, n);
         j.step(ctx, t + 1, loss, pending_n as u64)?;
         w.model.params.copy_from_slice(shard.gathered());

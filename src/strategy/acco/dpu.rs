@@ -29,7 +29,7 @@ pub async fn run<C: Ctx>(
     j: &mut Journal,
 ) -> Result<Outcome> {
     let mut shard = Sharded::new(&w.model.params, ctx.rank(), ctx.world(), plan)?;
-    let mut budget = TokenBudget::new(plan, ctx.world());
+    let mut budget = TokenBudget::new(plan, ctx.rank(), ctx.world());
     let (rank, world) = (ctx.rank(), ctx.world() as f32);
     // g(t-1) and N(t-1): the gradients the next update will use.
     let mut stale: Option<(Vec<f32>, usize)> = None;
@@ -46,8 +46,8 @@ pub async fn run<C: Ctx>(
         if t < settings.warmup_steps {
             let loss = accumulate(ctx, w, plan.grad_accum).await;
             budget.computed(plan.grad_accum);
-            let left = budget.left_to_send();
-            let mut round = shard.start(ctx, w.model.grads(), 1.0, Some(world), Update::Commit, lr, left);
+            let report = budget.to_send();
+            let mut round = shard.start(ctx, w.model.grads(), 1.0, Some(world), Update::Commit, lr, report);
             shard.finish(ctx, &mut round).await;
             w.model.params.copy_from_slice(shard.gathered());
             budget.round_done((ctx.world() * plan.grad_accum) as u64, shard.sums().1);
@@ -64,15 +64,15 @@ pub async fn run<C: Ctx>(
                     (w.model.grads().to_vec(), 1)
                 }
             };
-            let left = budget.left_to_send();
-            let mut round = shard.start(ctx, &prev, prev_n as f32, None, Update::Commit, lr, left);
+            let report = budget.to_send();
+            let mut round = shard.start(ctx, &prev, prev_n as f32, None, Update::Commit, lr, report);
             w.model.zero_grads();
             let (loss, n) = accumulate_while(ctx, w, &shard, &round, plan.fixed_micro_batches, budget.cap()).await;
             budget.computed(n);
             shard.finish(ctx, &mut round).await;
             w.model.params.copy_from_slice(shard.gathered());
-            let (applied, left) = shard.sums();
-            budget.round_done(applied as u64, left);
+            let (applied, sums) = shard.sums();
+            budget.round_done(applied as u64, sums);
             let loss = budget.loss(loss, n);
             j.step(ctx, t + 1, loss, prev_n as u64)?;
             prev.copy_from_slice(w.model.grads());

@@ -82,11 +82,11 @@ pub struct ShardedRound {
     count: f32,
     /// The sum of counts when known in advance (no count all-reduce).
     known_total: Option<f32>,
-    /// Under a token budget, this worker's micro-batches still to compute:
-    /// summed with the counts (budget.rs). `None`: nothing more is sent.
-    left: Option<f32>,
-    /// After the round: the sum of counts it divided by, and of `left`.
-    sums: (f32, Option<f32>),
+    /// Under a token budget, what this worker reports of it (budget.rs):
+    /// summed with the counts. `None`: nothing more is sent.
+    extra: Option<Vec<f32>>,
+    /// After the round: the sum of counts it divided by, and of `extra`.
+    sums: (f32, Option<Vec<f32>>),
     /// Global-norm clip (0: off).
     clip: f32,
     update: Update,
@@ -98,20 +98,20 @@ pub struct ShardedRound {
 impl CommTask for ShardedRound {
     type Output = ShardedRound;
     async fn run<C: CommSide>(mut self, c: &mut C) -> ShardedRound {
-        let (total, left) = match (self.known_total, self.left) {
+        let (total, extra) = match (self.known_total, self.extra.take()) {
             (Some(t), None) => (t, None),
             (None, None) => {
                 let mut n = [self.count];
                 c.all_reduce(&Group::World, &mut n, ReduceOp::Sum, WireDtype::F32).await;
                 (n[0], None)
             }
-            (known, Some(left)) => {
-                let mut n = [self.count, left];
+            (known, Some(extra)) => {
+                let mut n = [&[self.count][..], &extra].concat();
                 c.all_reduce(&Group::World, &mut n, ReduceOp::Sum, WireDtype::F32).await;
-                (known.unwrap_or(n[0]), Some(n[1]))
+                (known.unwrap_or(n[0]), Some(n.split_off(1)))
             }
         };
-        self.sums = (total, left);
+        self.sums = (total, extra);
         c.reduce_scatter(&Group::World, &self.flat, &mut self.shard_g, ReduceOp::Sum, self.wire).await;
         // Division, like the Mean collective, so zero1 == ddp bitwise.
         self.shard_g.iter_mut().for_each(|g| *g /= total);
@@ -167,7 +167,7 @@ impl Sharded {
             shard_out: vec![0.0; m],
             count: 0.0,
             known_total: None,
-            left: None,
+            extra: None,
             sums: (0.0, None),
             clip: plan.grad_clip,
             update: Update::Commit,
@@ -189,9 +189,8 @@ impl Sharded {
 
     /// Start a round on `grads` (length n). `count` is this worker's number
     /// of micro-batches in `grads`; with `known_total = Some(t)` the counts
-    /// are not communicated and the reduced sum is divided by `t`. `left`:
-    /// a token budget's micro-batches still to compute, summed with the
-    /// counts ([`Sharded::sums`]).
+    /// are not communicated and the reduced sum is divided by `t`. `extra`:
+    /// a token budget's report, summed with the counts ([`Sharded::sums`]).
     #[allow(clippy::too_many_arguments)]
     pub fn start<C: Ctx>(
         &mut self,
@@ -201,12 +200,12 @@ impl Sharded {
         known_total: Option<f32>,
         update: Update,
         lr: f32,
-        left: Option<f32>,
+        extra: Option<Vec<f32>>,
     ) -> Round<C::Handle<ShardedRound>> {
         let mut op = self.op.take().expect("one round at a time");
         op.flat[..self.n].copy_from_slice(grads);
         op.flat[self.n..].fill(0.0);
-        (op.count, op.known_total, op.update, op.lr, op.left) = (count, known_total, update, lr, left);
+        (op.count, op.known_total, op.update, op.lr, op.extra) = (count, known_total, update, lr, extra);
         Round { handle: Some(ctx.start(op)) }
     }
 
@@ -223,9 +222,10 @@ impl Sharded {
     }
 
     /// The last completed round's sums: of the counts (what it divided
-    /// by) and of the workers' `left` (`None` without a budget).
-    pub fn sums(&self) -> (f32, Option<f32>) {
-        self.op().sums
+    /// by) and of the workers' `extra` (`None` without a budget).
+    pub fn sums(&self) -> (f32, Option<&[f32]>) {
+        let (total, extra) = &self.op().sums;
+        (*total, extra.as_deref())
     }
 
     /// The gathered parameters of the last completed round (length n).
