@@ -58,6 +58,7 @@ struct Inner {
     next: u64,
     tokens: u64,
     tokens_per_micro_batch: u64,
+    lr_by_tokens: Option<u64>,
     schedule: LrSchedule,
     log: Option<MetricsLog>,
     rounds: Vec<RoundRecord>,
@@ -94,6 +95,10 @@ pub struct RoundLogSpec {
     pub tokens_per_micro_batch: u64,
     /// The learning rate of each round.
     pub schedule: LrSchedule,
+    /// Under a token budget (dpu, acco-wp, acco: acco/budget.rs), the tokens
+    /// of one synchronous step: the schedule then follows the tokens applied
+    /// before each round, not the round's number, and so does the logged lr.
+    pub lr_by_tokens: Option<u64>,
     /// Times are virtual (sim): say so.
     pub virtual_time: bool,
     /// No progress output.
@@ -207,6 +212,7 @@ impl RoundLog {
                 next: spec.first + 1,
                 tokens: spec.tokens,
                 tokens_per_micro_batch: spec.tokens_per_micro_batch,
+                lr_by_tokens: spec.lr_by_tokens,
                 schedule: spec.schedule,
                 log,
                 rounds: Vec::new(),
@@ -256,10 +262,13 @@ impl Inner {
     /// Logs the run's next round from `points`, one per worker's round.
     fn log_round(&mut self, points: &[StepPoint]) {
         let loss = (points.iter().map(|p| p.loss as f64).sum::<f64>() / points.len() as f64) as f32;
+        let lr = self.schedule.lr(match self.lr_by_tokens {
+            Some(per_step) => self.tokens / per_step.max(1),
+            None => self.next - 1,
+        });
         self.tokens += points.iter().map(|p| p.micro_batches).sum::<u64>() * self.tokens_per_micro_batch;
         let wall_s = points.iter().map(|p| p.end_s).fold(0.0, f64::max);
-        let rec =
-            RoundRecord { step: self.next, tokens: self.tokens, loss, lr: self.schedule.lr(self.next - 1), wall_s };
+        let rec = RoundRecord { step: self.next, tokens: self.tokens, loss, lr, wall_s };
         self.write("train", &rec);
         self.show(&rec);
         self.rounds.push(rec);
@@ -350,6 +359,7 @@ mod tests {
             total: 3,
             tokens_per_micro_batch: 10,
             schedule: LrSchedule::constant(0.5),
+            lr_by_tokens: None,
             virtual_time: true,
             quiet: true,
             label: String::new(),
@@ -390,6 +400,23 @@ mod tests {
         let r = pooled.finish().unwrap();
         let got: Vec<_> = r.iter().map(|r| (r.step, r.loss, r.wall_s, r.tokens)).collect();
         assert_eq!(got, [(1, 1.5, 2.0, 20), (2, 6.5, 3.0, 40), (3, 12.0, 4.0, 60)]);
+    }
+
+    #[test]
+    fn under_a_token_budget_the_logged_lr_follows_the_tokens_applied_before_the_round() {
+        // In warm-up, lr = step + 1; 20 tokens per synchronous step, 10 per
+        // micro-batch, two workers: rounds of 1 + 1, 3 + 3 and 1 + 1 micro-batches.
+        let schedule = LrSchedule { max_lr: 10.0, warmup_steps: 10, total_steps: 10, min_lr: 0.0 };
+        let l = RoundLog::new(None, RoundLogSpec { schedule, lr_by_tokens: Some(20), ..spec(false) });
+        let p = |step, micro_batches| StepPoint { step, loss: 1.0, micro_batches, end_s: step as f64 };
+        for (w, point) in [(0, p(1, 1)), (1, p(1, 1)), (0, p(2, 3)), (1, p(2, 3)), (0, p(3, 1)), (1, p(3, 1))] {
+            l.point(w, &point);
+        }
+        let r = l.finish().unwrap();
+        // Before the rounds: 0, 20 and 80 tokens applied: steps 0, 1 and 4
+        // (by the round's number they would be 0, 1 and 2).
+        let got: Vec<_> = r.iter().map(|r| (r.tokens, r.lr)).collect();
+        assert_eq!(got, [(20, 1.0), (80, 2.0), (100, 5.0)]);
     }
 
     #[test]

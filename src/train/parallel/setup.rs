@@ -130,6 +130,8 @@ impl Setup {
                 total: self.plan.steps,
                 tokens_per_micro_batch: self.tokens_per_micro_batch(),
                 schedule: self.plan.schedule.clone(),
+                lr_by_tokens: (self.plan.micro_batch_budget.is_some() && self.method.accumulates_while_communicating())
+                    .then(|| self.tokens_per_micro_batch() * (workers * self.plan.grad_accum) as u64),
                 virtual_time: matches!(self.runtime, Runtime::Sim(_)),
                 pooled,
                 quiet: self.quiet || (write && workers > 1 && matches!(self.cfg.parallel.backend.as_str(), "mpi")),

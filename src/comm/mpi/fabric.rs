@@ -1,0 +1,180 @@
+//! One MPI rank's view of the job: a communicator per group, made on first
+//! use, and point-to-point messages (the module docs of `comm::mpi`).
+
+use super::{abort_job, MpiComm, Poll};
+use crate::comm::{CommStats, Communicator, Fabric, Message};
+use mpi::datatype::Equivalence;
+use mpi::point_to_point::{Destination, Source};
+use mpi::request::{Request, StaticScope};
+use mpi::topology::Group as _;
+use mpi::topology::{Communicator as _, SimpleCommunicator};
+use std::collections::HashMap;
+use std::time::{Duration, Instant};
+
+/// Tag of every point-to-point message (one communicator is theirs alone).
+const MESSAGE_TAG: i32 = 77;
+
+/// A message on its way: the request and the encoding it reads, leaked
+/// until the request completes.
+struct Outgoing {
+    req: Option<Request<'static, [u8], StaticScope>>,
+    buf: *mut [u8],
+}
+
+/// One MPI rank's view of the job: groups and messages (module docs).
+pub struct MpiFabric {
+    /// Parent of every group.
+    world: SimpleCommunicator,
+    /// Point-to-point messages only.
+    p2p: SimpleCommunicator,
+    poll: Poll,
+    rank: usize,
+    size: usize,
+    groups: HashMap<Vec<usize>, MpiComm>,
+    outgoing: Vec<Outgoing>,
+    stats: CommStats,
+}
+
+// SAFETY: as for MpiComm: process-wide handles, used by one thread at a
+// time; the leaked send buffers are owned by this fabric alone.
+unsafe impl Send for MpiFabric {}
+
+impl MpiFabric {
+    pub(super) fn new(world: SimpleCommunicator, p2p: SimpleCommunicator, poll: Poll) -> MpiFabric {
+        let (rank, size) = (world.rank() as usize, world.size() as usize);
+        MpiFabric {
+            world,
+            p2p,
+            poll,
+            rank,
+            size,
+            groups: HashMap::new(),
+            outgoing: Vec::new(),
+            stats: CommStats::default(),
+        }
+    }
+
+    /// Completes the sends that have finished; with `all`, waits for every
+    /// one (aborting the job after the collective timeout).
+    fn progress_sends(&mut self, all: bool) {
+        let t = Instant::now();
+        loop {
+            self.outgoing.retain_mut(|o| {
+                let req = o.req.take().expect("a pending send has its request");
+                match req.test() {
+                    Ok(_) => {
+                        // SAFETY: the request that read the buffer completed;
+                        // the buffer came from Box::leak in `send`.
+                        drop(unsafe { Box::from_raw(o.buf) });
+                        false
+                    }
+                    Err(req) => {
+                        o.req = Some(req);
+                        true
+                    }
+                }
+            });
+            if !all || self.outgoing.is_empty() {
+                return;
+            }
+            if t.elapsed() > self.poll.timeout {
+                abort_job(&self.world, self.rank, "a message send did not complete: its receiver has probably died");
+            }
+            std::thread::yield_now();
+        }
+    }
+
+    /// Polls for a message from `from` (any sender when `None`) until `timeout`.
+    fn probe(&mut self, from: Option<usize>, timeout: Option<Duration>) -> Option<(usize, Message)> {
+        let t = Instant::now();
+        loop {
+            self.progress_sends(false);
+            let got = match from {
+                Some(f) => self.p2p.process_at_rank(f as i32).immediate_matched_probe_with_tag(MESSAGE_TAG),
+                None => self.p2p.any_process().immediate_matched_probe_with_tag(MESSAGE_TAG),
+            };
+            if let Some((msg, status)) = got {
+                let len = status.count(u8::equivalent_datatype()) as usize;
+                let mut bytes = vec![0u8; len];
+                msg.matched_receive_into(&mut bytes[..]);
+                let source = status.source_rank() as usize;
+                let m = Message::decode(&bytes).unwrap_or_else(|e| {
+                    abort_job(&self.world, self.rank, &format!("a message from rank {source} does not decode ({e}): ranks built from different lowcomm versions?"))
+                });
+                self.stats.count_message(len, false);
+                return Some((source, m));
+            }
+            let waited = t.elapsed();
+            match timeout {
+                Some(limit) if waited >= limit => return None,
+                None if waited > self.poll.timeout => abort_job(
+                    &self.world,
+                    self.rank,
+                    &format!(
+                        "no message from {} in {:.0} s: a peer rank has probably died or hangs",
+                        from.map_or("any rank".into(), |f| format!("rank {f}")),
+                        self.poll.timeout.as_secs_f64()
+                    ),
+                ),
+                _ => {}
+            }
+            std::thread::yield_now();
+        }
+    }
+}
+
+impl Drop for MpiFabric {
+    fn drop(&mut self) {
+        self.progress_sends(true);
+    }
+}
+
+impl Fabric for MpiFabric {
+    fn rank(&self) -> usize {
+        self.rank
+    }
+    fn participants(&self) -> usize {
+        self.size
+    }
+    fn group(&mut self, members: &[usize]) -> &mut dyn Communicator {
+        if !self.groups.contains_key(members) {
+            assert!(
+                members.contains(&self.rank),
+                "rank {} asked for group {members:?}, which it is not a member of",
+                self.rank
+            );
+            assert!(members.windows(2).all(|w| w[0] < w[1]), "group members must be sorted and distinct: {members:?}");
+            let comm = if members.len() == self.size {
+                self.world.duplicate()
+            } else {
+                let ranks: Vec<i32> = members.iter().map(|&m| m as i32).collect();
+                let group = self.world.group().include(&ranks[..]);
+                self.world.split_by_subgroup(&group).expect("a member of the group gets its communicator")
+            };
+            self.groups.insert(members.to_vec(), MpiComm::new(comm, self.poll));
+        }
+        self.groups.get_mut(members).expect("just inserted")
+    }
+    fn send(&mut self, to: usize, msg: Message) {
+        assert!(to < self.size && to != self.rank, "rank {} cannot send to {to}", self.rank);
+        let mut bytes = Vec::new();
+        msg.encode(&mut bytes);
+        self.stats.count_message(bytes.len(), true);
+        let buf: &'static mut [u8] = Box::leak(bytes.into_boxed_slice());
+        let ptr: *mut [u8] = buf;
+        // SAFETY: `buf` lives until the request completes (progress_sends frees it then).
+        let shared: &'static [u8] = unsafe { &*ptr };
+        let req = self.p2p.process_at_rank(to as i32).immediate_send_with_tag(StaticScope, shared, MESSAGE_TAG);
+        self.outgoing.push(Outgoing { req: Some(req), buf: ptr });
+        self.progress_sends(false);
+    }
+    fn recv(&mut self, from: usize) -> Message {
+        self.probe(Some(from), None).expect("no timeout").1
+    }
+    fn recv_any(&mut self, timeout: Option<Duration>) -> Option<(usize, Message)> {
+        self.probe(None, timeout)
+    }
+    fn message_stats(&self) -> CommStats {
+        self.stats
+    }
+}

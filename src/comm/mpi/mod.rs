@@ -1,0 +1,303 @@
+//! The multi-process backend (cargo feature `mpi`): one worker per MPI rank,
+//! over the `mpi` crate (rsmpi), so ranks can sit on several machines.
+//!
+//! ```text
+//! cargo build --release --features mpi
+//! mpirun -np 4 target/release/lowcomm train --backend mpi --method acco ...
+//! ```
+//!
+//! # Same bits as the in-process backend
+//! Reductions do not use MPI's reduction operators, whose summation order
+//! depends on the library's algorithm (and changes with message size).
+//! A reduce-scatter is an `MPI_Ialltoall` (rank r receives chunk r of every
+//! rank: the `(p-1) m` elements a ring moves) followed by a sum over ranks
+//! 0..p in order on the receiving rank — the recipe of
+//! [`super::local::LocalComm`], so both backends give identical bits.
+//! An all-reduce is that reduce-scatter followed by an all-gather, on a
+//! copy padded to a multiple of the world size when needed. With the bf16
+//! wire dtype the buffers really travel as 16-bit values.
+//!
+//! # Threads and progress
+//! MPI is initialised with `MPI_THREAD_MULTIPLE` where granted, and at
+//! least `MPI_THREAD_SERIALIZED` is required: the worker's communication
+//! thread owns its own duplicate of `MPI_COMM_WORLD` and is the only thread
+//! calling MPI while training runs (the main thread uses MPI only before and
+//! after). Collectives are started non-blocking and completed by polling
+//! `MPI_Test`: MPICH and OpenMPI progress non-blocking collectives only
+//! inside MPI calls, and a blocking wait busy-polls a whole core — on a
+//! 2-core machine that core is the one the worker computes on. [`Poll`]
+//! decides what happens between tests (see `docs/mpi.md` for the measured
+//! cost of each choice).
+//!
+//! # Groups and messages
+//! [`MpiFabric`] is a participant's whole view: the communicator of any
+//! group of ranks, made on first use with `MPI_Comm_create_group` (collective
+//! over the group's members only), and point-to-point messages on a
+//! duplicate of `MPI_COMM_WORLD` of their own. A send is an `MPI_Isend` of
+//! the message's encoding that completes in the background (tested at every
+//! later call and waited for at the end), so a sender never waits for its
+//! receiver; receives probe (`MPI_Improbe`) by polling, which is also how a
+//! receive-any honours its deadline.
+//!
+//! # Failure
+//! A collective that does not complete within [`Poll::timeout`] (a peer
+//! died without the launcher noticing, or hangs) prints which rank waited on
+//! what, and aborts the whole job (`MPI_Abort`) instead of hanging.
+
+use anyhow::{bail, Context, Result};
+use mpi::collective::CommunicatorCollectives;
+use mpi::datatype::PartitionMut;
+use mpi::environment::Universe;
+use mpi::topology::{Communicator as _, SimpleCommunicator};
+use mpi::traits::Root;
+use mpi::Threading;
+use std::time::Duration;
+
+/// What the communication thread does between two `MPI_Test`s of a
+/// started collective (docs/mpi.md has the measured cost of each).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Wait {
+    /// Nothing: a tight loop, as a blocking MPI wait does. Burns a core.
+    Spin,
+    /// `sched_yield`: the core goes to any other runnable thread (the
+    /// worker computing), else straight back to testing.
+    Yield,
+    /// Yield for the first 100 us, then sleep `waited / 20` (50 us to 1 ms).
+    Sleep,
+}
+
+/// How a started collective is completed.
+#[derive(Clone, Copy, Debug)]
+pub struct Poll {
+    /// Between tests.
+    pub wait: Wait,
+    /// Give up (and abort the job) after this long on one collective.
+    pub timeout: Duration,
+}
+
+impl Poll {
+    /// From `LOWCOMM_MPI_POLL=spin|yield|sleep` (default yield) and
+    /// `LOWCOMM_MPI_TIMEOUT_S` (default 600 s).
+    pub fn from_env() -> Result<Poll> {
+        let wait = match std::env::var("LOWCOMM_MPI_POLL").as_deref() {
+            Err(_) | Ok("yield") => Wait::Yield,
+            Ok("spin") => Wait::Spin,
+            Ok("sleep") => Wait::Sleep,
+            Ok(other) => bail!("LOWCOMM_MPI_POLL={other}: use spin, yield or sleep"),
+        };
+        let timeout = match std::env::var("LOWCOMM_MPI_TIMEOUT_S") {
+            Ok(v) => v
+                .parse::<f64>()
+                .ok()
+                .filter(|t| *t > 0.0)
+                .with_context(|| format!("LOWCOMM_MPI_TIMEOUT_S={v}: give a number of seconds > 0, e.g. 600"))?,
+            Err(_) => 600.0,
+        };
+        Ok(Poll { wait, timeout: Duration::from_secs_f64(timeout) })
+    }
+}
+
+/// The process's MPI environment: initialised once, finalised on drop.
+pub struct MpiProcess {
+    world: SimpleCommunicator,
+    /// The thread support MPI granted.
+    pub threading: Threading,
+    poll: Poll,
+    /// Ranks sharing memory (the machine) with this one, found once at init.
+    local_ranks: usize,
+    /// This rank's place among them (0 to `local_ranks - 1`).
+    local_rank: usize,
+    // Dropped last: MPI_Finalize.
+    _universe: Universe,
+}
+
+impl MpiProcess {
+    /// Initialises MPI; fails with a clear message if the library cannot
+    /// give a communication thread its own collectives.
+    pub fn init() -> Result<MpiProcess> {
+        let poll = Poll::from_env()?;
+        let (universe, threading) = mpi::initialize_with_threading(Threading::Multiple)
+            .context("MPI was already initialised in this process")?;
+        if threading < Threading::Serialized {
+            bail!("the MPI library grants only {threading:?} threading; lowcomm needs at least MPI_THREAD_SERIALIZED (MPICH and OpenMPI builds from Debian grant MULTIPLE)");
+        }
+        let world = universe.world();
+        let machine = world.split_shared(world.rank());
+        let (local_ranks, local_rank) = (machine.size() as usize, machine.rank() as usize);
+        Ok(MpiProcess { world, threading, poll, local_ranks, local_rank, _universe: universe })
+    }
+
+    /// This process's rank.
+    pub fn rank(&self) -> usize {
+        self.world.rank() as usize
+    }
+
+    /// Number of ranks.
+    pub fn size(&self) -> usize {
+        self.world.size() as usize
+    }
+
+    /// A new communicator over all ranks (a duplicate of `MPI_COMM_WORLD`,
+    /// so its traffic never matches another handle's).
+    pub fn comm(&self) -> MpiComm {
+        MpiComm::new(self.world.duplicate(), self.poll)
+    }
+
+    /// The ranks' vote on a stop request (strategy/stop.rs), on a
+    /// communicator of its own; `None` unless MPI granted
+    /// `MPI_THREAD_MULTIPLE`: a participant may vote while its
+    /// communication thread is inside MPI.
+    pub fn flag_vote(&self) -> Option<FlagVote> {
+        (self.threading == Threading::Multiple).then(|| FlagVote {
+            comm: self.world.duplicate(),
+            poll: self.poll,
+            rank: self.rank(),
+        })
+    }
+
+    /// This rank's view of the job as a [`Fabric`] (for the communication thread).
+    pub fn fabric(&self) -> MpiFabric {
+        MpiFabric::new(self.world.duplicate(), self.world.duplicate(), self.poll)
+    }
+
+    /// Ranks sharing memory (the machine) with this one, as MPI sees it.
+    pub fn local_ranks(&self) -> usize {
+        self.local_ranks
+    }
+
+    /// This rank's place among the ranks on its machine: the GPU it takes
+    /// under `--device cuda` (`cuda:(local rank mod GPUs)`), whatever the
+    /// job's rank numbering across machines.
+    pub fn local_rank(&self) -> usize {
+        self.local_rank
+    }
+
+    /// Whether `per_node` ranks per node make a real two-tier topology
+    /// (more than one node, more than one rank on each); else the flat
+    /// group is the whole story.
+    pub fn is_two_tier(&self, per_node: usize) -> bool {
+        per_node > 1 && per_node < self.size()
+    }
+
+    /// Ranks per node: `LOWCOMM_RANKS_PER_NODE` if set (to try two-tier
+    /// collectives on one machine), else the ranks MPI finds sharing memory
+    /// with this one. Every node must have the same number of ranks, and
+    /// ranks must be numbered node by node (mpirun's default block mapping).
+    /// Only the first `workers` ranks (the job's workers; a server rank
+    /// after them sits on a node of its own) need to divide into nodes; a
+    /// node larger than that is one node of `workers`.
+    pub fn ranks_per_node(&self, workers: usize) -> Result<usize> {
+        let per_node = match std::env::var("LOWCOMM_RANKS_PER_NODE") {
+            Ok(v) => v
+                .parse::<usize>()
+                .ok()
+                .filter(|k| *k >= 1)
+                .with_context(|| format!("LOWCOMM_RANKS_PER_NODE={v}: give a whole number >= 1"))?,
+            Err(_) => self.local_ranks(),
+        }
+        .min(workers.max(1));
+        // Every rank must agree, or the sub-groups would not line up.
+        let mut all = vec![0u64; self.size()];
+        let (world, poll, rank, mine) = (&self.world, self.poll, self.rank(), per_node as u64);
+        mpi::request::scope(|sc| {
+            let req = world.immediate_all_gather_into(sc, &mine, &mut all[..]);
+            MpiComm::complete(world, poll, rank, "ranks-per-node all_gather", req)
+        });
+        // Workers must agree; a server after them may sit elsewhere.
+        all.truncate(workers.min(all.len()));
+        if all.iter().any(|&k| k != per_node as u64) || !workers.is_multiple_of(per_node) {
+            bail!("ranks per node differ across nodes ({all:?}) or do not divide {workers} workers: groups by node need the same number of workers on every node (set LOWCOMM_RANKS_PER_NODE to override)");
+        }
+        Ok(per_node)
+    }
+
+    /// Gathers every rank's `bytes` on rank 0 (in rank order); `None` elsewhere.
+    /// Both gathers are polled with the collective timeout, so a rank that
+    /// hangs between them is caught too.
+    pub fn gather_bytes(&self, bytes: &[u8]) -> Option<Vec<Vec<u8>>> {
+        let (world, poll, rank) = (&self.world, self.poll, self.rank());
+        let root = world.process_at_rank(0);
+        let len = bytes.len() as i32;
+        if rank != 0 {
+            mpi::request::scope(|sc| {
+                MpiComm::complete(world, poll, rank, "gather (lengths)", root.immediate_gather_into(sc, &len))
+            });
+            mpi::request::scope(|sc| {
+                MpiComm::complete(world, poll, rank, "gather", root.immediate_gather_varcount_into(sc, bytes))
+            });
+            return None;
+        }
+        let mut lens = vec![0i32; self.size()];
+        mpi::request::scope(|sc| {
+            MpiComm::complete(
+                world,
+                poll,
+                rank,
+                "gather (lengths)",
+                root.immediate_gather_into_root(sc, &len, &mut lens[..]),
+            )
+        });
+        let displs: Vec<i32> = lens.iter().scan(0, |acc, &l| Some(std::mem::replace(acc, *acc + l))).collect();
+        let mut all = vec![0u8; lens.iter().map(|&l| l as usize).sum()];
+        let mut part = PartitionMut::new(&mut all[..], &lens[..], &displs[..]);
+        mpi::request::scope(|sc| {
+            MpiComm::complete(
+                world,
+                poll,
+                rank,
+                "gather",
+                root.immediate_gather_varcount_into_root(sc, bytes, &mut part),
+            )
+        });
+        Some(displs.iter().zip(&lens).map(|(&d, &l)| all[d as usize..(d + l) as usize].to_vec()).collect())
+    }
+
+    /// Blocks until every rank arrives (polled, with the collective timeout).
+    pub fn barrier(&self) {
+        MpiComm::complete(&self.world, self.poll, self.rank(), "barrier", self.world.immediate_barrier());
+    }
+
+    /// Prints `why` and ends every rank of the job.
+    pub fn abort(&self, why: &str) -> ! {
+        abort_job(&self.world, self.rank(), why)
+    }
+}
+
+/// Prints `why`, then `MPI_Abort`s every rank of `comm`'s job. The pause
+/// lets the launcher forward this rank's stderr first: hydra tears the job
+/// down at once, and the message was lost in about one run of three when
+/// several jobs shared this 2-core machine.
+///
+/// `MPI_Abort` may fail to end the process: once in 20 runs of the MPI
+/// suite under load (docs/decisions.md, "The MPI tests 20 times under
+/// load") the rank that should have aborted stayed alive for minutes with
+/// its communication thread inside MPICH (ch4:ucx), most likely in the
+/// library's exit path. A watchdog armed first ends this process with `_exit`
+/// (no exit handlers, no library destructors) after [`ABORT_GRACE`]; the
+/// launcher then sees a rank gone and ends the others.
+pub fn abort_job(comm: &SimpleCommunicator, rank: usize, why: &str) -> ! {
+    eprintln!("lowcomm (mpi rank {rank}): {why}; aborting all ranks");
+    std::thread::spawn(move || {
+        std::thread::sleep(ABORT_GRACE);
+        eprintln!("lowcomm (mpi rank {rank}): MPI_Abort did not end this rank in {} s; exiting", ABORT_GRACE.as_secs());
+        // SAFETY: _exit ends the process at once; nothing runs after it.
+        unsafe { libc::_exit(1) }
+    });
+    std::thread::sleep(Duration::from_millis(300));
+    if std::env::var_os("LOWCOMM_FAULT_ABORT_HANGS").is_some() {
+        // Tests: stand in for an MPI_Abort that never returns nor ends the process.
+        loop {
+            std::thread::park();
+        }
+    }
+    comm.abort(1)
+}
+
+/// How long [`abort_job`] lets `MPI_Abort` take before the watchdog ends
+/// the process itself.
+pub const ABORT_GRACE: Duration = Duration::from_secs(10);
+
+mod collectives;
+mod fabric;
+pub use collectives::{FlagVote, MpiComm};
+pub use fabric::MpiFabric;
