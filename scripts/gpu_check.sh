@@ -28,16 +28,23 @@ fi
 torch_lib=$("$PYTHON" -c 'import os, torch; print(os.path.join(os.path.dirname(torch.__file__), "lib"))') || exit 1
 export LD_LIBRARY_PATH="$torch_lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 {
-  echo "kit: lowcomm $KIT_COMMIT built $KIT_BUILT against torch $KIT_TORCH"
+  echo "kit: lowcomm $KIT_COMMIT built $KIT_BUILT against torch $KIT_TORCH with tch ${KIT_TCH:-0.26 (not recorded)}"
   "$PYTHON" -c 'import torch; print("here: torch", torch.__version__, "| CUDA devices:", torch.cuda.device_count(), "|", torch.cuda.get_device_name(0) if torch.cuda.is_available() else "no GPU")'
   nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader 2>/dev/null || echo "nvidia-smi: none"
+  # The test of this reads the build machine's libtorch path, absent here.
+  if ! command -v readelf >/dev/null; then echo "readelf: none (libtorch_cuda.so not checked)"
+  elif readelf -d "$kit/lowcomm" | grep -q '\[libtorch_cuda.so\]'; then echo "lowcomm needs libtorch_cuda.so"
+  else echo "lowcomm does not need libtorch_cuda.so: CUDA will be unavailable (build.rs, docs/torch.md)"; fi
 } | tee "$OUT/machine.txt"
 # The test binary runs the paths it was built with: the checkout (fixtures),
 # its target's tmp/ (scratch) and debug/lowcomm (the binary the command-line
-# tests start). Make them exist here.
+# tests start). Make them exist here. A kit built in a scratch copy (another
+# tch than the tree's: scripts/gpu_kit.sh) names that copy, which is gone
+# after the build: it becomes a link to this checkout, as on another machine.
 if [ "$(cd "$KIT_MANIFEST_DIR" 2>/dev/null && pwd -P)" != "$(pwd -P)" ]; then
-  [ -e "$KIT_MANIFEST_DIR" ] && { echo "$KIT_MANIFEST_DIR exists and is not this checkout" >&2; exit 1; }
-  mkdir -p "$(dirname "$KIT_MANIFEST_DIR")" && ln -s "$PWD" "$KIT_MANIFEST_DIR"
+  # A link (an earlier run's, from another checkout) is pointed here.
+  [ -e "$KIT_MANIFEST_DIR" ] && [ ! -L "$KIT_MANIFEST_DIR" ] && { echo "$KIT_MANIFEST_DIR exists and is not this checkout" >&2; exit 1; }
+  mkdir -p "$(dirname "$KIT_MANIFEST_DIR")" && ln -sfn "$PWD" "$KIT_MANIFEST_DIR"
 fi
 mkdir -p "$KIT_TARGET_DIR/tmp" "$KIT_TARGET_DIR/debug"
 ln -sf "$kit/lowcomm" "$KIT_TARGET_DIR/debug/lowcomm"
