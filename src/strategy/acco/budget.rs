@@ -51,8 +51,6 @@ pub struct TokenBudget {
     /// Micro-batches of this worker's last stage that its quota did not cut
     /// short (at least 1): its speed, by which released quota is shared.
     rate: u64,
-    /// Released at this round's reduce, given back by rate when it returns.
-    released: u64,
     /// The last round's sums said no worker computes any more.
     spent: bool,
     /// The mean loss of the last micro-batches computed: a last round under
@@ -70,7 +68,6 @@ impl TokenBudget {
             rank,
             world,
             rate: 1,
-            released: 0,
             spent: false,
             last_loss: 0.0,
         }
@@ -108,10 +105,9 @@ impl TokenBudget {
     pub fn to_send(&mut self) -> Option<Vec<f32>> {
         let q = self.quota?;
         let kept = q.min(2 * self.rate);
-        self.released = q - kept;
         self.quota = Some(kept);
         let mut v = vec![0.0; 2 + self.world];
-        (v[0], v[1], v[2 + self.rank]) = (q as f32, self.released as f32, self.rate as f32);
+        (v[0], v[1], v[2 + self.rank]) = (q as f32, (q - kept) as f32, self.rate as f32);
         Some(v)
     }
 
@@ -126,7 +122,6 @@ impl TokenBudget {
         }
         let rates: Vec<u64> = s[2..].iter().map(|&r| r as u64).collect();
         *q += shares(s[1] as u64, &rates)[self.rank];
-        self.released = 0;
     }
 
     /// Whether the run ends with this round (budget spent everywhere).
