@@ -173,11 +173,12 @@ impl MethodResult {
         self.ended == Ended::Finished
     }
 
-    /// The result in `dir` if it is complete and was made under `config`.
+    /// The result in `dir` if it is complete and was made under `config`
+    /// (wherever its run directory was then: a moved results folder is reused).
     pub fn load(dir: &Path, config: &str) -> Option<MethodResult> {
         let text = std::fs::read_to_string(dir.join(RESULT_FILE)).ok()?;
         let mut r: MethodResult = serde_json::from_str(&text).ok()?;
-        if r.config != config {
+        if !same_run(&r.config, config) {
             return None;
         }
         // Written before the field: read the events once more (only for a result that is reused).
@@ -194,6 +195,24 @@ impl MethodResult {
         let path = dir.join(RESULT_FILE);
         crate::util::atomic_write(&path, text.as_bytes()).with_context(|| format!("cannot write {}", path.display()))
     }
+}
+
+/// Whether two run configurations (TOML) describe the same run: equal but
+/// for where it wrote its files (`train.out_dir`, `parallel.trace`).
+fn same_run(a: &str, b: &str) -> bool {
+    let without_paths = |text: &str| {
+        let mut t: toml::Table = text.parse().ok()?;
+        for (section, key) in [("train", "out_dir"), ("parallel", "trace")] {
+            if let Some(s) = t.get_mut(section).and_then(|v| v.as_table_mut()) {
+                s.remove(key);
+                if s.is_empty() {
+                    t.remove(section);
+                }
+            }
+        }
+        Some(t)
+    };
+    a == b || matches!((without_paths(a), without_paths(b)), (Some(x), Some(y)) if x == y)
 }
 
 /// The most bytes one of ranks `0..world` (the workers, not a parameter
@@ -286,6 +305,8 @@ mod tests {
         r.save(dir.path()).unwrap();
         assert_eq!(json(MethodResult::load(dir.path(), &r.config)), json(Some(r.clone())));
         assert_eq!(json(MethodResult::load(dir.path(), "[train]\nsteps = 8\n")), None, "other settings: rerun");
+        let moved = "[train]\nsteps = 4\nout_dir = \"elsewhere/runs/co2\"\n[parallel]\ntrace = \"elsewhere/runs/co2/trace.json\"\n";
+        assert_eq!(json(MethodResult::load(dir.path(), moved)), json(Some(r.clone())), "another folder: reused");
         std::fs::write(dir.path().join(RESULT_FILE), "{\"spec\": \"co2\"").unwrap();
         assert_eq!(json(MethodResult::load(dir.path(), &r.config)), None, "a torn file: rerun");
     }
