@@ -33,7 +33,9 @@ case "$TORCH_VERSION" in
     exit 1
     ;;
 esac
-tree_tch=$(sed -n '/^name = "tch"$/{n;s/^version = "\(.*\)"$/\1/p;}' Cargo.lock)
+# The tch version the Cargo.lock of the current directory names.
+lock_tch() { sed -n '/^name = "tch"$/{n;s/^version = "\(.*\)"$/\1/p;}' Cargo.lock; }
+tree_tch=$(lock_tch)
 
 # The venv: KIT_VENV, else .venv-torch (2.13.0) or .venv-torch-VERSION in the
 # checkout, else one beside the checkout (../.venv-torch211 for 2.11.x, where
@@ -98,7 +100,7 @@ cargo build --release --locked --features torch
 test_bin=$(cargo test --locked --features torch --test torch_backend --no-run --message-format=json 2>/dev/null |
   sed -n 's/.*"executable":"\([^"]*torch_backend[^"]*\)".*/\1/p' | tail -1)
 [ -x "$test_bin" ] || { echo "the torch_backend test binary was not built" >&2; exit 1; }
-kit_tch=$(sed -n '/^name = "tch"$/{n;s/^version = "\(.*\)"$/\1/p;}' Cargo.lock)
+kit_tch=$(lock_tch)
 cd "$checkout"
 cp "$CARGO_TARGET_DIR/release/lowcomm" "$stage/lowcomm"
 cp "$test_bin" "$stage/torch_backend"
