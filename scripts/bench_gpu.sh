@@ -3,9 +3,10 @@
 # the same model in plain PyTorch on the same device
 # (bench/torch/gpt_reference.py), in one run, alternated A B B A, one process
 # per measurement, the faster of each side's runs kept. Prints a Markdown
-# table: tokens/s of both, the ratio, lowcomm's step split into the
-# forward + backward (device) and the host's work (gradient download and
-# AdamW on the host buffers), the model FLOPs utilisation of both when the
+# table: tokens/s of both, the ratio, each step split into the forward +
+# backward (lowcomm's includes the parameters' upload) and the optimizer
+# (lowcomm's AdamW runs on the host buffers, after the gradient's download;
+# PyTorch's on the device), the model FLOPs utilisation of both when the
 # card's peak is known, and the peak memory.
 #
 #   bash scripts/bench_gpu.sh                              # cuda; micro, small, gpt2; f32 and bf16
@@ -40,8 +41,8 @@ batch_of() {
 field() { sed -n "s/.*[ ]$1=\([^ ]*\).*/\1/p" | head -1; }
 best() { awk -v a="$1" -v b="$2" 'BEGIN { print (b == "" || a + 0 > b + 0) ? a : b }'; }
 
-echo "| preset | precision | batch | lowcomm tok/s | PyTorch tok/s | lowcomm / PyTorch | lowcomm fwd+bwd ms | lowcomm host ms | MFU lowcomm | MFU PyTorch | peak memory MB lowcomm RSS / PyTorch |"
-echo "|---|---|---|---|---|---|---|---|---|---|---|"
+echo "| preset | precision | batch | lowcomm tok/s | PyTorch tok/s | lowcomm / PyTorch | fwd+bwd ms lowcomm / PyTorch | fwd+bwd PyTorch / lowcomm | lowcomm download ms | AdamW ms lowcomm (host) / PyTorch | MFU lowcomm | MFU PyTorch | peak memory MB lowcomm RSS / PyTorch |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 card=""
 for preset in $PRESETS; do
   for prec in $PRECISIONS; do
@@ -64,11 +65,12 @@ for preset in $PRESETS; do
     card=$(echo "$pres" | field card)
     pmfu=$(echo "$pres" | field mfu)
     awk -v p="$preset" -v q="$prec" -v bt="$(echo "$lres" | field batch)" -v lt="$lt" -v pt="$pt" \
-        -v fb="$(echo "$lres" | field fwd_bwd_s)" -v h="$(echo "$lres" | field host_s)" -v pm="$pmfu" \
+        -v lfb="$(echo "$lres" | field fwd_bwd_s)" -v lh="$(echo "$lres" | field host_s)" -v ld="$(echo "$lres" | field download_s)" \
+        -v ps="$(echo "$pres" | field median_step_s)" -v pfb="$(echo "$pres" | field fwd_bwd_s)" -v pm="$pmfu" \
         -v lm="$(echo "$lres" | field peak_rss_mb)" -v tm="$(echo "$pres" | field peak_mem_mb)" 'BEGIN {
       lmfu = (pm == "nan") ? "n/a" : sprintf("%.3f", pm * lt / pt)
       tmfu = (pm == "nan") ? "n/a" : sprintf("%.3f", pm)
-      printf "| %s | %s | %s | %.0f | %.0f | %.2f | %.1f | %.1f | %s | %s | %s / %s |\n", p, q, bt, lt, pt, lt / pt, fb * 1e3, h * 1e3, lmfu, tmfu, lm, tm
+      printf "| %s | %s | %s | %.0f | %.0f | %.2f | %.1f / %.1f | %.2f | %.1f | %.1f / %.1f | %s | %s | %s / %s |\n", p, q, bt, lt, pt, lt / pt, lfb * 1e3, pfb * 1e3, pfb / lfb, ld * 1e3, (lh - ld) * 1e3, (ps - pfb) * 1e3, lmfu, tmfu, lm, tm
     }'
   done
 done

@@ -243,10 +243,16 @@ fn micro_batches_accumulate_on_the_device_until_the_gradient_is_read() {
     let (b, t) = (2, 16);
     let (x, y) = batch(&cfg, b, t, 21);
     let (x2, y2) = batch(&cfg, b, t, 22);
-    // A gradient zeroed before anyone read it is gone from the device too.
+    // A zeroed gradient is gone from the host (read before) and from the
+    // device (pending): the host's is cleared lazily, by the next read.
     torch.forward_backward(&x, &y, b, t, 1.0);
+    assert!(torch.grads().iter().any(|g| *g != 0.0), "no gradient to zero");
+    torch.forward_backward(&x2, &y2, b, t, 1.0);
     torch.zero_grads();
-    assert!(torch.grads().iter().all(|g| *g == 0.0), "zero_grads left a device gradient behind");
+    assert!(torch.grads().iter().all(|g| *g == 0.0), "zero_grads left a gradient behind");
+    // A stale host gradient is written over by the next window's, not added to.
+    torch.forward_backward(&x2, &y2, b, t, 1.0);
+    torch.grads();
     // Read in the middle of a window (the host gets the first micro-batch),
     // then accumulate on: the host ends with the sum, as natively.
     for m in [&mut native, &mut torch] {

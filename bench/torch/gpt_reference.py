@@ -16,7 +16,7 @@ torch.autocast (matmuls and attention in bf16, norms and the loss in f32,
 f32 weights and optimizer).
 
 Prints one RESULT line: median step time (after --warmup steps, each step
-waited for on CUDA), tokens/s, model FLOP/s (lowcomm's count:
+waited for on CUDA) and of its forward + backward alone, tokens/s, model FLOP/s (lowcomm's count:
 6 x matmul parameters + 12 x layers x ctx x width per token) and, when the
 peak is known (--peak-tflops, or the card's name in PEAKS), the model FLOPs
 utilisation; the peak device memory (CUDA) or resident memory (CPU).
@@ -132,7 +132,7 @@ def main():
     x, y = data[:, :-1].contiguous(), data[:, 1:].reshape(-1)
     sync = torch.cuda.synchronize if device.type == "cuda" else (lambda: None)
     autocast = torch.autocast(device.type, dtype=torch.bfloat16, enabled=a.precision == "bf16")
-    times, losses = [], []
+    times, fwd_bwd, losses = [], [], []
     for s in range(a.warmup + a.steps):
         sync()
         t0 = time.perf_counter()
@@ -141,12 +141,15 @@ def main():
             logits = model(x)
         loss = F.cross_entropy(logits.float().view(-1, vocab), y)
         loss.backward()
+        sync()  # lowcomm's forward + backward is timed to here too
+        t1 = time.perf_counter()
         opt.step()
         losses.append(loss.item())  # a host value: waits for the step
         sync()
         dt = time.perf_counter() - t0
         if s >= a.warmup:
             times.append(dt)
+            fwd_bwd.append(t1 - t0)
         print(f"step {s} loss {losses[-1]:.4f} time {dt:.4f}s", file=sys.stderr)
     med = statistics.median(times)
     tokens = batch * ctx
@@ -159,7 +162,7 @@ def main():
         mem = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
     print(
         f"RESULT lib=torch-{torch.__version__} device={a.device} card={card.replace(' ', '_')} precision={a.precision} "
-        f"preset={a.preset} batch={batch}x{ctx} params={params} median_step_s={med:.5f} tok_per_s={tokens / med:.0f} "
+        f"preset={a.preset} batch={batch}x{ctx} params={params} median_step_s={med:.5f} fwd_bwd_s={statistics.median(fwd_bwd):.5f} tok_per_s={tokens / med:.0f} "
         f"tflops={flops / 1e12:.3f} mfu={mfu} peak_mem_mb={mem:.0f} loss_first={losses[0]:.4f} loss_last={losses[-1]:.4f}"
     )
 

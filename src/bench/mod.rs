@@ -34,6 +34,9 @@ pub struct BenchResult {
     /// Median of the rest, the host's work: the gradient's download (on
     /// libtorch) and the AdamW step on the host buffers.
     pub median_host_s: f64,
+    /// Median of the download alone (the gradient summed on the device
+    /// brought into the host's; nothing natively).
+    pub median_download_s: f64,
     pub tokens_per_s: f64,
     /// Achieved model FLOP/s (6N + attention per token).
     pub gflops: f64,
@@ -91,7 +94,7 @@ pub fn run(step: &StepConfig, steps: usize, warmup: usize) -> Result<BenchResult
     }
     let mut opt = AdamW::new(AdamWConfig { beta1: 0.9, beta2: 0.95, eps: 1e-8, weight_decay: 0.1 }, model.num_params());
     let decay = DecaySegments::new(model.layout.decay_ranges());
-    let (mut times, mut fwd_bwd, mut host) = (Vec::new(), Vec::new(), Vec::new());
+    let (mut times, mut fwd_bwd, mut host, mut download) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let mut losses = Vec::new();
     for s in 0..warmup + steps {
         let t0 = Instant::now();
@@ -99,6 +102,8 @@ pub fn run(step: &StepConfig, steps: usize, warmup: usize) -> Result<BenchResult
         // The loss is a host value: on a GPU, reading it waits for the backward.
         let loss = model.forward_backward(&x, &y, b, t, 1.0);
         let t1 = Instant::now();
+        model.grads();
+        let dd = t1.elapsed().as_secs_f64();
         let (params, grads) = model.params_and_grads();
         opt.step(params, grads, 1e-3, &decay);
         let (dt, dh) = (t0.elapsed().as_secs_f64(), t1.elapsed().as_secs_f64());
@@ -107,6 +112,7 @@ pub fn run(step: &StepConfig, steps: usize, warmup: usize) -> Result<BenchResult
             times.push(dt);
             fwd_bwd.push(dt - dh);
             host.push(dh);
+            download.push(dd);
         }
         eprintln!("step {s} loss {loss:.4} time {dt:.3}s");
     }
@@ -124,6 +130,7 @@ pub fn run(step: &StepConfig, steps: usize, warmup: usize) -> Result<BenchResult
         median_step_s: med,
         median_fwd_bwd_s: median(&mut fwd_bwd),
         median_host_s: median(&mut host),
+        median_download_s: median(&mut download),
         tokens_per_s: tokens / med,
         gflops: cfg.flops_per_token() * tokens / med / 1e9,
         peak_rss_mb: peak_rss_mb(),

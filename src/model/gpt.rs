@@ -106,13 +106,15 @@ impl Gpt {
     }
 
     /// Reset the gradient accumulators to zero (the host's and, on
-    /// libtorch, the device's).
+    /// libtorch, the device's; there the host's is cleared by the next
+    /// read, which writes the device's sum over it).
     pub fn zero_grads(&mut self) {
-        self.grads.fill(0.0);
         #[cfg(feature = "torch")]
         if let Some(torch) = &mut self.torch {
             torch.zero_grads();
+            return;
         }
+        self.grads.fill(0.0);
     }
 
     /// Bytes of activation buffers currently held.

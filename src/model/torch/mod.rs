@@ -60,6 +60,17 @@ pub struct TorchGpt {
     rope: Option<(Tensor, Tensor)>,
     /// The last pass's logits `[rows, vocab]`, on the host.
     logits: Vec<f32>,
+    /// On CUDA: a page-locked host buffer of the model's size, allocated
+    /// once, that every upload and download goes through. A copy from
+    /// pageable memory makes CUDA stage it itself, chunk by chunk, and a
+    /// download into a fresh host tensor first-touches the whole model
+    /// each step (docs/torch.md, "Transfers", measures both).
+    /// `LOWCOMM_TORCH_PAGEABLE=1` copies without it, to measure the difference.
+    staging: Option<Tensor>,
+    /// Whether the host gradient is to be read as zero ([`Self::zero_grads`]
+    /// ran since the last [`Self::take_grads_into`]): `Gpt::zero_grads`
+    /// leaves clearing it to the next read.
+    host_grads_zero: bool,
 }
 
 impl TorchGpt {
@@ -89,6 +100,9 @@ impl TorchGpt {
             .collect();
         assert_eq!(end, layout.len, "the layout's tensors must tile the flat buffer");
         let rope = (cfg.arch == super::Arch::Llama).then(|| blocks::rope_tables(cfg, device, kind));
+        let pageable = std::env::var("LOWCOMM_TORCH_PAGEABLE").is_ok_and(|v| v == "1");
+        let staging = (device.is_cuda() && !pageable)
+            .then(|| Tensor::empty([layout.len as i64], (Kind::Float, Device::Cpu)).pin_memory(device));
         Ok(Self {
             cfg: cfg.clone(),
             layout,
@@ -102,6 +116,8 @@ impl TorchGpt {
             uploaded: Vec::new(),
             rope,
             logits: Vec::new(),
+            staging,
+            host_grads_zero: false,
         })
     }
 
@@ -173,25 +189,48 @@ impl TorchGpt {
     }
 
     /// Adds the gradient accumulated on the device into `grads` (the host
-    /// gradient), in one transfer, and ends the accumulation window.
+    /// gradient), in one transfer, and ends the accumulation window. After
+    /// [`Self::zero_grads`] the host gradient reads as zero without having
+    /// been cleared: the sum is copied over it (or zeros written, when no
+    /// micro-batch ran), which saves a pass over the whole model each step.
     pub fn take_grads_into(&mut self, grads: &mut [f32]) {
-        if !self.grads.is_empty() {
+        let overwrite = std::mem::take(&mut self.host_grads_zero);
+        if self.grads.is_empty() {
+            if overwrite {
+                grads.fill(0.0);
+            }
+        } else {
             assert_eq!(grads.len(), self.layout.len, "gradient buffer of another shape");
             let _guard = tch::no_grad_guard();
             // A tensor no pass used has no gradient: zeros in its place.
             let flat: Vec<Tensor> = (self.grads.drain(..).zip(&self.leaves))
                 .map(|(g, leaf)| if g.defined() { g.view(-1) } else { leaf.zeros_like().view(-1) })
                 .collect();
+            let sum = Tensor::cat(&flat, 0);
             // SAFETY: the view is used and dropped here, while `grads` is borrowed.
             let mut host = unsafe { host_view(grads.as_mut_ptr(), grads.len()) };
-            host += Tensor::cat(&flat, 0).to_device(Device::Cpu);
+            let sum = match &mut self.staging {
+                Some(staging) => {
+                    staging.copy_(&sum);
+                    staging.shallow_clone()
+                }
+                None => sum,
+            };
+            if overwrite {
+                host.copy_(&sum);
+            } else {
+                host += sum.to_device(Device::Cpu);
+            }
         }
         self.params_current = false;
     }
 
-    /// Drops the device's pending gradient and ends the accumulation window.
+    /// Drops the device's pending gradient, marks the host gradient as
+    /// zero (written by the next [`Self::take_grads_into`]), and ends the
+    /// accumulation window.
     pub fn zero_grads(&mut self) {
         self.grads.clear();
+        self.host_grads_zero = true;
         self.params_current = false;
     }
 
@@ -233,7 +272,14 @@ impl TorchGpt {
         assert_eq!(params.len(), self.layout.len, "parameter buffer of another shape");
         let _guard = tch::no_grad_guard();
         // SAFETY: the view is only read, and dropped before `params` is released.
-        self.params.copy_(&unsafe { host_view(params.as_ptr().cast_mut(), params.len()) });
+        let host = unsafe { host_view(params.as_ptr().cast_mut(), params.len()) };
+        match &mut self.staging {
+            Some(staging) => {
+                staging.copy_(&host);
+                self.params.copy_(staging);
+            }
+            None => self.params.copy_(&host),
+        }
         #[cfg(debug_assertions)]
         {
             self.uploaded.clear();
