@@ -13,6 +13,7 @@
 #   DEVICE=cpu PRESETS=nano bash scripts/bench_gpu.sh      # the same comparison on libtorch's CPU
 #   PRECISIONS=bf16 PRESETS=gpt2 BATCH=16 bash scripts/bench_gpu.sh
 #   LOWCOMM=path/to/lowcomm PYTHON=python3 bash scripts/bench_gpu.sh   # a binary built elsewhere
+#   LOWCOMM_COMMIT=...                                    # the commit it was built from, for the table's last line
 #
 # Needs a lowcomm built with `--features torch` (docs/torch.md) and a Python
 # with torch. On CUDA each step moves 8192 tokens by default (micro 64 x 128,
@@ -75,4 +76,4 @@ for preset in $PRESETS; do
   done
 done
 echo
-echo "Device: $DEVICE${card:+ ($card)}; $("$PYTHON" -c 'import torch; print("torch", torch.__version__)'); lowcomm $(git rev-parse --short HEAD 2>/dev/null || echo '(no git)'); $(date -u '+%Y-%m-%d %H:%M UTC')"
+echo "Device: $DEVICE${card:+ ($card)}; $("$PYTHON" -c 'import torch; print("torch", torch.__version__)'); lowcomm ${LOWCOMM_COMMIT:-$(git describe --always --dirty 2>/dev/null || echo '(no git)')}; $(date -u '+%Y-%m-%d %H:%M UTC')"

@@ -56,7 +56,7 @@ if [ "${SKIP_TESTS:-0}" != 1 ]; then
   rc=${PIPESTATUS[0]}
 fi
 if [ "${SKIP_BENCH:-0}" != 1 ]; then
-  LOWCOMM="$kit/lowcomm" PYTHON="$PYTHON" bash scripts/bench_gpu.sh 2>&1 | tee "$OUT/bench.md"
+  LOWCOMM="$kit/lowcomm" LOWCOMM_COMMIT="$KIT_COMMIT" PYTHON="$PYTHON" bash scripts/bench_gpu.sh 2>&1 | tee "$OUT/bench.md"
   [ "${PIPESTATUS[0]}" = 0 ] || rc=1
 fi
 exit "$rc"
