@@ -4,7 +4,9 @@
 # backend's tests, the CUDA ones included, then the GPU benchmark against
 # plain PyTorch (scripts/bench_gpu.sh), and leaves the logs in $OUT.
 #
-#   device run: command="bash scripts/gpu_check.sh", carry=["gpu-kit"], timeout_s=480
+#   device run: command="bash scripts/gpu_check.sh", carry=["gpu-kit"], timeout_s=540
+#   (an H200, 2026-11-27: the tests ~60 s, each benchmark row 45-75 s, six rows; with
+#   PRESETS="gpt2 small" about 320 s in all; each start of the machine costs ~30 s more)
 #   PRESETS=gpt2 PRECISIONS=bf16 bash scripts/gpu_check.sh    # a shorter benchmark
 #   SKIP_TESTS=1 bash scripts/gpu_check.sh                    # the benchmark only
 #   SKIP_BENCH=1 bash scripts/gpu_check.sh                    # the tests only

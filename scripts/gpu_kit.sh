@@ -125,4 +125,4 @@ kit_b=$(stat -c %s gpu-kit/kit.tar.xz)
 mib() { awk -v b="$1" 'BEGIN { printf "%.1f", b / 1048576 }'; }
 echo "kit: torch $TORCH_VERSION, tch $kit_tch, $(mib "$kit_b") MiB; with the working tree $(mib $((tree_b + kit_b))) MiB of the 64 MiB a device call carries"
 [ $((tree_b + kit_b)) -lt $((64 * 1048576)) ] || { echo "over 64 MiB: a device call would refuse it" >&2; exit 1; }
-echo "Next, on a lent GPU machine: run(command=\"bash scripts/gpu_check.sh\", carry=[\"gpu-kit\"], timeout_s=480)"
+echo "Next, on a lent GPU machine: run(command=\"bash scripts/gpu_check.sh\", carry=[\"gpu-kit\"], timeout_s=540): the tests and six benchmark rows, ~450 s on an H200; PRESETS=\"gpt2 small\" ~320 s"
