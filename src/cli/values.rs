@@ -106,6 +106,15 @@ pub fn finite_f64(s: &str) -> Result<f64, String> {
     number(s)
 }
 
+/// `--loss-slack`: nats of validation loss, >= 0.
+pub fn loss_slack(s: &str) -> Result<f64, String> {
+    let v = number(s)?;
+    if v < 0.0 {
+        return Err("must be >= 0 (nats of validation loss above the best; 0: the best loss wins)".into());
+    }
+    Ok(v)
+}
+
 /// `on` or `off`.
 pub fn on_off(s: &str) -> Result<bool, String> {
     match s.trim() {

@@ -13,6 +13,9 @@
 //! first seed's runs no more seeds (grid points are dropped between whole
 //! runs, never cut short, so what ranks them is the loss at the end of the
 //! same schedule: docs/decisions.md says why).
+//!
+//! `--loss-slack NAT` trades a little loss for time: the winner is then
+//! the fastest eligible point within NAT of the best loss.
 
 mod grid;
 mod report;
@@ -50,6 +53,12 @@ pub struct TuneArgs {
     /// seeds at nano's seed spread of 0.1, issue 28).
     #[arg(long, default_value_t = 0.3, allow_negative_numbers = true, value_parser = values::finite_f64)]
     pub behind: f64,
+    /// Pick the fastest point (least virtual time) whose mean validation loss is within this many
+    /// nats of the best, instead of the best: for settings that trade loss for communication
+    /// (DeMo's topk, H), where past some point the loss gains less than the seeds' spread [default: 0,
+    /// the best loss wins].
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true, value_parser = values::loss_slack)]
+    pub loss_slack: f64,
     /// Output directory: summary.md, tuned.toml, curves.csv, runs/POINT/ (finished runs are reused
     /// by the next tune here) [default: results/tune/METHOD].
     #[arg(long = "results", value_parser = values::Utf8Path)]
@@ -175,6 +184,7 @@ pub fn tune(a: &TuneArgs) -> Result<()> {
         seeds: a.seeds as usize,
         target: a.target_loss,
         behind: a.behind,
+        loss_slack: a.loss_slack,
     };
     report::write(&out, &ws, &ctx, &notes)
 }

@@ -7,7 +7,9 @@
 //! each run produces. The winner is the lowest among the points that are
 //! neither diverged nor unstable and ran every seed; with two seeds or
 //! more, the points whose mean is within the spread of the winner's
-//! (`compare::stats::tied`) are named as ties.
+//! (`compare::stats::tied`) are named as ties. With `--loss-slack NAT`,
+//! the winner is instead the eligible point of least virtual time whose
+//! mean is within NAT of the lowest ([`pick`]).
 
 use super::grid::{describe, values, Axis};
 use super::Dropped;
@@ -29,6 +31,8 @@ pub struct Context<'a> {
     /// `--target-loss`.
     pub target: Option<f64>,
     pub behind: f64,
+    /// `--loss-slack`: nats of validation loss a faster point may give up.
+    pub loss_slack: f64,
 }
 
 /// A point's validation loss over its seeds (NaN seeds included: a
@@ -53,6 +57,17 @@ fn ranked(ws: &[Row], c: &Context) -> Vec<usize> {
         ka.0.cmp(&kb.0).then(ka.1.total_cmp(&kb.1))
     });
     order
+}
+
+/// The winner among `candidates` (eligible points as (mean validation
+/// loss, virtual time), the lowest loss first): the lowest loss with no
+/// slack, else the least time among those within `slack` of it (the lower
+/// loss on equal times). Returns the winner's index into `candidates`.
+fn pick(candidates: &[(f64, f64)], slack: f64) -> Option<usize> {
+    let best = candidates.first()?.0;
+    (0..candidates.len())
+        .filter(|&i| candidates[i].0 <= best + slack)
+        .min_by(|&a, &b| candidates[a].1.total_cmp(&candidates[b].1).then(candidates[a].0.total_cmp(&candidates[b].0)))
 }
 
 /// The winner's whole `[methods.NAME]` section: every key its runs used
@@ -109,15 +124,32 @@ pub fn write(out: &Path, ws: &[Row], c: &Context, notes: &[String]) -> Result<()
         "\nRanked by the validation loss of the model each run produces (mean ± sample standard deviation over the seeds); rank only for points neither diverged nor unstable that ran every seed. Time to loss: when the smoothed training loss first got to {target:.4}, {target_says}, in virtual seconds (mean over the seeds that all got there). Virtual time: the first seed's run. A point whose first seed is marked, or whose first seed's validation loss is more than {} nat above the best first seed's (--behind), runs no more seeds.\n",
         c.behind
     );
-    let best = order.first().copied().filter(|&i| eligible(&ws[i], &c.dropped[i], c.seeds));
+    let fits: Vec<usize> = order.iter().copied().filter(|&i| eligible(&ws[i], &c.dropped[i], c.seeds)).collect();
+    let candidates: Vec<(f64, f64)> = fits.iter().map(|&i| (val(&ws[i]).mean, ws[i].r.summary.wall_s)).collect();
+    let best = pick(&candidates, c.loss_slack).map(|k| fits[k]);
     let tuned = out.join("tuned.toml");
     match best {
         Some(b) => {
             let win = val(&ws[b]);
-            let ties: Vec<String> = order[1..]
+            let traded = match fits.first() {
+                Some(&l) if l != b => format!(
+                    " It is the fastest point within --loss-slack {} nat of the lowest loss ({}, {}): {:.4} nat above that, in {:.2} s of virtual time against {:.2} s.",
+                    c.loss_slack,
+                    describe(&c.entries[l].entry, c.axes),
+                    val(&ws[l]).cell(4),
+                    win.mean - val(&ws[l]).mean,
+                    ws[b].r.summary.wall_s,
+                    ws[l].r.summary.wall_s
+                ),
+                _ => String::new(),
+            };
+            let ties: Vec<String> = order
                 .iter()
                 .filter(|&&i| {
-                    eligible(&ws[i], &c.dropped[i], c.seeds) && c.seeds > 1 && stats::tied(&val(&ws[i]), &win, 0.0)
+                    i != b
+                        && eligible(&ws[i], &c.dropped[i], c.seeds)
+                        && c.seeds > 1
+                        && stats::tied(&val(&ws[i]), &win, 0.0)
                 })
                 .map(|&i| format!("{} ({})", describe(&c.entries[i].entry, c.axes), val(&ws[i]).cell(4)))
                 .collect();
@@ -133,7 +165,7 @@ pub fn write(out: &Path, ws: &[Row], c: &Context, notes: &[String]) -> Result<()
             };
             let sec = section(c.method, c.entries[b])?;
             md += &format!(
-                "\nWinner: {} (val loss {} over {} seeds).{spread}\n\nIts settings, ready to paste into a run config (also in {}; `lowcomm compare --tuned {}` runs {} with them):\n\n```toml\n{sec}```\n",
+                "\nWinner: {} (val loss {} over {} seeds).{traded}{spread}\n\nIts settings, ready to paste into a run config (also in {}; `lowcomm compare --tuned {}` runs {} with them):\n\n```toml\n{sec}```\n",
                 describe(&c.entries[b].entry, c.axes),
                 win.cell(4),
                 c.seeds,
@@ -165,4 +197,23 @@ pub fn write(out: &Path, ws: &[Row], c: &Context, notes: &[String]) -> Result<()
     print!("{md}");
     eprintln!("wrote {}/summary.md, curves.csv{}", out.display(), if best.is_some() { ", tuned.toml" } else { "" });
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::pick;
+
+    #[test]
+    fn loss_slack_picks_the_fastest_point_near_the_best_loss() {
+        // (val loss, virtual time), lowest loss first: DeMo's top-k 2048, 512, 1024, 256.
+        let c = [(5.8084, 316.6), (5.8519, 88.4), (5.8612, 164.5), (5.9006, 50.3)];
+        assert_eq!(pick(&c, 0.0), Some(0), "no slack: the lowest loss");
+        // 5.8084 + 0.05 = 5.8584 holds 2048 and 512 (1024 is 0.0528 above): 512 is faster.
+        assert_eq!(pick(&c, 0.05), Some(1));
+        // 0.1 also holds 256 (0.0922 above), the fastest of all.
+        assert_eq!(pick(&c, 0.1), Some(3));
+        // Equal times: the lower loss.
+        assert_eq!(pick(&[(1.0, 5.0), (1.01, 5.0)], 0.1), Some(0));
+        assert_eq!(pick(&[], 0.1), None);
+    }
 }
