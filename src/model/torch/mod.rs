@@ -206,16 +206,9 @@ impl TorchGpt {
             let flat: Vec<Tensor> = (self.grads.drain(..).zip(&self.leaves))
                 .map(|(g, leaf)| if g.defined() { g.view(-1) } else { leaf.zeros_like().view(-1) })
                 .collect();
-            let sum = Tensor::cat(&flat, 0);
+            let sum = self.staged(&Tensor::cat(&flat, 0));
             // SAFETY: the view is used and dropped here, while `grads` is borrowed.
             let mut host = unsafe { host_view(grads.as_mut_ptr(), grads.len()) };
-            let sum = match &mut self.staging {
-                Some(staging) => {
-                    staging.copy_(&sum);
-                    staging.shallow_clone()
-                }
-                None => sum,
-            };
             if overwrite {
                 host.copy_(&sum);
             } else {
@@ -272,18 +265,25 @@ impl TorchGpt {
         assert_eq!(params.len(), self.layout.len, "parameter buffer of another shape");
         let _guard = tch::no_grad_guard();
         // SAFETY: the view is only read, and dropped before `params` is released.
-        let host = unsafe { host_view(params.as_ptr().cast_mut(), params.len()) };
-        match &mut self.staging {
-            Some(staging) => {
-                staging.copy_(&host);
-                self.params.copy_(staging);
-            }
-            None => self.params.copy_(&host),
-        }
+        let host = self.staged(&unsafe { host_view(params.as_ptr().cast_mut(), params.len()) });
+        self.params.copy_(&host);
         #[cfg(debug_assertions)]
         {
             self.uploaded.clear();
             self.uploaded.extend_from_slice(params);
+        }
+    }
+
+    /// `src` copied into the pinned buffer, which is returned, or `src`
+    /// itself where there is none: each transfer between host and device
+    /// goes through it.
+    fn staged(&mut self, src: &Tensor) -> Tensor {
+        match &mut self.staging {
+            Some(staging) => {
+                staging.copy_(src);
+                staging.shallow_clone()
+            }
+            None => src.shallow_clone(),
         }
     }
 
