@@ -3,6 +3,7 @@
 
     python3 scripts/planner_accuracy.py docs/results/planner-accuracy
     python3 scripts/planner_accuracy.py docs/results/planner-accuracy plain   # sim-plain/, plan-plain.json
+    python3 scripts/planner_accuracy.py docs/results/planner-accuracy line    # sim-line/, plan-line.json
 
 For every link setting (a folder with profile.toml, plan.json, real/, real-async/
 and sim/) and every method, three numbers from each of real, sim and plan:
@@ -26,16 +27,46 @@ from pathlib import Path
 
 
 def runs(folder):
-    """spec -> result.json of every finished run under folder/runs."""
+    """spec -> result.json of every finished run under folder/runs, or, where
+    the runs are gone (runs/ is not kept in git), spec -> (s/round,
+    micro-batches/round, idle share) from folder/summary.md's tables."""
     out = {}
     for f in sorted(folder.glob("runs/*/result.json")):
         d = json.loads(f.read_text())
         out[d["spec"]] = d
+    if not out and (folder / "summary.md").exists():
+        out = from_summary(folder / "summary.md")
     return out
+
+
+def table_rows(lines, first_header):
+    """The rows of the markdown table whose header starts with first_header, as dicts."""
+    start = next(i for i, l in enumerate(lines) if l.startswith(first_header))
+    head = [c.strip() for c in lines[start].strip("|").split("|")]
+    rows = []
+    for l in lines[start + 2:]:
+        if not l.startswith("|"):
+            break
+        rows.append(dict(zip(head, (c.strip() for c in l.strip("|").split("|")))))
+    return rows
+
+
+def from_summary(path):
+    """compare's summary.md: s/round from the per-round table, micro-batches
+    per round and the idle share from the main one."""
+    lines = path.read_text().splitlines()
+    main = {r["method"]: r for r in table_rows(lines, "| method | status |")}
+    out = {}
+    for r in table_rows(lines, "| method | round (s) |"):
+        m = main[r["method"]]
+        out[r["method"]] = (float(r["round (s)"]), float(m["micro-batches/round"]), float(m["idle"].rstrip("%")) / 100)
+    return dict(sorted(out.items()))
 
 
 def measured(result):
     """(s/round, micro-batches/round, exposed share) of a real or sim run."""
+    if isinstance(result, tuple):  # read from a summary.md
+        return result
     s = result["summary"]
     ws = [w for w in s["workers"] if w["micro_batches"]]  # not async-diloco's server
     rounds = ws[0]["micro_batches"]["rounds"]

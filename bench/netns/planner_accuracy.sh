@@ -9,6 +9,8 @@
 #
 #   bash bench/netns/planner_accuracy.sh                 # all settings, ~55 min on a 2-core VM
 #   SETTINGS="100mbit" bash bench/netns/planner_accuracy.sh   # one of them
+#   SIM_ONLY=1 bash bench/netns/planner_accuracy.sh     # sim and plan again on the kept profiles
+#                                                       # (a cost-model change; no root), ~10 min
 #
 # Each rank computes on one thread (RAYON_NUM_THREADS=1): two ranks on this
 # 2-core machine then stand for two one-core machines, and calibrate measures
@@ -36,7 +38,7 @@ dir_of() {   # the folder of a setting: RATE or RATE-jitterPCT
 }
 # Every real run first, on a quiet machine; the simulator and plan after
 # (virtual time: the machine's load does not change them).
-for setting in $SETTINGS; do
+[[ ${SIM_ONLY:-0} == 1 ]] || for setting in $SETTINGS; do
     rate=${setting%%:*}
     jitter=0
     [[ $setting != *:* ]] || jitter=${setting#*:}

@@ -52,12 +52,12 @@ impl AlphaBeta {
     /// The link tier whose ring all-reduce over `p >= 2` members is this line.
     pub fn all_reduce_tier(&self, p: usize) -> Tier {
         let f = (p.max(2) - 1) as f64;
-        Tier { latency_s: self.alpha / (2.0 * f), bandwidth_bytes_per_s: 2.0 * f / (p.max(2) as f64 * self.beta) }
+        Tier::line(self.alpha / (2.0 * f), 2.0 * f / (p.max(2) as f64 * self.beta))
     }
 
     /// The link tier of a one-way message (half a ping-pong round trip): `alpha`, `1 / beta`.
     pub fn message_tier(&self) -> Tier {
-        Tier { latency_s: self.alpha, bandwidth_bytes_per_s: 1.0 / self.beta }
+        Tier::line(self.alpha, 1.0 / self.beta)
     }
 
     /// One line for the profile's comments and the progress output.
@@ -150,7 +150,7 @@ mod tests {
     #[test]
     fn an_all_reduce_sweep_gives_back_its_tier() {
         // Times from the simulator's own formula for 4 members of a 2 GB/s, 5 us tier.
-        let tier = Tier { latency_s: 5e-6, bandwidth_bytes_per_s: 2e9 };
+        let tier = Tier::line(5e-6, 2e9);
         let pts: Vec<(f64, f64)> = (0..8).map(|i| 4f64.powi(2 * i + 1)).map(|b| (b, tier.all_reduce_s(b, 4))).collect();
         let back = fit(&pts).unwrap().all_reduce_tier(4);
         assert!(close(back.latency_s, 5e-6, 1e-9) && close(back.bandwidth_bytes_per_s, 2e9, 1e-9), "{back:?}");
@@ -181,10 +181,7 @@ mod tests {
 
     #[test]
     fn tier_specs_parse_back() {
-        for t in [
-            Tier { latency_s: 12.5e-6, bandwidth_bytes_per_s: 3.2e9 },
-            Tier { latency_s: 0.0, bandwidth_bytes_per_s: 12.5e6 },
-        ] {
+        for t in [Tier::line(12.5e-6, 3.2e9), Tier::line(0.0, 12.5e6)] {
             let back: Tier = tier_spec(&t).parse().unwrap();
             assert!(close(back.bandwidth_bytes_per_s, t.bandwidth_bytes_per_s, 1e-4), "{}", tier_spec(&t));
             assert!((back.latency_s - t.latency_s).abs() < 1e-10, "{}", tier_spec(&t));

@@ -6,6 +6,7 @@ use super::compute::{Samples, ELEMENTWISE_BYTES, OPTIMIZER_BYTES};
 use super::fit::{tier_spec, AlphaBeta};
 use super::overlap::Overlap;
 use super::{size_text, Calibration, Measured, TierSource};
+use crate::comm::link_measured::MAX_POINTS;
 use std::fmt::Write;
 
 /// The machine: CPU model, logical CPUs, OS and architecture, host name.
@@ -63,12 +64,32 @@ fn sweep_lines(out: &mut String, what: &str, sweep: &[(f64, f64)], f: &AlphaBeta
     }
 }
 
-/// The comments and the key of one link tier.
-fn tier(out: &mut String, key: &str, src: &TierSource) {
+/// The `[links.KEY_sweep]` table of a measured tier: the all-reduce sweep's
+/// own numbers, which the simulator and `plan` interpolate
+/// (comm/link_measured.rs). At most its largest `MAX_POINTS` sizes.
+fn sweep_table(out: &mut String, key: &str, members: usize, sweep: &[(f64, f64)]) {
+    let _ = writeln!(out, "\n[links.{key}_sweep]");
+    let _ = writeln!(
+        out,
+        "# The {key} all-reduce sweep above, as measured ([bytes, median seconds] over {members} ranks): the simulator\n\
+         # and `plan` cost each message on this tier at these times, straight lines between the sizes and\n\
+         # the last segment's slope past them, not at the fitted line (comm/link_measured.rs)."
+    );
+    let _ = writeln!(out, "members = {members}\nall_reduce = [");
+    for &(b, t) in &sweep[sweep.len().saturating_sub(MAX_POINTS)..] {
+        let _ = writeln!(out, "  [{b:e}, {t:e}],");
+    }
+    let _ = writeln!(out, "]");
+}
+
+/// The comments and the key of one link tier; its sweep table (written
+/// after every key of `[links]`) when it was measured.
+fn tier(out: &mut String, key: &str, src: &TierSource) -> Option<String> {
     match src {
         TierSource::Given { spec, why } => {
             let _ = writeln!(out, "# {key}: NOT MEASURED, {why}.");
             let _ = writeln!(out, "{key} = {}", quoted(spec));
+            None
         }
         TierSource::Measured(Measured { how, members, all_reduce: (sweep, f), ping_pong }) => {
             let t = f.all_reduce_tier(*members);
@@ -83,7 +104,8 @@ fn tier(out: &mut String, key: &str, src: &TierSource) {
             if !f.fits() {
                 let _ = writeln!(
                     out,
-                    "# WARNING: this link does not fit alpha-beta; the simulator's costs of it are approximate."
+                    "# WARNING: this link does not fit alpha-beta; the simulator and `plan` use the measured sweep\n\
+                     # ([links.{key}_sweep]) between its sizes, and past the largest its last slope."
                 );
             }
             if let Some((pp, pf)) = ping_pong {
@@ -96,6 +118,9 @@ fn tier(out: &mut String, key: &str, src: &TierSource) {
                 );
             }
             let _ = writeln!(out, "{key} = {}", quoted(&tier_spec(&t)));
+            let mut table = String::new();
+            sweep_table(&mut table, key, *members, sweep);
+            Some(table)
         }
     }
 }
@@ -183,10 +208,11 @@ pub fn render(c: &Calibration) -> String {
             writeln!(w, "# Host memory (MemTotal) over {n} workers: what `plan` checks fit against.\nmemory = {m:e}");
     }
     let _ = writeln!(w, "\n[links]");
-    tier(w, "intra", &c.intra);
+    let mut tables = vec![tier(w, "intra", &c.intra)];
     if let Some(inter) = &c.inter {
-        tier(w, "inter", inter);
+        tables.push(tier(w, "inter", inter));
     }
+    tables.into_iter().flatten().for_each(|t| w.push_str(&t));
     let _ = writeln!(w, "\n[timing]");
     let _ = writeln!(
         w,
@@ -321,6 +347,16 @@ mod tests {
         });
         let text = render(&c);
         assert!(text.contains("DOES NOT FIT alpha-beta") && text.contains("WARNING: this link does not fit"), "{text}");
-        ClusterProfile::from_toml(&text).unwrap();
+        // The simulator's all-reduce over the two ranks gives back each
+        // measured time, not the line's, and grows with size between them.
+        let l = ClusterProfile::from_toml(&text).unwrap().link_model().unwrap();
+        for &(b, t) in &bad {
+            assert!(
+                (l.intra.all_reduce_s(b, 2) - t).abs() <= 1e-15,
+                "{b} B: {} s, measured {t}",
+                l.intra.all_reduce_s(b, 2)
+            );
+        }
+        assert!(l.intra.all_reduce_s(8192.0, 2) > l.intra.all_reduce_s(2048.0, 2));
     }
 }

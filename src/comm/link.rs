@@ -33,39 +33,88 @@
 //! A point-to-point message of `B` bytes takes `alpha + B / bw` on the tier
 //! between the two participants (intra within a node, else inter). Only the
 //! sender's link is held; the receiver's is not modeled as a bottleneck.
+//!
+//! A tier calibrate measured may carry its sweep's message times
+//! (link_measured.rs): every formula above is then built from one message's
+//! measured time `t(m)` in place of `alpha + m / bw` (the ring all-reduce is
+//! `2(p-1) t(B/p)`, the broadcast `t(B) + (p-2) alpha`).
 
+use super::link_measured::MessageTimes;
 use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::str::FromStr;
 
-/// One kind of link: latency and bandwidth.
+/// One kind of link: latency and bandwidth, and where calibrate measured
+/// them, the message times the line stands for.
 #[derive(Clone, Copy, Debug, PartialEq, Serialize, Deserialize)]
 pub struct Tier {
     /// Per-message latency (alpha), seconds.
     pub latency_s: f64,
     /// Bandwidth (1 / beta), bytes per second.
     pub bandwidth_bytes_per_s: f64,
+    /// Measured message times (calibrate's sweep, link_measured.rs): when
+    /// set, every cost on the tier is built from them instead of the line.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub measured: Option<MessageTimes>,
 }
 
 impl Tier {
-    /// Ring all-reduce of `bytes` over `p` workers, seconds.
+    /// The alpha-beta tier `alpha + B / bw`.
+    pub const fn line(latency_s: f64, bandwidth_bytes_per_s: f64) -> Tier {
+        Tier { latency_s, bandwidth_bytes_per_s, measured: None }
+    }
+
+    /// Seconds one message of `bytes` takes: `alpha + B / bw`, or the
+    /// measured time at that size.
+    pub fn message_time_s(&self, bytes: f64) -> f64 {
+        match &self.measured {
+            Some(m) => m.at(bytes),
+            None => self.latency_s + bytes / self.bandwidth_bytes_per_s,
+        }
+    }
+
+    /// Ring all-reduce of `bytes` over `p` workers, seconds: `2(p-1)`
+    /// messages of `bytes / p`.
     pub fn all_reduce_s(&self, bytes: f64, p: usize) -> f64 {
         let f = (p - 1) as f64;
-        2.0 * f * self.latency_s + 2.0 * f / p as f64 * bytes / self.bandwidth_bytes_per_s
+        match &self.measured {
+            Some(m) if p > 1 => 2.0 * f * m.at(bytes / p as f64),
+            Some(_) => 0.0,
+            None => 2.0 * f * self.latency_s + 2.0 * f / p as f64 * bytes / self.bandwidth_bytes_per_s,
+        }
     }
 
-    /// Ring reduce-scatter (or all-gather) of a `bytes` buffer over `p` workers, seconds.
+    /// Ring reduce-scatter (or all-gather) of a `bytes` buffer over `p`
+    /// workers, seconds: `p-1` messages of `bytes / p`.
     pub fn scatter_gather_s(&self, bytes: f64, p: usize) -> f64 {
         let f = (p - 1) as f64;
-        f * self.latency_s + f / p as f64 * bytes / self.bandwidth_bytes_per_s
+        match &self.measured {
+            Some(m) if p > 1 => f * m.at(bytes / p as f64),
+            Some(_) => 0.0,
+            None => f * self.latency_s + f / p as f64 * bytes / self.bandwidth_bytes_per_s,
+        }
     }
 
-    /// Pipelined chain broadcast of `bytes` over `p` workers, seconds.
+    /// Pipelined chain broadcast of `bytes` over `p` workers, seconds: the
+    /// whole buffer once, plus one latency per further hop.
     pub fn broadcast_s(&self, bytes: f64, p: usize) -> f64 {
         if p <= 1 {
             return 0.0;
         }
-        (p - 1) as f64 * self.latency_s + bytes / self.bandwidth_bytes_per_s
+        match &self.measured {
+            Some(m) => m.at(bytes) + (p - 2) as f64 * self.latency_s,
+            None => (p - 1) as f64 * self.latency_s + bytes / self.bandwidth_bytes_per_s,
+        }
+    }
+
+    /// This tier shared by `share` groups at once: each gets `1/share` of
+    /// the bandwidth.
+    fn shared(&self, share: usize) -> Tier {
+        Tier {
+            latency_s: self.latency_s,
+            bandwidth_bytes_per_s: self.bandwidth_bytes_per_s / share.max(1) as f64,
+            measured: self.measured.map(|m| m.shared(share)),
+        }
     }
 }
 
@@ -192,14 +241,7 @@ impl LinkModel {
                 Op::Broadcast => self.broadcast_s(n, bytes_per_elem, p),
             },
             Route::Node(p) => flat(&self.intra, p),
-            Route::Across { p, share } => {
-                let t = self.network();
-                let shared = Tier {
-                    latency_s: t.latency_s,
-                    bandwidth_bytes_per_s: t.bandwidth_bytes_per_s / share.max(1) as f64,
-                };
-                flat(&shared, p)
-            }
+            Route::Across { p, share } => flat(&self.network().shared(share), p),
         }
     }
 
@@ -207,7 +249,7 @@ impl LinkModel {
     /// `same_node` or not.
     pub fn message_s(&self, bytes: usize, same_node: bool) -> f64 {
         let t = if same_node { &self.intra } else { self.network() };
-        t.latency_s + bytes as f64 / t.bandwidth_bytes_per_s
+        t.message_time_s(bytes as f64)
     }
 }
 
@@ -308,7 +350,7 @@ impl FromStr for Tier {
                 t
             }
         };
-        Ok(Tier { latency_s: latency, bandwidth_bytes_per_s: bandwidth })
+        Ok(Tier::line(latency, bandwidth))
     }
 }
 
@@ -317,7 +359,7 @@ mod tests {
     use super::*;
 
     fn tier(bw: f64, lat: f64) -> Tier {
-        Tier { latency_s: lat, bandwidth_bytes_per_s: bw }
+        Tier::line(lat, bw)
     }
 
     fn close(a: f64, b: f64) -> bool {

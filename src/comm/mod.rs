@@ -43,6 +43,7 @@ pub mod bf16;
 pub mod codec;
 pub mod conformance;
 pub mod link;
+pub mod link_measured;
 pub mod local;
 #[cfg(feature = "mpi")]
 pub mod mpi;

@@ -395,3 +395,18 @@ fn check_async_memory(m: &Method, c: &Costing, reports: &[crate::strategy::Worke
     let server = p.server.expect("async-diloco plans the server's memory");
     assert_eq!(fields(&server), fields(&reports[world].memory), "server memory, {at}");
 }
+
+/// A link calibrate measured carries its sweep (comm/link_measured.rs):
+/// plan must cost every transfer at the measured times, as the simulator
+/// does. The sweep is bent like a shaped link's, slower per byte for large
+/// messages than for small ones.
+#[test]
+fn plan_costs_a_measured_link_sweep_as_the_simulator_does() {
+    let mut tcp = profile("tcp-4x1-10g.toml");
+    let bent = vec![[4096.0, 6e-5], [1e6, 1.2e-3], [1e8, 0.2]];
+    tcp.links.inter_sweep = Some(crate::comm::link_measured::AllReduceSweep { members: 4, all_reduce: bent });
+    let line = profile("tcp-4x1-10g.toml").link_model().unwrap().inter.unwrap();
+    assert_ne!(tcp.link_model().unwrap().inter.unwrap().all_reduce_s(5e7, 4), line.all_reduce_s(5e7, 4));
+    let worst = check_profile(&tcp, false);
+    eprintln!("plan vs sim on a measured sweep: worst relative error per round {worst:.2e}");
+}

@@ -11,6 +11,7 @@
 //! the shipped profiles are examples.
 
 use super::sim::{Interference, SimSpec};
+use crate::comm::link_measured::AllReduceSweep;
 use crate::comm::{LinkModel, Tier, WireDtype};
 use crate::model::GptConfig;
 use anyhow::{anyhow, bail, ensure, Context, Result};
@@ -101,6 +102,14 @@ pub struct LinksProfile {
     /// Link between nodes (e.g. `"100gbit,20us"`); required when `nodes > 1`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub inter: Option<String>,
+    /// `intra`'s all-reduce sweep as `lowcomm calibrate` measured it: when
+    /// given, the simulator and `plan` interpolate it instead of the line
+    /// (comm/link_measured.rs).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub intra_sweep: Option<AllReduceSweep>,
+    /// `inter`'s measured all-reduce sweep, as for `intra_sweep`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub inter_sweep: Option<AllReduceSweep>,
 }
 
 /// The model whose cost is simulated; every field falls back to the trained run.
@@ -216,13 +225,25 @@ impl ClusterProfile {
 
     /// The link model: `intra`, plus `inter` between nodes when there are several.
     pub fn link_model(&self) -> Result<LinkModel> {
-        let tier = |field: &str, spec: &str| spec.parse::<Tier>().map_err(|e| anyhow!("links.{field}: {e}"));
-        let intra = tier("intra", &self.links.intra)?;
+        let tier = |field: &str, spec: &str, sweep: &Option<AllReduceSweep>| -> Result<Tier> {
+            let mut t = spec.parse::<Tier>().map_err(|e| anyhow!("links.{field}: {e}"))?;
+            if let Some(sw) = sweep {
+                let m = sw
+                    .message_times()
+                    .map_err(|e| anyhow!("links.{field}_sweep: {e}; `lowcomm calibrate` writes it"))?;
+                t.measured = Some(m);
+            }
+            Ok(t)
+        };
+        let intra = tier("intra", &self.links.intra, &self.links.intra_sweep)?;
         let inter = match (&self.links.inter, self.nodes > 1) {
-            (Some(s), _) => Some(tier("inter", s)?),
+            (Some(s), _) => Some(tier("inter", s, &self.links.inter_sweep)?),
             (None, true) => bail!("links.inter is required when nodes > 1 ({} nodes): the link between nodes, e.g. inter = \"100gbit,20us\"", self.nodes),
             (None, false) => None,
         };
+        if self.links.inter_sweep.is_some() && self.links.inter.is_none() {
+            bail!("links.inter_sweep is given without links.inter: the sweep measures that tier; give both (as `lowcomm calibrate` writes them) or neither");
+        }
         // With one node the inter tier is parsed (so typos surface) but unused.
         let inter = inter.filter(|_| self.nodes > 1);
         Ok(LinkModel { intra, inter, workers_per_node: self.workers_per_node })
@@ -412,6 +433,12 @@ mod tests {
         assert!(bad.starts_with("links.inter: cannot parse link \"fast\"") && bad.contains("expected e.g."), "{bad}");
         assert!(e(&format!("{two}[links]\nintra = \"0gbit,3us\"\ninter = \"1gbit\"\n"))
             .starts_with("links.intra: cannot parse link \"0gbit,3us\": bandwidth must be positive"));
+        let sweep = "[links.inter_sweep]\nmembers = 2\nall_reduce = [[4, 1e-3]]\n";
+        assert!(e(&format!("{two}[links]\nintra = \"1GB/s\"\ninter = \"1gbit\"\n{sweep}"))
+            .starts_with("links.inter_sweep: all_reduce needs 2 to 16"));
+        let lone =
+            profile(&format!("[links]\nintra = \"1GB/s\"\n{}", sweep.replace("[[4, 1e-3]]", "[[4, 1e-3], [8, 2e-3]]")));
+        assert!(lone.unwrap_err().to_string().starts_with("links.inter_sweep is given without links.inter"));
         let unknown = e(&format!("{two}[links]\nintra = \"1GB/s\"\ninter = \"1gbit\"\nlatency = 3\n"));
         assert!(
             unknown.starts_with("line 10 (`latency = 3`):") && unknown.contains("latency") && !unknown.contains('\n'),

@@ -225,11 +225,7 @@ async fn server<C: Ctx>(ctx: &mut C, digest: &mut Vec<u32>) -> Result<()> {
 
 /// The link both runtimes use: fast inside nodes, slower between them.
 fn link(per_node: usize) -> LinkModel {
-    LinkModel {
-        intra: Tier { latency_s: 100e-6, bandwidth_bytes_per_s: 1e9 },
-        inter: Some(Tier { latency_s: 1e-3, bandwidth_bytes_per_s: 1e8 }),
-        workers_per_node: per_node,
-    }
+    LinkModel { intra: Tier::line(100e-6, 1e9), inter: Some(Tier::line(1e-3, 1e8)), workers_per_node: per_node }
 }
 
 /// The program on the simulator: every participant's digest.

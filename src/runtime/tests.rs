@@ -7,7 +7,7 @@ use super::*;
 use crate::comm::{LinkModel, Message, Tier};
 
 fn tier(bw: f64, lat: f64) -> Tier {
-    Tier { latency_s: lat, bandwidth_bytes_per_s: bw }
+    Tier::line(lat, bw)
 }
 
 #[test]

@@ -156,7 +156,7 @@ mod tests {
     fn a_one_bit_link_is_refused_and_yes_lets_it_start() {
         let cfg = RunConfig::default();
         let model = cfg.validate().unwrap();
-        let bit = Tier { latency_s: 1e-6, bandwidth_bytes_per_s: 1.0 / 8.0 };
+        let bit = Tier::line(1e-6, 1.0 / 8.0);
         let rt = real(vec![1.0; 2], Some(bit));
         let b = round_bound(&cfg, &model, &Method::Ddp, &rt).unwrap();
         // The all-reduce alone: 2 (p-1)/p x 4n bytes at 1/8 byte/s, p = 2.
@@ -182,7 +182,7 @@ mod tests {
         let sim = Runtime::Sim(SimSpec { speeds: vec![1.0, 1e-9], ..SimSpec::flat(2, 0.1, None) });
         check(&cfg, &model, &Method::Ddp, &sim, false).unwrap();
         // An ordinary run passes: nano, 4 workers, 1 Gbit.
-        let gbit = Tier { latency_s: 50e-6, bandwidth_bytes_per_s: 1.25e8 };
+        let gbit = Tier::line(50e-6, 1.25e8);
         check(&cfg, &model, &Method::Acco, &real(vec![1.0; 4], Some(gbit)), false).unwrap();
     }
 
@@ -191,7 +191,7 @@ mod tests {
         // ACCO fills a round of years (a one-bit simulated link) with micro-batches, all really computed.
         let cfg = RunConfig::default();
         let model = cfg.validate().unwrap();
-        let bit = Tier { latency_s: 1e-6, bandwidth_bytes_per_s: 1.0 / 8.0 };
+        let bit = Tier::line(1e-6, 1.0 / 8.0);
         let sim = Runtime::Sim(SimSpec::flat(2, 0.1, Some(LinkModel::flat(bit))));
         let e = check(&cfg, &model, &Method::Acco, &sim, false).unwrap_err().to_string();
         assert!(e.contains("micro-batches computed for real") && e.contains("--fixed-micro-batches"), "{e}");

@@ -2,7 +2,7 @@
 //! rank order for the in-process backend's bits, completion polled (the
 //! module docs of `comm::mpi`).
 
-use super::{abort_job, Poll, Wait};
+use super::{abort_job, Poll};
 use crate::comm::bf16::{from_bf16_bits, to_bf16_bits};
 use crate::comm::{padded_len, CommStats, Communicator, ReduceOp, WireDtype};
 use mpi::collective::CommunicatorCollectives;
@@ -10,7 +10,7 @@ use mpi::datatype::Equivalence;
 use mpi::request::{Request, Scope};
 use mpi::topology::{Communicator as _, SimpleCommunicator};
 use mpi::traits::Root;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 
 /// One rank's handle on a group of MPI ranks. See the module docs.
 pub struct MpiComm {
@@ -111,13 +111,7 @@ impl MpiComm {
                 let why = format!("{what} did not complete in {:.0} s: a peer rank has probably died or hangs (LOWCOMM_MPI_TIMEOUT_S raises the limit if a step legitimately takes longer)", poll.timeout.as_secs_f64());
                 abort_job(comm, rank, &why);
             }
-            match poll.wait {
-                Wait::Spin => std::hint::spin_loop(),
-                Wait::Sleep if waited >= Duration::from_micros(100) => {
-                    std::thread::sleep((waited / 20).clamp(Duration::from_micros(50), Duration::from_millis(1)))
-                }
-                Wait::Yield | Wait::Sleep => std::thread::yield_now(),
-            }
+            poll.wait.pause(waited);
         }
     }
 

@@ -118,7 +118,10 @@ impl MpiFabric {
                 ),
                 _ => {}
             }
-            std::thread::yield_now();
+            // Sleep only while none of this rank's sends is in flight: MPI
+            // moves their bytes only inside MPI calls.
+            let wait = if self.outgoing.is_empty() { self.poll.wait.for_receive() } else { self.poll.wait };
+            wait.pause(waited);
         }
     }
 }

@@ -66,6 +66,34 @@ pub enum Wait {
     Sleep,
 }
 
+impl Wait {
+    /// One pause between two tests, `waited` into the wait.
+    pub(crate) fn pause(self, waited: Duration) {
+        match self {
+            Wait::Spin => std::hint::spin_loop(),
+            Wait::Sleep if waited >= Duration::from_micros(100) => {
+                std::thread::sleep((waited / 20).clamp(Duration::from_micros(50), Duration::from_millis(1)))
+            }
+            Wait::Yield | Wait::Sleep => std::thread::yield_now(),
+        }
+    }
+
+    /// How a receive waits for a message: as `self`, but sleeping where
+    /// `self` yields. A receive can wait for a peer's whole round (async
+    /// DiLoCo's server waits for the next worker's update), and a rank that
+    /// only yields still takes its share of a core it shares with computing
+    /// ranks: on two cores, a yielding server made its two workers'
+    /// micro-batches 1.6x slower (docs/results/planner-accuracy.md, finding 6).
+    /// Sleeping adds at most 1 ms to a message's arrival; a rank with
+    /// sends in flight keeps `self` (their bytes move only in MPI calls).
+    pub(crate) fn for_receive(self) -> Wait {
+        match self {
+            Wait::Spin => Wait::Spin,
+            Wait::Yield | Wait::Sleep => Wait::Sleep,
+        }
+    }
+}
+
 /// How a started collective is completed.
 #[derive(Clone, Copy, Debug)]
 pub struct Poll {

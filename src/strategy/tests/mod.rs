@@ -172,7 +172,7 @@ fn sim_virtual_time_follows_the_cost_model_by_hand() {
     // 2 workers, 2 micro-batches of 1 s per step, 3 steps, all-reduce of n
     // floats over 1 GB/s with 1 ms latency: 2(p-1) alpha + 2(p-1)/p * 4n / bw.
     let n = crate::model::ParamLayout::new(&tiny()).len as f64;
-    let tier = Tier { latency_s: 1e-3, bandwidth_bytes_per_s: 1e9 };
+    let tier = Tier::line(1e-3, 1e9);
     let spec = SimSpec { speeds: vec![1.0, 0.5], link: Some(LinkModel::flat(tier)), ..SimSpec::flat(2, 1.0, None) };
     let r = run_cluster(&Method::Ddp, &Runtime::Sim(spec), workers(2, 1), &plan(3, 2, 0.0), &Hooks::default()).unwrap();
     let comm = 2.0 * 1e-3 + 4.0 * n / 1e9;
@@ -217,7 +217,7 @@ fn fixed_micro_batches_make_overlapping_methods_timing_independent() {
     let fixed = Plan { fixed_micro_batches: Some(2), ..plan(steps, 1, 0.0) };
     let slow = Runtime::Sim(SimSpec {
         speeds: vec![1.0; 2],
-        link: Some(LinkModel::flat(Tier { latency_s: 50.0, bandwidth_bytes_per_s: 1e9 })),
+        link: Some(LinkModel::flat(Tier::line(50.0, 1e9))),
         ..SimSpec::flat(2, 1.0, None)
     });
     for (method, per_round, extra) in

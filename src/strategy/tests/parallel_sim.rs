@@ -25,7 +25,7 @@ fn methods() -> Vec<Method> {
 /// about 2.5 micro-batches.
 fn unequal() -> Runtime {
     let n = crate::model::ParamLayout::new(&tiny()).len as f64;
-    let link = LinkModel::flat(Tier { latency_s: 1e-3, bandwidth_bytes_per_s: 4.0 * n / 2.5 });
+    let link = LinkModel::flat(Tier::line(1e-3, 4.0 * n / 2.5));
     Runtime::Sim(SimSpec { link: Some(link), speeds: vec![1.0, 0.5, 0.8, 0.3], ..SimSpec::flat(4, 1.0, None) })
 }
 

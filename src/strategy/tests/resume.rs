@@ -183,7 +183,7 @@ fn every_method_resumes_bit_identically_in_sim() {
     // A link slow enough that the overlapping methods accumulate several
     // micro-batches per round, so the resumed interleaving must match too.
     let n = crate::model::ParamLayout::new(&tiny()).len as f64;
-    let link = LinkModel::flat(Tier { latency_s: 0.0, bandwidth_bytes_per_s: 4.0 * n / 2.5 });
+    let link = LinkModel::flat(Tier::line(0.0, 4.0 * n / 2.5));
     let rt = Runtime::Sim(SimSpec { link: Some(link), speeds: vec![1.0, 0.5], ..SimSpec::flat(2, 1.0, None) });
     for m in every_method() {
         check_resume(&m, &rt, None);
@@ -296,7 +296,7 @@ fn local_methods_stopped_inside_a_round_save_at_its_end_and_resume_bit_identical
     // of steps 3..4 and saves there; the whole run (checkpoints every 3)
     // saves at 4 as well, the first boundary past 3.
     let n = crate::model::ParamLayout::new(&tiny()).len as f64;
-    let link = LinkModel::flat(Tier { latency_s: 0.0, bandwidth_bytes_per_s: 4.0 * n / 2.5 });
+    let link = LinkModel::flat(Tier::line(0.0, 4.0 * n / 2.5));
     let rt = Runtime::Sim(SimSpec { link: Some(link), speeds: vec![1.0, 0.5], ..SimSpec::flat(2, 1.0, None) });
     for method in crate::strategy::local::tests::local_methods(2) {
         let (whole, whole_sink) = run_to(&tiny(), &method, &sequential(&rt), 6, 6, 3, vec![], None, None);
@@ -334,7 +334,7 @@ fn async_diloco_resumes_bit_identically_in_sim() {
     // docs of async_diloco.rs), so the stopped run saves what the whole run
     // saves at its boundary, and the resumed run continues it to the bit.
     let n = crate::model::ParamLayout::new(&tiny()).len as f64;
-    let link = LinkModel::flat(Tier { latency_s: 0.0, bandwidth_bytes_per_s: 4.0 * n / 0.3 });
+    let link = LinkModel::flat(Tier::line(0.0, 4.0 * n / 0.3));
     let rt = Runtime::Sim(SimSpec { link: Some(link), speeds: vec![1.0, 0.5], ..SimSpec::flat(2, 1.0, None) });
     let method = Method::AsyncDiloco(AsyncDilocoSettings {
         h: 2,
@@ -354,7 +354,7 @@ fn async_diloco_resumes_each_workers_error_feedback_residual_bit_identically() {
     // Top-k + 2 bits leaves most of each pseudo-gradient in the worker's
     // residual: lose it at the resume and every later update differs.
     let n = crate::model::ParamLayout::new(&tiny()).len as f64;
-    let link = LinkModel::flat(Tier { latency_s: 0.0, bandwidth_bytes_per_s: 4.0 * n / 0.3 });
+    let link = LinkModel::flat(Tier::line(0.0, 4.0 * n / 0.3));
     let rt = Runtime::Sim(SimSpec { link: Some(link), speeds: vec![1.0, 0.5], ..SimSpec::flat(2, 1.0, None) });
     let method = Method::AsyncDiloco(AsyncDilocoSettings {
         h: 2,

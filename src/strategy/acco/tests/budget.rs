@@ -13,7 +13,7 @@ use crate::strategy::*;
 /// workers of `speeds`: each stage accumulates several micro-batches.
 fn slow_link(speeds: &[f64]) -> Runtime {
     let n = crate::model::ParamLayout::new(&tiny()).len as f64;
-    let tier = Tier { latency_s: 0.0, bandwidth_bytes_per_s: 4.0 * n / 3.0 };
+    let tier = Tier::line(0.0, 4.0 * n / 3.0);
     Runtime::Sim(SimSpec {
         speeds: speeds.to_vec(),
         link: Some(LinkModel::flat(tier)),

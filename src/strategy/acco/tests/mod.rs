@@ -146,7 +146,7 @@ fn acco_accumulates_while_communicating_and_slow_workers_compute_less() {
     // each stage accumulates several micro-batches, and a 4x slower worker
     // fewer than the fast ones, with no one idle for long.
     let n = crate::model::ParamLayout::new(&tiny()).len as f64;
-    let tier = Tier { latency_s: 0.0, bandwidth_bytes_per_s: 4.0 * n / 3.0 };
+    let tier = Tier::line(0.0, 4.0 * n / 3.0);
     let spec =
         SimSpec { speeds: vec![1.0, 1.0, 0.25], link: Some(LinkModel::flat(tier)), ..SimSpec::flat(3, 1.0, None) };
     let r = run_cluster(
@@ -169,7 +169,7 @@ fn acco_accumulates_while_communicating_and_slow_workers_compute_less() {
 fn acco_hides_communication_that_zero1_exposes() {
     // Same link for both: one gradient reduce-scatter ~ one micro-batch.
     let n = crate::model::ParamLayout::new(&tiny()).len as f64;
-    let tier = Tier { latency_s: 0.0, bandwidth_bytes_per_s: 4.0 * n };
+    let tier = Tier::line(0.0, 4.0 * n);
     let spec = |w| SimSpec { speeds: vec![1.0; w], link: Some(LinkModel::flat(tier)), ..SimSpec::flat(w, 1.0, None) };
     let summary = |method| {
         let r = run_cluster(

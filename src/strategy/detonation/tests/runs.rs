@@ -215,7 +215,7 @@ fn flexdemo_on_two_nodes_gives_the_same_bits_on_sim_and_threads() {
 fn overlap_keeps_the_exchange_in_flight_during_the_next_micro_batch() {
     // A slow link: the exchange of step t takes longer than a micro-batch.
     let n = crate::model::ParamLayout::new(&crate::strategy::tests::tiny()).len as f64;
-    let link = LinkModel::flat(Tier { latency_s: 0.5, bandwidth_bytes_per_s: n });
+    let link = LinkModel::flat(Tier::line(0.5, n));
     let rt = sim_nodes(2, 2, Some(link));
     let overlapping = |w: &WorkerReport| {
         let spans = w.events.spans();

@@ -87,7 +87,7 @@ fn diloco_with_one_worker_is_algorithm_1_written_out() {
 #[test]
 fn diloco_gives_the_same_bits_on_sim_and_real_and_sim_reproduces_itself() {
     let n = crate::model::ParamLayout::new(&tiny()).len as f64;
-    let slow = LinkModel::flat(Tier { latency_s: 1e-3, bandwidth_bytes_per_s: 4.0 * n / 2.0 });
+    let slow = LinkModel::flat(Tier::line(1e-3, 4.0 * n / 2.0));
     let slow_sim = Runtime::Sim(SimSpec { link: Some(slow), speeds: vec![1.0, 0.5], ..SimSpec::flat(2, 1.0, None) });
     let real = Runtime::Real(RealSpec::flat(2));
     let p = plan(5, 2, 1.0);

@@ -290,7 +290,7 @@ fn shard_outer_keeps_a_slice_of_the_outer_state() {
 fn co2_hides_the_average_that_slowmo_waits_for() {
     // One parameter all-reduce costs about 3 micro-batches; tau = 6.
     let n = crate::model::ParamLayout::new(&tiny()).len as f64;
-    let tier = Tier { latency_s: 0.0, bandwidth_bytes_per_s: 4.0 * n / 3.0 };
+    let tier = Tier::line(0.0, 4.0 * n / 3.0);
     let rt = Runtime::Sim(SimSpec { link: Some(LinkModel::flat(tier)), ..SimSpec::flat(2, 1.0, None) });
     let summary = |m: Method| {
         let r =

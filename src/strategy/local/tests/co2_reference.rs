@@ -100,7 +100,7 @@ fn reference_with_beta_0_and_alpha_1_averages_where_the_released_code_does_not()
 #[test]
 fn reference_mode_blocks_on_its_average_and_holds_slowmos_state() {
     let n = crate::model::ParamLayout::new(&tiny()).len;
-    let tier = crate::comm::Tier { latency_s: 0.0, bandwidth_bytes_per_s: 4.0 * n as f64 / 3.0 };
+    let tier = crate::comm::Tier::line(0.0, 4.0 * n as f64 / 3.0);
     let link = Some(crate::comm::LinkModel::flat(tier));
     let rt = Runtime::Sim(crate::runtime::sim::SimSpec { link, ..crate::runtime::sim::SimSpec::flat(2, 1.0, None) });
     let p = crate::strategy::tests::plan(24, 1, 0.0);

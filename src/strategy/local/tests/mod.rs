@@ -185,7 +185,7 @@ fn overlap_local_sgd_pulls_toward_the_previous_rounds_average() {
     // The all-reduce overlaps the next round, but the result does not
     // depend on when it completes.
     let n = crate::model::ParamLayout::new(&tiny()).len as f64;
-    let slow = LinkModel::flat(Tier { latency_s: 0.0, bandwidth_bytes_per_s: 4.0 * n / 3.0 });
+    let slow = LinkModel::flat(Tier::line(0.0, 4.0 * n / 3.0));
     let rt = Runtime::Sim(SimSpec { link: Some(slow), ..SimSpec::flat(2, 1.0, None) });
     let late = run(&overlap(2, 0.5), &rt, 2, &sgd_plan(6));
     assert_eq!(bits(&late[0].params), bits(&got[0].params));
@@ -242,7 +242,7 @@ fn inner_state_keep_reset_and_average_do_what_they_say() {
 #[test]
 fn local_methods_give_the_same_bits_on_sim_and_real_and_sim_reproduces_itself() {
     let n = crate::model::ParamLayout::new(&tiny()).len as f64;
-    let slow = LinkModel::flat(Tier { latency_s: 1e-3, bandwidth_bytes_per_s: 4.0 * n / 2.0 });
+    let slow = LinkModel::flat(Tier::line(1e-3, 4.0 * n / 2.0));
     let slow_sim = Runtime::Sim(SimSpec { link: Some(slow), speeds: vec![1.0, 0.5], ..SimSpec::flat(2, 1.0, None) });
     let real = Runtime::Real(RealSpec::flat(2));
     let p = plan(5, 2, 1.0); // tau 2: rounds of 2, 2, 1 steps

@@ -1,0 +1,63 @@
+#!/usr/bin/env python3
+"""Adds `[links.TIER_sweep]` to a cluster profile written by a `lowcomm calibrate`
+older than the measured link model (comm/link_measured.rs), from the profile's own
+comment lines: each measured tier's all-reduce sweep is printed there as
+
+    # inter: measured, ...
+    # all-reduce (mean, f32) over 2: a = ..., b = ...: ...
+    #        4 B:     0.0666 ms measured,     0.0640 ms fitted
+
+The times are the printed ones (0.1 us resolution); a profile calibrate writes now
+carries the table itself. Rewrites the file in place (atomically); a profile that
+already has the table is left as it is.
+
+    python3 scripts/profile_sweep_from_comments.py docs/results/planner-accuracy/*/profile.toml
+"""
+import os
+import re
+import sys
+
+UNITS = {"B": 1, "KiB": 1024, "MiB": 1 << 20, "GiB": 1 << 30}
+
+
+def sweeps(text):
+    """tier -> (members, [(bytes, seconds)]) of every measured all-reduce sweep."""
+    out, tier, members = {}, None, None
+    for line in text.splitlines():
+        if m := re.match(r"# (\w+): measured,", line):
+            tier = m[1]
+        elif tier and (m := re.match(r"# all-reduce \(mean, f32\) over (\d+):", line)):
+            members = int(m[1])
+            out[tier] = (members, [])
+        elif tier in out and members and (m := re.match(r"#\s+([\d.]+) (B|KiB|MiB|GiB):\s+([\d.]+) ms measured", line)):
+            out[tier][1].append((float(m[1]) * UNITS[m[2]], float(m[3]) * 1e-3))
+        else:  # the sweep's lines are over
+            members = None
+    return out
+
+
+def main(paths):
+    for path in paths:
+        text = open(path).read()
+        found = sweeps(text)
+        if not found or "_sweep]" in text:
+            print(f"{path}: {'already has its sweep table' if found else 'no measured sweep in its comments'}")
+            continue
+        tables = []
+        for tier, (members, pts) in found.items():
+            rows = "".join(f"  [{b:.0f}, {t:.4e}],\n" for b, t in pts)
+            tables.append(
+                f"\n[links.{tier}_sweep]\n# The {tier} all-reduce sweep above, from its comment lines "
+                f"(scripts/profile_sweep_from_comments.py).\nmembers = {members}\nall_reduce = [\n{rows}]\n"
+            )
+        # The tables go after [links]' keys: before the next top-level table.
+        at = text.index("\n[", text.index("\n[links]") + 1)
+        text = text[:at] + "\n" + "".join(tables).rstrip("\n") + "\n" + text[at:]
+        tmp = f"{path}.tmp-sweep"
+        open(tmp, "w").write(text)
+        os.replace(tmp, path)
+        print(f"{path}: added {', '.join(f'{t} ({len(p)} sizes over {m})' for t, (m, p) in found.items())}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:] or sys.exit(__doc__))
