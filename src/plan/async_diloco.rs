@@ -15,10 +15,11 @@
 //! upd     = msg, or with a compressed outer_wire one message of wire_bytes(n) packed bytes;
 //! enc, dec = ew(2n) each with a compressed outer_wire (the worker encodes, the server decodes), else 0
 //! lower:  cycle_w >= T_w                   nobody queues
-//! server: sum_w 1 / cycle_w <= 1 / serve   it applies and answers one update at a time
-//! upper:  cycle_w <= T_w + grace + (N - 1) serve   its group waits out the grace period, then
-//!                                                  every other update is served first
-//! tokens/s <= min(sum_w H_w K tokens / T_w, max_w H_w K tokens / serve)   (the row: this best case)
+//! server: sum_w 1 / cycle_w <= 1 / max(serve, upd)   it applies and answers one update at a time,
+//!                                          and its link takes in one update at a time
+//! upper:  cycle_w <= T_w + grace + (N - 1) (upd + serve)   its group waits out the grace period,
+//!                                          its update lands after every other, which is served first
+//! tokens/s <= min(sum_w H_w K tokens / T_w, max_w H_w K tokens / max(serve, upd))   (the row: this best case)
 //! ```
 //!
 //! The row's time per round is the workers' cycle at that best throughput,
@@ -140,7 +141,7 @@ pub fn cycles(s: &AsyncDilocoSettings, c: &Costing) -> Cycles {
         .zip(&local)
         .map(|(sp, local)| {
             let t_w = msg + local / sp + upd + dec + out;
-            (t_w, t_w + grace + (world as f64 - 1.0) * serve)
+            (t_w, t_w + grace + (world as f64 - 1.0) * (upd + serve))
         })
         .collect();
     Cycles { bounds, serve, msg, local, steps, speeds, grace }
@@ -155,7 +156,7 @@ pub fn plan(s: &AsyncDilocoSettings, c: &Costing) -> Result<MethodPlan> {
     let upd = if s.outer_wire.is_some() { update_s(c, s.outer_wire, n) } else { msg };
     let tokens: Vec<f64> = steps.iter().map(|&h| h as f64 * k * c.tokens_per_micro_batch as f64).collect();
     let most = tokens.iter().cloned().fold(0.0, f64::max);
-    let best = bounds.iter().zip(&tokens).map(|((lo, _), t)| t / lo).sum::<f64>().min(most / serve);
+    let best = bounds.iter().zip(&tokens).map(|((lo, _), t)| t / lo).sum::<f64>().min(most / serve.max(upd));
     let worst: f64 = bounds.iter().zip(&tokens).map(|((_, hi), t)| t / hi).sum();
     let world = bounds.len() as f64;
     let round_s = tokens.iter().sum::<f64>() / best;
@@ -170,7 +171,7 @@ pub fn plan(s: &AsyncDilocoSettings, c: &Costing) -> Result<MethodPlan> {
         Some(w) => (MESSAGE_HEADER + 8 + w.wire_bytes(n)) as f64,
     };
     let rule = format!(
-        "bound (asynchronous arrivals are not analytical): a worker's cycle is at least fetch + {} steps + send + outer step, the server answers one update per outer step + model send, so the mean cycle is at least {round_s:.4} s; worker 0's is at most {upper_s:.4} s when {}every other update is served first; tokens/s between {worst:.0} and {best:.0}",
+        "bound (asynchronous arrivals are not analytical): a worker's cycle is at least fetch + {} steps + send + outer step, the server takes in one update at a time and answers one per outer step + model send, so the mean cycle is at least {round_s:.4} s; worker 0's is at most {upper_s:.4} s when {}every other update is served first; tokens/s between {worst:.0} and {best:.0}",
         if s.dylu { "its DyLU" } else { "H" },
         if grace > 0.0 { "its group waits out the grace period and " } else { "" }
     );
@@ -242,9 +243,10 @@ mod tests {
         // No costed local work besides micro-batches here: T = 2 msg + 10 x 0.5.
         let t = 2.0 * msg + 5.0;
         assert!((p.time.round_s - t).abs() < 1e-12, "{} vs {t}", p.time.round_s);
-        // Best: 4 workers x 10 x 1000 tokens per cycle; the worst cycle adds 3 serves (one message each).
+        // Best: 4 workers x 10 x 1000 tokens per cycle; the worst cycle adds 3 other updates taken in
+        // by the server's link first and 3 serves (one message each).
         assert!((p.tokens_per_s - 4.0 * 1e4 / t).abs() < 1e-6);
-        assert!(p.time.rule.contains(&format!("{:.4} s when every other", t + 3.0 * msg)), "{}", p.time.rule);
+        assert!(p.time.rule.contains(&format!("{:.4} s when every other", t + 6.0 * msg)), "{}", p.time.rule);
         assert!(!p.time.exact);
         // Memory (f32, AdamW s = 2): worker 4n + 4n + 8n + theta_old 4n; server theta + Nesterov momentum.
         let (w, sv) = memory(&s.diloco(), &c).unwrap();
@@ -310,10 +312,11 @@ mod tests {
         let p = plan(&dylu, &c).unwrap();
         assert!((p.tokens_per_s - 15_000.0 / (2.0 * msg + 5.0)).abs() < 1e-6, "{}", p.tokens_per_s);
         assert!(p.label.contains("dylu"), "{}", p.label);
-        // A grace period of 2 s: the upper end waits it out (then 1 other update), the lower end is unchanged.
+        // A grace period of 2 s: the upper end waits it out (then 1 other update, taken in and
+        // served first: 2 messages), the lower end is unchanged.
         let graced = AsyncDilocoSettings { grace: Some(2.0), ..dylu };
         let (lo, hi) = cycles(&graced, &c).bounds[1];
-        near(&[lo, hi], &[2.0 * msg + 5.0, 2.0 * msg + 5.0 + 2.0 + msg]);
+        near(&[lo, hi], &[2.0 * msg + 5.0, 2.0 * msg + 5.0 + 2.0 + 2.0 * msg]);
         assert!(plan(&graced, &c).unwrap().time.rule.contains("grace period"));
     }
 }

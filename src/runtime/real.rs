@@ -15,6 +15,7 @@
 //! ends with its error instead of hanging.
 
 use super::real_comm::RealComm;
+use super::real_comm::Receiving;
 use super::{CommTask, Ctx, StartClocks, Topology, Work, WorkerTimes};
 use crate::comm::stranded::{panic_text, stranded};
 use crate::comm::{Fabric, LinkModel, LocalFabric};
@@ -253,11 +254,15 @@ where
     // A resumed run continues its clock from the latest saved one.
     let resumed_s = spec.start.iter().map(|t| t.total_s).fold(0.0, f64::max);
     let t0 = Instant::now().checked_sub(Duration::from_secs_f64(resumed_s)).unwrap_or_else(Instant::now);
+    // With a link model, when each participant's link has taken in the last
+    // message sent to it (real_comm.rs, `send`): shared by the participants
+    // of this process (all of them on threads; under MPI a rank's own).
+    let receiving: Receiving = Arc::new(Mutex::new(vec![t0; topo.participants()]));
     let results: Vec<Result<T>> = std::thread::scope(|s| {
         let handles: Vec<_> = fabrics
             .into_iter()
             .map(|fabric| {
-                let (make, spec) = (&make, &spec);
+                let (make, spec, receiving) = (&make, &spec, receiving.clone());
                 let rank = fabric.rank();
                 s.spawn(move || {
                     let mut failed = FailureGuard { notice: fabric.failure_notice(), ok: false };
@@ -266,7 +271,7 @@ where
                     let (link, events) = (spec.link, comm_events.clone());
                     let comm_thread = std::thread::Builder::new()
                         .name(format!("comm-{rank}"))
-                        .spawn(move || serve(fabric, link, topo, t0, rx, events))
+                        .spawn(move || serve(fabric, link, topo, t0, rx, events, receiving))
                         .expect("spawn communication thread");
                     let ctx = RealCtx {
                         rank,
@@ -333,9 +338,10 @@ fn serve(
     t0: Instant,
     rx: mpsc::Receiver<Job>,
     events: Arc<Mutex<EventLog>>,
+    receiving: Receiving,
 ) {
     for job in rx {
-        let mut comm = RealComm::new(fabric.as_mut(), link, topo, t0, &events, job.round);
+        let mut comm = RealComm::new(fabric.as_mut(), link, topo, t0, &events, &receiving, job.round);
         let out = (job.run)(&mut comm);
         job.done.complete(Ok(out));
     }

@@ -4,15 +4,22 @@
 //! With a link model, a collective first waits until every member has
 //! joined (a barrier on the group, as a transfer over a real link starts
 //! once both ends are there), runs, then holds until `join + modeled time`;
-//! a message holds the sender for its modeled time before it is delivered.
+//! a message holds the sender for its modeled time before it is delivered,
+//! and, one message at a time into each receiver, for the time the
+//! receiver's link is still taking in the messages sent to it before (on
+//! threads all participants share that clock; under MPI a rank knows only
+//! its own sends, so there only the sender is held).
 //! So every member's op completes at about `last join + max(copy, modeled)`.
 
 use super::tasks::Kind;
 use super::{collective_cost, collective_traffic, CommSide, Group, Topology, Work};
 use crate::comm::{Communicator, Fabric, LinkModel, Message, ReduceOp, WireDtype};
 use crate::metrics::{EventLog, LinkTier, Span, Traffic};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
+
+/// Per participant, when its link has taken in the last message sent to it.
+pub(super) type Receiving = Arc<Mutex<Vec<Instant>>>;
 
 /// One task's view of the communication thread.
 pub(super) struct RealComm<'a> {
@@ -22,6 +29,7 @@ pub(super) struct RealComm<'a> {
     link: Option<LinkModel>,
     t0: Instant,
     events: &'a Mutex<EventLog>,
+    receiving: &'a Receiving,
     round: u64,
 }
 
@@ -32,9 +40,10 @@ impl<'a> RealComm<'a> {
         topo: Topology,
         t0: Instant,
         events: &'a Mutex<EventLog>,
+        receiving: &'a Receiving,
         round: u64,
     ) -> RealComm<'a> {
-        RealComm { rank: fabric.rank(), topo, fabric, link, t0, events, round }
+        RealComm { rank: fabric.rank(), topo, fabric, link, t0, events, receiving, round }
     }
 
     fn secs(&self) -> f64 {
@@ -121,7 +130,16 @@ impl CommSide for RealComm<'_> {
         let bytes = msg.wire_len();
         let same_node = self.topo.node_of(self.rank) == self.topo.node_of(to);
         if let Some(l) = &self.link {
-            hold_until(Instant::now(), l.message_s(bytes, same_node));
+            // The receiver's link takes one message at a time, as in the
+            // simulator (sim/comm.rs): start when the one before has landed.
+            let cost = l.message_s(bytes, same_node);
+            let begin = {
+                let mut r = self.receiving.lock().unwrap_or_else(|e| e.into_inner());
+                let begin = r[to].max(Instant::now());
+                r[to] = begin + Duration::from_secs_f64(cost);
+                begin
+            };
+            hold_until(begin, cost);
         }
         self.fabric.send(to, msg);
         let tier = if same_node { LinkTier::Intra } else { LinkTier::Inter };

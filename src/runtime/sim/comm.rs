@@ -321,7 +321,13 @@ impl CommSide for SimComm {
                 + ((bytes - crate::comm::payload::MESSAGE_HEADER) as f64 * st.spec.comm_scale).round() as usize;
             let cost = st.spec.link.as_ref().map_or(0.0, |l| l.message_s(scaled, same_node));
             let computing = st.parts[self.rank].computing_until > st.now;
-            let arrival = st.now + if computing { cost * st.spec.interference.comm } else { cost };
+            // The receiver's link takes one message at a time: one that
+            // finds it busy (two workers' updates reaching one server)
+            // starts when the message before it has landed, and its sender
+            // is held until then, as TCP's window would hold it.
+            let begin = st.now.max(st.parts[to].receiving_until);
+            let arrival = begin + if computing { cost * st.spec.interference.comm } else { cost };
+            st.parts[to].receiving_until = arrival;
             let seq = st.mail_seq;
             st.mail_seq += 1;
             st.parts[to].mailbox.push(Mail { arrival, seq, from: self.rank, msg });

@@ -270,6 +270,7 @@ where
             waiting: None,
             in_flight: 0,
             mailbox: Vec::new(),
+            receiving_until: f64::NEG_INFINITY,
             blocked: None,
         })
         .collect();

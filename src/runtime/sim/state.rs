@@ -70,6 +70,9 @@ pub(super) struct Part {
     pub in_flight: usize,
     /// Messages delivered or on their way here.
     pub mailbox: Vec<Mail>,
+    /// When this participant's link has taken in the last message sent to
+    /// it: it receives one message at a time (comm.rs, `send`).
+    pub receiving_until: f64,
     /// What the communication actor is blocked on (deadlock reports).
     pub blocked: Option<String>,
 }
