@@ -31,8 +31,9 @@
 //! over nodes with several members each (the hierarchical formulas above).
 //!
 //! A point-to-point message of `B` bytes takes `alpha + B / bw` on the tier
-//! between the two participants (intra within a node, else inter). Only the
-//! sender's link is held; the receiver's is not modeled as a bottleneck.
+//! between the two participants (intra within a node, else inter). The
+//! runtimes hold the sender for it, and the receiver's link takes one
+//! message at a time (runtime/sim/comm.rs, `send`).
 //!
 //! A tier calibrate measured may carry its sweep's message times
 //! (link_measured.rs): every formula above is then built from one message's
