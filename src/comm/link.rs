@@ -79,8 +79,7 @@ impl Tier {
     pub fn all_reduce_s(&self, bytes: f64, p: usize) -> f64 {
         let f = (p - 1) as f64;
         match &self.measured {
-            Some(m) if p > 1 => 2.0 * f * m.at(bytes / p as f64),
-            Some(_) => 0.0,
+            Some(m) => 2.0 * f * m.at(bytes / p as f64),
             None => 2.0 * f * self.latency_s + 2.0 * f / p as f64 * bytes / self.bandwidth_bytes_per_s,
         }
     }
@@ -90,8 +89,7 @@ impl Tier {
     pub fn scatter_gather_s(&self, bytes: f64, p: usize) -> f64 {
         let f = (p - 1) as f64;
         match &self.measured {
-            Some(m) if p > 1 => f * m.at(bytes / p as f64),
-            Some(_) => 0.0,
+            Some(m) => f * m.at(bytes / p as f64),
             None => f * self.latency_s + f / p as f64 * bytes / self.bandwidth_bytes_per_s,
         }
     }

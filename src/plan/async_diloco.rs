@@ -100,8 +100,10 @@ pub struct Cycles {
     pub bounds: Vec<(f64, f64)>,
     /// The server's seconds per update (outer step + model send).
     pub serve: f64,
-    /// One message of the model or a pseudo-gradient.
+    /// One message of the model (and of an uncompressed pseudo-gradient).
     pub msg: f64,
+    /// One pseudo-gradient message to the server (module docs: upd).
+    pub upd: f64,
     /// Per worker: its local work at speed 1 (H_w steps and the pseudo-gradient).
     pub local: Vec<f64>,
     /// Per worker: inner steps per round, H_w.
@@ -144,7 +146,7 @@ pub fn cycles(s: &AsyncDilocoSettings, c: &Costing) -> Cycles {
             (t_w, t_w + grace + (world as f64 - 1.0) * (upd + serve))
         })
         .collect();
-    Cycles { bounds, serve, msg, local, steps, speeds, grace }
+    Cycles { bounds, serve, msg, upd, local, steps, speeds, grace }
 }
 
 /// The async DiLoCo row under `c` (module docs): its time, tokens/s and
@@ -152,8 +154,7 @@ pub fn cycles(s: &AsyncDilocoSettings, c: &Costing) -> Cycles {
 pub fn plan(s: &AsyncDilocoSettings, c: &Costing) -> Result<MethodPlan> {
     let n = c.params;
     let k = c.grad_accum.max(1) as f64;
-    let Cycles { bounds, serve, msg, local, steps, speeds, grace } = cycles(s, c);
-    let upd = if s.outer_wire.is_some() { update_s(c, s.outer_wire, n) } else { msg };
+    let Cycles { bounds, serve, msg, upd, local, steps, speeds, grace } = cycles(s, c);
     let tokens: Vec<f64> = steps.iter().map(|&h| h as f64 * k * c.tokens_per_micro_batch as f64).collect();
     let most = tokens.iter().cloned().fold(0.0, f64::max);
     let best = bounds.iter().zip(&tokens).map(|((lo, _), t)| t / lo).sum::<f64>().min(most / serve.max(upd));

@@ -14,8 +14,7 @@
 //! (`FailureGuard`), so the others stop waiting for messages and the run
 //! ends with its error instead of hanging.
 
-use super::real_comm::RealComm;
-use super::real_comm::Receiving;
+use super::real_comm::{RealComm, Receiving};
 use super::{CommTask, Ctx, StartClocks, Topology, Work, WorkerTimes};
 use crate::comm::stranded::{panic_text, stranded};
 use crate::comm::{Fabric, LinkModel, LocalFabric};

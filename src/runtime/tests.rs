@@ -105,13 +105,21 @@ fn sim_message_costs_latency_plus_bytes_and_recv_any_honours_its_deadline() {
     assert!((out[1][1] - 0.5).abs() < 1e-12, "deadline: {:?}", out[1]);
 }
 
+/// Three workers and a server (participant 3), one per node.
+const WORKERS_3_AND_A_SERVER: Topology = Topology { workers: 3, per_node: 1, server: true };
+
+/// A message tagged `tag` with `n` f32 values (16 B header + 4n B).
+fn floats(tag: usize, n: usize) -> Message {
+    Message::new(tag as u32).with_values(vec![0.0; n], crate::comm::WireDtype::F32)
+}
+
 #[test]
 fn sim_receive_any_takes_arrivals_in_time_order() {
     // Three workers send to the server after 2 - w micro-batches of 1 s:
     // worker 2's message arrives first and worker 0's last.
     let spec = SimSpec {
         link: Some(LinkModel::flat(tier(1e6, 0.0))),
-        topology: Topology { workers: 3, per_node: 1, server: true },
+        topology: WORKERS_3_AND_A_SERVER,
         ..SimSpec::flat(3, 1.0, None)
     };
     let out = sim_run(spec, |mut ctx| {
@@ -121,8 +129,7 @@ fn sim_receive_any_takes_arrivals_in_time_order() {
                 for _ in me..2 {
                     ctx.compute(Work::MicroBatch, || ()).await;
                 }
-                let msg = Message::new(me as u32).with_values(vec![0.0; 100], crate::comm::WireDtype::F32);
-                ctx.run(Send { to: 3, msg }).await;
+                ctx.run(Send { to: 3, msg: floats(me, 100) }).await;
                 return Ok(vec![]);
             }
             let mut order = Vec::new();
@@ -143,15 +150,14 @@ fn sim_a_receiver_takes_one_message_at_a_time() {
     // sender is held until its message has landed: 1.216, 2.032, 2.448 ms.
     let spec = SimSpec {
         link: Some(LinkModel::flat(tier(1e6, 0.0))),
-        topology: Topology { workers: 3, per_node: 1, server: true },
+        topology: WORKERS_3_AND_A_SERVER,
         ..SimSpec::flat(3, 1.0, None)
     };
     let out = sim_run(spec, |mut ctx| {
         Box::pin(async move {
             let me = ctx.rank();
             if me < 3 {
-                let msg = Message::new(me as u32).with_values(vec![0.0; (3 - me) * 100], crate::comm::WireDtype::F32);
-                ctx.run(Send { to: 3, msg }).await;
+                ctx.run(Send { to: 3, msg: floats(me, (3 - me) * 100) }).await;
                 return Ok(vec![ctx.now()]);
             }
             let mut got = Vec::new();
@@ -363,7 +369,7 @@ fn real_runtime_queues_messages_at_the_receivers_link_as_the_simulator_does() {
     // are done 12.16 ms after starting together).
     let spec = real::RealSpec {
         link: Some(LinkModel::flat(tier(1e5, 0.0))),
-        topology: Topology { workers: 3, per_node: 1, server: true },
+        topology: WORKERS_3_AND_A_SERVER,
         ..real::RealSpec::flat(3)
     };
     let spans = real::run(spec, |mut ctx| async move {
@@ -375,8 +381,7 @@ fn real_runtime_queues_messages_at_the_receivers_link_as_the_simulator_does() {
             return Ok((f64::INFINITY, 0.0));
         }
         let start = ctx.now();
-        let msg = Message::new(me as u32).with_values(vec![0.0; (3 - me) * 100], crate::comm::WireDtype::F32);
-        ctx.run(Send { to: 3, msg }).await;
+        ctx.run(Send { to: 3, msg: floats(me, (3 - me) * 100) }).await;
         Ok((start, ctx.now()))
     })
     .unwrap();

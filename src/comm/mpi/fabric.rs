@@ -118,10 +118,7 @@ impl MpiFabric {
                 ),
                 _ => {}
             }
-            // Sleep only while none of this rank's sends is in flight: MPI
-            // moves their bytes only inside MPI calls.
-            let wait = if self.outgoing.is_empty() { self.poll.wait.for_receive() } else { self.poll.wait };
-            wait.pause(waited);
+            self.poll.wait.for_receive(!self.outgoing.is_empty()).pause(waited);
         }
     }
 }

@@ -85,11 +85,11 @@ impl Wait {
     /// ranks: on two cores, a yielding server made its two workers'
     /// micro-batches 1.6x slower (docs/results/planner-accuracy.md, finding 6).
     /// Sleeping adds at most 1 ms to a message's arrival; a rank with
-    /// sends in flight keeps `self` (their bytes move only in MPI calls).
-    pub(crate) fn for_receive(self) -> Wait {
+    /// `sends_in_flight` keeps `self` (their bytes move only in MPI calls).
+    pub(crate) fn for_receive(self, sends_in_flight: bool) -> Wait {
         match self {
-            Wait::Spin => Wait::Spin,
-            Wait::Yield | Wait::Sleep => Wait::Sleep,
+            Wait::Yield if !sends_in_flight => Wait::Sleep,
+            other => other,
         }
     }
 }
