@@ -10,16 +10,33 @@ and sim/) and every method, three numbers from each of real, sim and plan:
 
 - s/round: seconds per optimizer step (compare's "round"): wall time over
   steps for real and sim, round_s over steps for plan;
+- steady s/round, for the methods whose transfers run beside computation
+  across a round's end (acco, co2, streaming DiLoCo): the same between the
+  ends of the second and the last round of worker 0 (its curves.csv), where
+  plan::tests_sim measures the simulator's steady state. plan predicts the
+  steady state, so its error is taken against this: a run of four outer
+  rounds (co2, streaming DiLoCo at H = 12 over 48 steps) spends part of its
+  time filling the pipeline and waiting for the last transfer, which a
+  steady state does not have. Every other method's run has no such
+  transient (the simulator's whole run equals plan there), and its whole
+  run measures the steady state over more rounds;
 - micro-batches per round per worker (differs from 1 only for acco, whose
   rounds last as long as their communication);
 - exposed communication: the share of the wall time a worker waits on the
   network (idle over wall for real and sim, exposed_s over round_s for plan).
+
+After the tables, where each setting's sim error comes from: compute per
+round (c) and communication per round (m), averaged over workers, sim against
+real (compare's per-round table in each summary.md). For a method that
+blocks on its transfers the round is c + m, so the two errors are the
+compute calibration's (the micro-batch time) and the link model's.
 
 Errors are (predicted - real) / real for s/round and micro-batches, and
 percentage points for the exposed share. Writes OUT/accuracy.md and prints it;
 with a variant V, reads sim-V/ and plan-V.json instead (the same profile with
 a change, e.g. `plain`: without its overlap factors) and writes accuracy-V.md.
 """
+import csv
 import json
 import statistics
 import sys
@@ -75,6 +92,29 @@ def measured(result):
     return s["wall_s"] / rounds, mb, idle / s["wall_s"]
 
 
+# The methods whose run has a pipeline fill and drain (see steady s/round above).
+PIPELINED = ("acco", "co2", "streaming-diloco")
+
+
+def walls(folder):
+    """spec -> wall_s after each step of the run's first worker (folder/curves.csv, first seed)."""
+    out, seeds = {}, {}
+    path = folder / "curves.csv"
+    if path.exists():
+        for r in csv.DictReader(path.open()):
+            if seeds.setdefault(r["method"], r["seed"]) == r["seed"]:
+                out.setdefault(r["method"], []).append(float(r["wall_s"]))
+    return out
+
+
+def steady(wall, per):
+    """s/step between the ends of round 2 and of the last whole round (rounds of `per` steps)."""
+    rounds = len(wall) // per
+    if rounds < 3:
+        return None
+    return (wall[rounds * per - 1] - wall[2 * per - 1]) / ((rounds - 2) * per)
+
+
 def planned(entry):
     t = entry["time"]
     # plan's round is an outer round of `steps` optimizer steps (1 for the
@@ -87,8 +127,9 @@ def rel(pred, real):
 
 
 def setting_rows(folder, variant):
-    """One row per method: (spec, real, sim, plan) triples of measured()."""
+    """One row per method: (spec, real, sim, plan, real steady s/round); real, sim, plan are measured()'s."""
     real = runs(folder / "real") | runs(folder / "real-async")
+    real_walls = walls(folder / "real")
     sim = runs(folder / ("sim" + variant))
     plan = {m["method"]: m for m in json.loads((folder / f"plan{variant}.json").read_text())["methods"]}
     rows = []
@@ -97,38 +138,100 @@ def setting_rows(folder, variant):
         if spec not in sim or name not in plan:
             print(f"warning: {folder.name}: {spec} has no sim run or plan entry", file=sys.stderr)
             continue
-        rows.append((spec, measured(r), measured(sim[spec]), planned(plan[name])))
+        r = measured(r)
+        per = plan[name]["time"]["steps"]
+        at_steady = steady(real_walls[spec], per) if spec in real_walls and name in PIPELINED else None
+        rows.append((spec, r, measured(sim[spec]), planned(plan[name]), at_steady or r[0]))
     return rows
+
+
+def per_round(folder):
+    """method -> (c, m) seconds per round from folder/summary.md's per-round table."""
+    path = folder / "summary.md"
+    if not path.exists():
+        return {}
+    rows = table_rows(path.read_text().splitlines(), "| method | round (s) |")
+    return {r["method"]: (float(r["c (s)"]), float(r["m (s)"])) for r in rows}
+
+
+def split_lines(settings, out, variant):
+    """The compute / communication split of the sim error, one table per setting."""
+    lines = ["### Where the sim error comes from: compute (c) and communication (m) per round", ""]
+    errs = {}  # spec -> ([|c err|], [|m err|])
+    for folder in settings:
+        real = per_round(folder / "real") | per_round(folder / "real-async")
+        sim = per_round(folder / ("sim" + variant))
+        name = folder.relative_to(out) if folder.is_relative_to(out) else folder
+        lines += [f"{name}:", "", "| method | real c (s) | sim c | c err | real m (s) | sim m | m err |",
+                  "|---|---|---|---|---|---|---|"]
+        for spec, (rc, rm) in real.items():
+            if spec in sim:
+                sc, sm = sim[spec]
+                e = errs.setdefault(spec, ([], []))
+                e[0].append(abs(rel(sc, rc)))
+                if rm > 0:
+                    e[1].append(abs(rel(sm, rm)))
+                lines.append(f"| {spec} | {rc:.4f} | {sc:.4f} | {pct(rel(sc, rc))} | {rm:.4f} | {sm:.4f} "
+                             f"| {pct(rel(sm, rm)) if rm > 0 else '-'} |")
+        lines.append("")
+    lines += ["Median absolute error per method over the settings:", "",
+              "| method | compute c | communication m |", "|---|---|---|"]
+    med = lambda v: f"{100 * statistics.median(v):.1f}%" if v else "-"
+    lines += [f"| {spec} | {med(c)} | {med(m)} |" for spec, (c, m) in errs.items()]
+    return lines + [""]
+
+
+def spread_lines(settings, out):
+    """For a setting run more than once (pooled folders): each run's real
+    s/round per method and their spread, (max - min) / median."""
+    by_name = {}
+    for folder in settings:
+        by_name.setdefault(folder.name, []).append(folder)
+    lines = []
+    for name, folders in by_name.items():
+        if len(folders) < 2:
+            continue
+        reals = [{spec: measured(r)[0] for spec, r in (runs(f / "real") | runs(f / "real-async")).items()} for f in folders]
+        heads = [str(f.parent.relative_to(out)) if f.parent != out else "first" for f in folders]
+        lines += [f"Real s/round of {name}, run by run:", "",
+                  "| method | " + " | ".join(heads) + " | spread |", "|---" * (len(folders) + 2) + "|"]
+        for spec in reals[0]:
+            xs = [r[spec] for r in reals if spec in r]
+            lines.append(f"| {spec} | " + " | ".join(f"{x:.4f}" for x in xs)
+                         + f" | {100 * (max(xs) - min(xs)) / statistics.median(xs):.0f}% |")
+        lines.append("")
+    return ["### The same setting run again", ""] + lines if lines else []
 
 
 def pct(x):
     return f"{100 * x:+.1f}%"
 
 
-def main(out, variant=""):
+def main(out, variant="", pooled=()):
     out = Path(out)
     variant = f"-{variant}" if variant else ""
-    settings = sorted(p for p in out.iterdir() if (p / f"plan{variant}.json").exists())
+    settings = [p for d in (out, *map(Path, pooled)) for p in sorted(d.iterdir()) if (p / f"plan{variant}.json").exists()]
     if not settings:
         sys.exit(f"no setting folders with plan.json under {out}: run bench/netns/planner_accuracy.sh first")
     lines = []
     errors = {}  # spec -> {"sim": [...], "plan": [...]} of |s/round error|
     for folder in settings:
         lines += [
-            f"### {folder.name}",
+            f"### {folder.relative_to(out) if folder.is_relative_to(out) else folder}",
             "",
-            "| method | real s/round | sim | plan | sim err | plan err | real mb/round | sim | plan "
+            "| method | real s/round | sim | sim err | real steady | plan | plan err | real mb/round | sim | plan "
             "| real exposed | sim | plan |",
-            "|---|---|---|---|---|---|---|---|---|---|---|---|",
+            "|---|---|---|---|---|---|---|---|---|---|---|---|---|",
         ]
-        for spec, r, s, p in setting_rows(folder, variant):
+        for spec, r, s, p, r_steady in setting_rows(folder, variant):
             e = errors.setdefault(spec, {"sim": [], "plan": [], "mb_sim": [], "mb_plan": []})
             e["sim"].append(abs(rel(s[0], r[0])))
-            e["plan"].append(abs(rel(p[0], r[0])))
+            e["plan"].append(abs(rel(p[0], r_steady)))
             e["mb_sim"].append(abs(rel(s[1], r[1])))
             e["mb_plan"].append(abs(rel(p[1], r[1])))
             lines.append(
-                f"| {spec} | {r[0]:.4f} | {s[0]:.4f} | {p[0]:.4f} | {pct(rel(s[0], r[0]))} | {pct(rel(p[0], r[0]))} "
+                f"| {spec} | {r[0]:.4f} | {s[0]:.4f} | {pct(rel(s[0], r[0]))} | {r_steady:.4f} | {p[0]:.4f} "
+                f"| {pct(rel(p[0], r_steady))} "
                 f"| {r[1]:.2f} | {s[1]:.2f} | {p[1]:.2f} | {100 * r[2]:.0f}% | {100 * s[2]:.0f}% | {100 * p[2]:.0f}% |"
             )
         lines.append("")
@@ -156,10 +259,17 @@ def main(out, variant=""):
                 f"{label}: sim median {100 * statistics.median(every_sim):.1f}%, worst {100 * max(every_sim):.1f}%; "
                 f"plan median {100 * statistics.median(every_plan):.1f}%, worst {100 * max(every_plan):.1f}%.  "
             )
+    lines += [""] + spread_lines(settings, out) + split_lines(settings, out, variant)
     text = "\n".join(lines) + "\n"
-    (out / f"accuracy{variant}.md").write_text(text)
+    (out / f"accuracy{variant}{'-pooled' if pooled else ''}.md").write_text(text)
     print(text)
 
 
 if __name__ == "__main__":
-    main(*(sys.argv[1:] or ["docs/results/planner-accuracy"]))
+    args = sys.argv[1:] or ["docs/results/planner-accuracy"]
+    if args[0] == "--pooled":
+        # Every setting of OUT and of the further folders (repeated runs) in one
+        # table, medians over all of them: OUT/accuracy-pooled.md.
+        main(args[1], "", args[2:])
+    else:
+        main(*args)

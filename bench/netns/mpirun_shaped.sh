@@ -330,7 +330,13 @@ setup_network() {
 }
 
 # Background loop (--jitter): redraws every shaped qdisc's rate each period.
-# The rate in kbit; awk's rand() seeded once, so every run draws anew.
+# It must cost the ranks next to nothing: a first version forked awk, tc and
+# sleep for every link every period (about 140 processes a second with two
+# ranks), which took 10-15% of a core from the ranks' computation on a 2-core
+# machine (docs/results/planner-accuracy.md, finding 8). Now one `tc -batch`
+# per namespace stays running and reads its changes from a pipe, the rates
+# are drawn with bash's $RANDOM, and the wait is a `read -t` timeout: no
+# process starts inside the loop.
 start_jitter() {
     (( jitter > 0 )) || return 0
     local kbit
@@ -340,16 +346,27 @@ start_jitter() {
         printf "%d", n * m }')
     local pairs=() r
     for (( r = 0; r < ranks; r++ )); do pairs+=("$(rank_ns "$r") $RANK_IF" "$prefix-hub r$r"); done
+    local period
+    period=$(awk -v ms="$jitter_ms" 'BEGIN { printf "%.3f", ms / 1000 }')
     (
         trap - EXIT INT TERM HUP ERR
         set +e
-        while sleep "$(awk -v ms="$jitter_ms" 'BEGIN { printf "%.3f", ms / 1000 }')"; do
+        # One batch tc per namespace (-force: a failed change does not stop it).
+        declare -A feed=()
+        local p ns dev fd
+        for p in "${pairs[@]}"; do
+            read -r ns dev <<< "$p"
+            if [[ -z ${feed[$ns]:-} ]]; then
+                exec {fd}> >(exec tc -n "$ns" -force -batch - >/dev/null 2>&1)
+                feed[$ns]=$fd
+            fi
+        done
+        local lo=$(( kbit * (100 - jitter) / 100 )) hi=$(( kbit * (100 + jitter) / 100 )) tick
+        exec {tick}<> <(:)   # never written: read -t on it is a sleep without a process
+        while ! read -r -t "$period" -u "$tick"; do
             for p in "${pairs[@]}"; do
                 read -r ns dev <<< "$p"
-                tc -n "$ns" qdisc change dev "$dev" root tbf \
-                    rate "$(awk -v k="$kbit" -v j="$jitter" -v s="$RANDOM$RANDOM" 'BEGIN {
-                        srand(s); printf "%dkbit", k * (1 + j / 100 * (2 * rand() - 1)) }')" \
-                    burst "$burst" latency "$latency" 2>/dev/null
+                echo "qdisc change dev $dev root tbf rate $(( lo + (RANDOM * 32768 + RANDOM) % (hi - lo + 1) ))kbit burst $burst latency $latency" >&"${feed[$ns]}"
             done
         done
     ) &

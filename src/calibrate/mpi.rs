@@ -142,7 +142,7 @@ pub fn run_mpi(
     let bytes = (mine.params * 4).min(opts.max_bytes).max(4);
     let ranks: Vec<usize> = (0..size).collect();
     if root {
-        progress(2, &format!("overlap: all-reduce of {} over {size} ranks alone, then while each rank computes micro-batches on a second thread", size_text(bytes)));
+        progress(2, &format!("overlap: all-reduce of {} over {size} ranks, alone and while each rank computes micro-batches on a second thread, in turn", size_text(bytes)));
     }
     let overlap =
         overlap::measure(fabric.group(&ranks), &opts.model, (opts.batch, opts.seq), bytes, opts.repeats.clamp(3, 10));

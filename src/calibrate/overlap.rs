@@ -1,8 +1,8 @@
 //! How much computation and communication slow each other when a worker
 //! runs both at once (runtime/sim/spec.rs, `Interference`): the model's
-//! all-reduce timed alone and then while a second thread of the same rank
-//! computes micro-batches back to back, as ACCO, CO2 and streaming DiLoCo
-//! run them. On CPU workers the network stack and MPI's progress share the
+//! all-reduce timed alone and while a second thread of the same rank
+//! computes micro-batches back to back (as ACCO, CO2 and streaming DiLoCo
+//! run them), the two in turn. On CPU workers the network stack and MPI's progress share the
 //! cores with the math (issue 29: over a shaped 100 Mbit/s link the
 //! simulator's ACCO rounds were 21% shorter than the real ones, whose
 //! micro-batches ran 25% slower than those of the methods that block).
@@ -44,27 +44,24 @@ impl Overlap {
     }
 }
 
-/// Times `repeats` all-reduces of `bytes` on `comm` (after one untimed),
-/// each after a barrier.
-fn all_reduces(comm: &mut dyn Communicator, bytes: usize, repeats: usize) -> Samples {
-    let mut buf = vec![1.0f32; (bytes / 4).max(1)];
-    comm.all_reduce(&mut buf, ReduceOp::Mean, WireDtype::F32);
-    Samples(
-        (0..repeats)
-            .map(|_| {
-                comm.barrier();
-                let t = Instant::now();
-                comm.all_reduce(&mut buf, ReduceOp::Mean, WireDtype::F32);
-                t.elapsed().as_secs_f64()
-            })
-            .collect(),
-    )
+/// One all-reduce of `buf` on `comm` after a barrier: its seconds, and when it started and ended.
+fn all_reduce(comm: &mut dyn Communicator, buf: &mut [f32]) -> (f64, (Instant, Instant)) {
+    comm.barrier();
+    let t = Instant::now();
+    comm.all_reduce(buf, ReduceOp::Mean, WireDtype::F32);
+    let end = Instant::now();
+    ((end - t).as_secs_f64(), (t, end))
 }
 
-/// Measures on `comm` (every member calls it): the all-reduce of `bytes`
-/// alone, then again while a thread computes micro-batches of `model`
-/// (`batch` x `seq` tokens). Micro-batches that did not both start and
-/// end inside the all-reduces are dropped.
+/// Measures on `comm` (every member calls it): `repeats` pairs of
+/// all-reduces of `bytes`, the first of each pair alone and the second
+/// while a thread computes micro-batches of `model` (`batch` x `seq`
+/// tokens). The pairs interleave, so that a link whose rate drifts or
+/// jitters (a shared network, `mpirun_shaped.sh --jitter`) slows both kinds
+/// alike: timed as two blocks, one after the other, the blocks saw
+/// different rates and a slowdown of 1.2-1.5x in training measured as none
+/// (docs/results/planner-accuracy.md, finding 2). Micro-batches that did
+/// not both start and end inside an overlapped all-reduce are dropped.
 pub fn measure(
     comm: &mut dyn Communicator,
     model: &GptConfig,
@@ -73,16 +70,24 @@ pub fn measure(
     repeats: usize,
 ) -> Overlap {
     let members = comm.world();
-    let comm_alone = all_reduces(comm, bytes, repeats);
-    let stop = AtomicBool::new(false);
-    comm.barrier();
-    let (comm_overlapped, spans, window) = std::thread::scope(|sc| {
-        let computing = sc.spawn(|| {
+    let mut buf = vec![1.0f32; (bytes / 4).max(1)];
+    // One untimed, to set up the connections.
+    comm.all_reduce(&mut buf, ReduceOp::Mean, WireDtype::F32);
+    // The compute thread runs micro-batches while `computing` is set and
+    // sleeps otherwise (a spinning thread would load the "alone" samples).
+    let (computing, stop) = (AtomicBool::new(false), AtomicBool::new(false));
+    let (mut comm_alone, mut comm_overlapped, mut windows) = (vec![], vec![], vec![]);
+    let spans = std::thread::scope(|sc| {
+        let worker = sc.spawn(|| {
             // The weights do not matter for timing: seed 0.
             let mut m = Gpt::new(model.clone(), 0).expect("validated by the compute phase");
             let (x, y) = tokens(model, batch, seq, 0);
             let mut spans = Vec::new();
-            while !stop.load(Ordering::Relaxed) {
+            while !stop.load(Ordering::Acquire) {
+                if !computing.load(Ordering::Acquire) {
+                    std::thread::sleep(std::time::Duration::from_micros(200));
+                    continue;
+                }
                 let t = Instant::now();
                 m.zero_grads();
                 std::hint::black_box(m.forward_backward(&x, &y, batch, seq, 1.0));
@@ -90,15 +95,27 @@ pub fn measure(
             }
             spans
         });
-        let start = Instant::now();
-        let s = all_reduces(comm, bytes, repeats);
-        let end = Instant::now();
-        stop.store(true, Ordering::Relaxed);
-        (s, computing.join().expect("the overlap's compute thread"), (start, end))
+        for _ in 0..repeats {
+            comm_alone.push(all_reduce(comm, &mut buf).0);
+            computing.store(true, Ordering::Release);
+            let (s, window) = all_reduce(comm, &mut buf);
+            computing.store(false, Ordering::Release);
+            comm_overlapped.push(s);
+            windows.push(window);
+        }
+        stop.store(true, Ordering::Release);
+        worker.join().expect("the overlap's compute thread")
     });
-    let inside = spans.iter().filter(|(a, b)| *a >= window.0 && *b <= window.1);
-    let compute_overlapped = Samples(inside.map(|(a, b)| (*b - *a).as_secs_f64()).collect());
-    Overlap { bytes, members, comm_alone, comm_overlapped, compute_overlapped }
+    let inside = |(a, b): &(Instant, Instant)| windows.iter().any(|(s, e)| a >= s && b <= e);
+    let compute_overlapped =
+        Samples(spans.iter().filter(|s| inside(s)).map(|(a, b)| (*b - *a).as_secs_f64()).collect());
+    Overlap {
+        bytes,
+        members,
+        comm_alone: Samples(comm_alone),
+        comm_overlapped: Samples(comm_overlapped),
+        compute_overlapped,
+    }
 }
 
 #[cfg(test)]

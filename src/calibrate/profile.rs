@@ -129,10 +129,11 @@ fn tier(out: &mut String, key: &str, src: &TierSource) -> Option<String> {
 fn overlap_lines(w: &mut String, o: &Overlap, alone: &Samples) {
     let _ = writeln!(
         w,
-        "# Overlap (sim/spec.rs Interference): the model's gradient all-reduce ({} over {})",
+        "# Overlap (sim/spec.rs Interference): the model's gradient all-reduce ({} over {}),",
         size_text(o.bytes),
         o.members
     );
+    let _ = writeln!(w, "# alone and while the rank computes, in turn ({} pairs)", o.comm_alone.0.len());
     let _ = writeln!(w, "# alone:                {}", stats(&o.comm_alone, 1e3, "ms"));
     let _ = writeln!(w, "# while the rank computes: {}", stats(&o.comm_overlapped, 1e3, "ms"));
     let _ = writeln!(w, "# a micro-batch while the all-reduces run: {}", stats(&o.compute_overlapped, 1e3, "ms"));
