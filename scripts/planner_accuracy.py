@@ -261,7 +261,7 @@ def main(out, variant="", pooled=()):
             )
     lines += [""] + spread_lines(settings, out) + split_lines(settings, out, variant)
     text = "\n".join(lines) + "\n"
-    (out / f"accuracy{variant}{'-pooled' if pooled else ''}.md").write_text(text)
+    (out / f"accuracy{variant}{f'-pooled-{1 + len(pooled)}' if pooled else ''}.md").write_text(text)
     print(text)
 
 
@@ -269,7 +269,7 @@ if __name__ == "__main__":
     args = sys.argv[1:] or ["docs/results/planner-accuracy"]
     if args[0] == "--pooled":
         # Every setting of OUT and of the further folders (repeated runs) in one
-        # table, medians over all of them: OUT/accuracy-pooled.md.
+        # table, medians over all of them: OUT/accuracy-pooled-N.md for N folders.
         main(args[1], "", args[2:])
     else:
         main(*args)

@@ -166,6 +166,24 @@ pub(super) fn tokens(cfg: &GptConfig, b: usize, t: usize, seed: u64) -> (Vec<u32
     (x, y)
 }
 
+/// Seconds of `s.repeats` micro-batches (forward + backward) of every local
+/// worker at once, after `s.warmup` untimed. `calibrate --backend mpi`
+/// takes a second set after its link phases: this machine's speed drifts
+/// over minutes, and one set is a snapshot of about a second.
+pub fn micro_batches(s: &ComputeSetup, sync: &dyn Fn()) -> Samples {
+    let (b, t) = (s.batch, s.seq);
+    concurrently(
+        s.threads.max(1),
+        (s.warmup, s.repeats),
+        sync,
+        |i| (Gpt::new(s.model.clone(), i as u64).expect("validated"), tokens(&s.model, b, t, i as u64)),
+        |(m, (x, y))| {
+            m.zero_grads();
+            std::hint::black_box(m.forward_backward(x, y, b, t, 1.0));
+        },
+    )
+}
+
 /// Measures every cost of [`ComputeCosts`]; `progress` gets one line per kind of work.
 pub fn measure(s: &ComputeSetup, sync: &dyn Fn(), progress: &dyn Fn(&str)) -> Result<ComputeCosts> {
     s.model.validate()?;
@@ -184,16 +202,7 @@ pub fn measure(s: &ComputeSetup, sync: &dyn Fn(), progress: &dyn Fn(&str)) -> Re
         "micro-batch: forward + backward of {b} x {t} tokens, {at_once}, {} timed + {} warm-up each",
         reps.1, reps.0
     ));
-    c.micro_batch = concurrently(
-        k,
-        reps,
-        sync,
-        |i| (Gpt::new(s.model.clone(), i as u64).expect("validated"), tokens(&s.model, b, t, i as u64)),
-        |(m, (x, y))| {
-            m.zero_grads();
-            std::hint::black_box(m.forward_backward(x, y, b, t, 1.0));
-        },
-    );
+    c.micro_batch = micro_batches(s, sync);
     progress(&format!("AdamW step over {n} parameters, {at_once}"));
     let layout = ParamLayout::new(&s.model);
     c.adamw = concurrently(

@@ -104,8 +104,7 @@ pub fn run_mpi(
             progress(1, l)
         }
     };
-    let mine = compute::measure(&setup, &|| mpi.barrier(), &say)?;
-    let all = mpi.gather_bytes(&encode(&mine));
+    let mut mine = compute::measure(&setup, &|| mpi.barrier(), &say)?;
     let sizes = links::sizes(opts.max_bytes);
     let mut fabric = mpi.fabric();
     let node: Vec<usize> = (rank / k * k..(rank / k + 1) * k).collect();
@@ -159,6 +158,12 @@ pub fn run_mpi(
         );
     }
     drop(fabric);
+    // The micro-batch once more, minutes later: the profile keeps the median
+    // of both sets (on a shared machine one set was 17% off the runs that
+    // followed it; docs/results/planner-accuracy.md, finding 9).
+    say("micro-batch again, after the link phases (the median of both sets is kept)");
+    mine.micro_batch.0.extend(compute::micro_batches(&setup, &|| mpi.barrier()).0);
+    let all = mpi.gather_bytes(&encode(&mine));
     let Some(all) = all else { return Ok(None) };
     let mut compute = ComputeCosts { params: mine.params, demo_flops: mine.demo_flops, ..Default::default() };
     all.iter().for_each(|b| append(&mut compute, b));
