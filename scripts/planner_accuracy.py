@@ -68,13 +68,17 @@ def table_rows(lines, first_header):
     return rows
 
 
+# The header of compare's per-round table (round, compute c, communication m) in summary.md.
+ROUND_TABLE = "| method | round (s) |"
+
+
 def from_summary(path):
     """compare's summary.md: s/round from the per-round table, micro-batches
     per round and the idle share from the main one."""
     lines = path.read_text().splitlines()
     main = {r["method"]: r for r in table_rows(lines, "| method | status |")}
     out = {}
-    for r in table_rows(lines, "| method | round (s) |"):
+    for r in table_rows(lines, ROUND_TABLE):
         m = main[r["method"]]
         out[r["method"]] = (float(r["round (s)"]), float(m["micro-batches/round"]), float(m["idle"].rstrip("%")) / 100)
     return dict(sorted(out.items()))
@@ -150,7 +154,7 @@ def per_round(folder):
     path = folder / "summary.md"
     if not path.exists():
         return {}
-    rows = table_rows(path.read_text().splitlines(), "| method | round (s) |")
+    rows = table_rows(path.read_text().splitlines(), ROUND_TABLE)
     return {r["method"]: (float(r["c (s)"]), float(r["m (s)"])) for r in rows}
 
 

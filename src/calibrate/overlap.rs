@@ -2,8 +2,8 @@
 //! runs both at once (runtime/sim/spec.rs, `Interference`): the model's
 //! all-reduce timed alone and while a second thread of the same rank
 //! computes micro-batches back to back (as ACCO, CO2 and streaming DiLoCo
-//! run them), the two in turn. On CPU workers the network stack and MPI's progress share the
-//! cores with the math (issue 29: over a shaped 100 Mbit/s link the
+//! run them), the two in turn. On CPU workers the network stack and MPI's
+//! progress share the cores with the math (issue 29: over a shaped 100 Mbit/s link the
 //! simulator's ACCO rounds were 21% shorter than the real ones, whose
 //! micro-batches ran 25% slower than those of the methods that block).
 //!
@@ -44,13 +44,17 @@ impl Overlap {
     }
 }
 
-/// One all-reduce of `buf` on `comm` after a barrier: its seconds, and when it started and ended.
-fn all_reduce(comm: &mut dyn Communicator, buf: &mut [f32]) -> (f64, (Instant, Instant)) {
+/// One all-reduce of `buf` on `comm` after a barrier: when it started and ended.
+fn all_reduce(comm: &mut dyn Communicator, buf: &mut [f32]) -> (Instant, Instant) {
     comm.barrier();
     let t = Instant::now();
     comm.all_reduce(buf, ReduceOp::Mean, WireDtype::F32);
-    let end = Instant::now();
-    ((end - t).as_secs_f64(), (t, end))
+    (t, Instant::now())
+}
+
+/// Seconds from the start of a span to its end.
+fn secs((a, b): &(Instant, Instant)) -> f64 {
+    (*b - *a).as_secs_f64()
 }
 
 /// Measures on `comm` (every member calls it): `repeats` pairs of
@@ -76,7 +80,7 @@ pub fn measure(
     // The compute thread runs micro-batches while `computing` is set and
     // sleeps otherwise (a spinning thread would load the "alone" samples).
     let (computing, stop) = (AtomicBool::new(false), AtomicBool::new(false));
-    let (mut comm_alone, mut comm_overlapped, mut windows) = (vec![], vec![], vec![]);
+    let (mut alone, mut windows) = (vec![], vec![]);
     let spans = std::thread::scope(|sc| {
         let worker = sc.spawn(|| {
             // The weights do not matter for timing: seed 0.
@@ -96,25 +100,21 @@ pub fn measure(
             spans
         });
         for _ in 0..repeats {
-            comm_alone.push(all_reduce(comm, &mut buf).0);
+            alone.push(all_reduce(comm, &mut buf));
             computing.store(true, Ordering::Release);
-            let (s, window) = all_reduce(comm, &mut buf);
+            windows.push(all_reduce(comm, &mut buf));
             computing.store(false, Ordering::Release);
-            comm_overlapped.push(s);
-            windows.push(window);
         }
         stop.store(true, Ordering::Release);
         worker.join().expect("the overlap's compute thread")
     });
     let inside = |(a, b): &(Instant, Instant)| windows.iter().any(|(s, e)| a >= s && b <= e);
-    let compute_overlapped =
-        Samples(spans.iter().filter(|s| inside(s)).map(|(a, b)| (*b - *a).as_secs_f64()).collect());
     Overlap {
         bytes,
         members,
-        comm_alone: Samples(comm_alone),
-        comm_overlapped: Samples(comm_overlapped),
-        compute_overlapped,
+        comm_alone: Samples(alone.iter().map(secs).collect()),
+        comm_overlapped: Samples(windows.iter().map(secs).collect()),
+        compute_overlapped: Samples(spans.iter().filter(|s| inside(s)).map(secs).collect()),
     }
 }
 

@@ -108,6 +108,16 @@ fn sim_message_costs_latency_plus_bytes_and_recv_any_honours_its_deadline() {
 /// Three workers and a server (participant 3), one per node.
 const WORKERS_3_AND_A_SERVER: Topology = Topology { workers: 3, per_node: 1, server: true };
 
+/// The simulator on [`WORKERS_3_AND_A_SERVER`]: micro-batches of 1 s, one
+/// flat 1 MB/s link with no latency.
+fn sim_workers_3_and_a_server() -> SimSpec {
+    SimSpec {
+        link: Some(LinkModel::flat(tier(1e6, 0.0))),
+        topology: WORKERS_3_AND_A_SERVER,
+        ..SimSpec::flat(3, 1.0, None)
+    }
+}
+
 /// A message tagged `tag` with `n` f32 values (16 B header + 4n B).
 fn floats(tag: usize, n: usize) -> Message {
     Message::new(tag as u32).with_values(vec![0.0; n], crate::comm::WireDtype::F32)
@@ -117,11 +127,7 @@ fn floats(tag: usize, n: usize) -> Message {
 fn sim_receive_any_takes_arrivals_in_time_order() {
     // Three workers send to the server after 2 - w micro-batches of 1 s:
     // worker 2's message arrives first and worker 0's last.
-    let spec = SimSpec {
-        link: Some(LinkModel::flat(tier(1e6, 0.0))),
-        topology: WORKERS_3_AND_A_SERVER,
-        ..SimSpec::flat(3, 1.0, None)
-    };
+    let spec = sim_workers_3_and_a_server();
     let out = sim_run(spec, |mut ctx| {
         Box::pin(async move {
             let me = ctx.rank();
@@ -148,11 +154,7 @@ fn sim_a_receiver_takes_one_message_at_a_time() {
     // header: 1216, 816, 416 B) over 1 MB/s: the server's link takes them
     // one after another in send order (rank order at one instant), and each
     // sender is held until its message has landed: 1.216, 2.032, 2.448 ms.
-    let spec = SimSpec {
-        link: Some(LinkModel::flat(tier(1e6, 0.0))),
-        topology: WORKERS_3_AND_A_SERVER,
-        ..SimSpec::flat(3, 1.0, None)
-    };
+    let spec = sim_workers_3_and_a_server();
     let out = sim_run(spec, |mut ctx| {
         Box::pin(async move {
             let me = ctx.rank();
