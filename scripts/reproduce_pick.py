@@ -2,11 +2,12 @@
 
     python3 scripts/reproduce_pick.py results/reproduce/async/tune-diloco outer_lr   # prints e.g. 0.05
 
-Its winner (tuned.toml) when it has one. When every point is marked (a
-warm-started run whose training loss rises and falls with the books each
-round draws is marked "unstable" though its validation loss fell, see
-docs/results/reproductions.md), the point with the lowest validation loss in
-summary.md, saying so on stderr, so the page can name the mark.
+Its winner (tuned.toml) when it has one. When every point is marked, the
+point with the lowest validation loss in summary.md, saying so on stderr, so
+the page can name the mark. (Before compare's marks discounted the rise
+that every run with the same data shows, src/cli/compare/marks.rs, every
+warm-started async point was marked "unstable" by the passages of harder
+text its training loss rose with; docs/results/reproductions.md.)
 """
 
 import sys

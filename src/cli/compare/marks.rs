@@ -18,8 +18,19 @@
 //! - **unstable**: at some round its smoothed training loss is above its
 //!   lowest so far by more than [`GIVE_BACK`] of the drop it had made from
 //!   its first round's loss down to that lowest, and by more than
-//!   [`RISE_FLOOR`] (so noise before any drop is no rise). Climbing back
-//!   above the loss it started from is always such a rise.
+//!   [`RISE_FLOOR`] (so noise before any drop is no rise), not counting the
+//!   rise its **peers share** over the same tokens. Peers are the sweep's
+//!   runs with the same seed, which draw the same data windows
+//!   (data/sampler.rs): a passage of harder text lifts all their curves at
+//!   once. The shared rise is the smallest rise among the peers covering
+//!   those tokens (the run among them): one that every run with the same
+//!   data shows. Not the median: in ACCO's compare, dpu, acco-wp and acco
+//!   spike together at a high lr while ddp falls, and three of four runs
+//!   sharing a spike does not make it the data's. A run with no peer is
+//!   judged on its own rise. Without this, a warm start, whose drop is a
+//!   few tenths of a nat, was marked unstable by every passage of harder
+//!   text (issue 28: all five points of an outer-lr grid "rose" at the same
+//!   round, 58 of 500).
 
 use super::store::{Ended, MethodResult};
 
@@ -105,8 +116,34 @@ pub fn smoothed(r: &MethodResult, window: u64) -> Vec<f64> {
         .collect()
 }
 
-/// The mark of `r`, whose smoothed curve is `s` (module docs).
-pub fn mark(r: &MethodResult, s: &[f64]) -> Mark {
+/// A run of the sweep as a peer: its rounds' tokens and its smoothed curve.
+pub type Peer<'a> = (&'a MethodResult, &'a [f64]);
+
+/// The smoothed loss of `p` at `tokens`: its last round at or before them;
+/// `None` before its first round or after its last.
+fn loss_at(p: &Peer, tokens: u64) -> Option<f64> {
+    let rounds = &p.0.rounds;
+    if rounds.last().is_none_or(|x| x.tokens < tokens) {
+        return None;
+    }
+    let i = rounds.partition_point(|x| x.tokens <= tokens);
+    (i > 0).then(|| p.1[i - 1])
+}
+
+/// The smallest rise from `from` to `to` tokens among the `peers` covering
+/// both (module docs), at least 0; 0 with fewer than two.
+pub fn shared_rise(peers: &[Peer], from: u64, to: u64) -> f64 {
+    let mut rises: Vec<f64> =
+        peers.iter().filter_map(|p| Some(loss_at(p, to)? - loss_at(p, from)?)).filter(|x| x.is_finite()).collect();
+    if rises.len() < 2 {
+        return 0.0;
+    }
+    rises.into_iter().fold(f64::INFINITY, f64::min).max(0.0)
+}
+
+/// The mark of `r`, whose smoothed curve is `s`, among `peers` (the
+/// sweep's runs with its seed, `r` among them; module docs).
+pub fn mark(r: &MethodResult, s: &[f64], peers: &[Peer]) -> Mark {
     if let Ended::Diverged { participant, step, what } = &r.ended {
         return Mark::new(
             Kind::Diverged,
@@ -135,29 +172,43 @@ pub fn mark(r: &MethodResult, s: &[f64]) -> Mark {
             ),
         );
     }
-    // The worst rise over the running lowest, as a multiple of what is allowed.
-    let (mut low, mut worst): (f64, Option<(f64, usize, f64)>) = (f64::INFINITY, None);
+    // The worst rise over the running lowest, less the peers' shared rise,
+    // as a multiple of what is allowed.
+    // worst: (over, round index, lowest before it, shared rise)
+    let mut worst: Option<(f64, usize, f64, f64)> = None;
+    let (mut low, mut at_low) = (f64::INFINITY, 0);
     for (i, &v) in s.iter().enumerate() {
-        low = low.min(v);
+        if v < low {
+            (low, at_low) = (v, i);
+        }
         let allowed = (GIVE_BACK * (s[0] - low)).max(RISE_FLOOR);
-        let over = (v - low) / allowed;
+        if (v - low) / allowed <= 1.0 {
+            continue;
+        }
+        let shared = shared_rise(peers, r.rounds[at_low].tokens, r.rounds[i].tokens);
+        let over = (v - low - shared) / allowed;
         if over > 1.0 && worst.is_none_or(|(o, ..)| over > o) {
-            worst = Some((over, i, low));
+            worst = Some((over, i, low, shared));
         }
     }
     match worst {
-        Some((_, i, low)) => {
+        Some((_, i, low, shared)) => {
             let (v, round) = (s[i], r.rounds[i].step);
             let back = if s[0] > low {
                 format!("{:.0}% of its drop from {:.2}", 100.0 * (v - low) / (s[0] - low), s[0])
             } else {
                 "with no drop before".into()
             };
+            let beside = if shared > 0.0 {
+                format!("; its peers with the same data rose {shared:.2} over the same tokens, which does not count")
+            } else {
+                String::new()
+            };
             Mark::new(
                 Kind::Unstable,
                 format!(": rose {low:.2} -> {v:.2} by round {round}"),
                 format!(
-                    "its smoothed training loss rose from its lowest, {low:.2}, to {v:.2} by round {round}, giving back {back} (more than {:.0}% of the drop and more than {RISE_FLOOR} nat counts)",
+                    "its smoothed training loss rose from its lowest, {low:.2}, to {v:.2} by round {round}, giving back {back} (more than {:.0}% of the drop and more than {RISE_FLOOR} nat counts){beside}",
                     100.0 * GIVE_BACK
                 ),
             )
@@ -201,7 +252,8 @@ pub(crate) mod tests {
     }
 
     fn mark_of(r: &MethodResult, window: u64) -> Mark {
-        mark(r, &smoothed(r, window))
+        let s = smoothed(r, window);
+        mark(r, &s, &[(r, &s)])
     }
 
     #[test]
@@ -251,5 +303,54 @@ pub(crate) mod tests {
         // Smoothing over the window first: a one-round spike to 7.1 averages to 6.55 over two rounds
         // (smoothed 8, 7, 6, 6.55, 6.55: 0.55 back of a drop of 2, 27%).
         assert_eq!(mark_of(&result("a", &[8.0, 6.0, 6.0, 7.1, 6.0], 7.0), 200).kind, Kind::Sound);
+    }
+
+    #[test]
+    fn a_rise_the_peers_share_is_the_data_and_does_not_count() {
+        // A warm start: a drop of 0.2 allows a rise of 0.1 (the floor). Three runs with the
+        // same data all rise 0.4 at round 3 (a passage of harder text); one rises 1.0.
+        let a = result("a", &[4.6, 4.4, 4.8, 4.4], 4.4);
+        let b = result("b", &[4.6, 4.5, 4.9, 4.5], 4.5);
+        let c = result("c", &[4.6, 4.4, 5.4, 4.4], 4.6);
+        let curve = |r: &MethodResult| smoothed(r, 100);
+        let (sa, sb, sc) = (curve(&a), curve(&b), curve(&c));
+        let peers: [Peer; 3] = [(&a, &sa), (&b, &sb), (&c, &sc)];
+        // Alone, a's rise of 0.4 is 4 x the floor: unstable.
+        assert_eq!(mark(&a, &sa, &peers[..1]).kind, Kind::Unstable);
+        // Rises from round 2 to 3: a 0.4, b 0.4, c 1.0; every one rose at least 0.4.
+        assert!((shared_rise(&peers, 200, 300) - 0.4).abs() < 1e-6);
+        assert_eq!(mark(&a, &sa, &peers).kind, Kind::Sound);
+        assert_eq!(mark(&b, &sb, &peers).kind, Kind::Sound);
+        // c's own 0.6 beyond the shared 0.4 is still 6 x the floor, and its reason says what was discounted.
+        let m = mark(&c, &sc, &peers);
+        assert_eq!((m.kind, m.cell.as_str()), (Kind::Unstable, "**unstable**: rose 4.40 -> 5.40 by round 3"));
+        assert!(m.why.contains("its peers with the same data rose 0.40 over the same tokens"), "{}", m.why);
+        // Two peers: the smaller rise is the shared one (a's 0.4 against c's 1.0).
+        assert!((shared_rise(&peers[..1], 200, 300)).abs() < 1e-12, "one run has no peer");
+        assert!((shared_rise(&[peers[0], peers[2]], 200, 300) - 0.4).abs() < 1e-6);
+        // A fall shared by the peers excuses nothing (the shared rise is at least 0).
+        assert_eq!(shared_rise(&peers, 300, 400), 0.0);
+        // Three of four rising together is not the data when the fourth fell (ACCO's compare:
+        // dpu, acco-wp and acco spike while ddp falls): nothing is shared, a is judged alone.
+        let d = result("d", &[4.6, 4.4, 4.3, 4.2], 4.2);
+        let sd = curve(&d);
+        let four: [Peer; 4] = [peers[0], peers[1], peers[2], (&d, &sd)];
+        assert_eq!(shared_rise(&four, 200, 300), 0.0);
+        assert_eq!(mark(&a, &sa, &four).kind, Kind::Unstable);
+    }
+
+    #[test]
+    fn a_peer_counts_only_over_the_tokens_it_covers() {
+        // b stopped after two rounds: it cannot say what the data did at round 3.
+        let a = result("a", &[4.6, 4.4, 4.8], 4.4);
+        let b = result("b", &[4.6, 4.4], 4.4);
+        let c = result("c", &[4.6, 4.4, 4.8], 4.4);
+        let (sa, sb, sc) = (smoothed(&a, 100), smoothed(&b, 100), smoothed(&c, 100));
+        assert_eq!(mark(&a, &sa, &[(&a, &sa), (&b, &sb)]).kind, Kind::Unstable);
+        assert_eq!(mark(&a, &sa, &[(&a, &sa), (&b, &sb), (&c, &sc)]).kind, Kind::Sound);
+        // Between rounds, a peer's loss is its last round's at or before the tokens.
+        assert_eq!(loss_at(&(&a, &sa), 250), Some(sa[1]));
+        assert_eq!(loss_at(&(&a, &sa), 50), None);
+        assert_eq!(loss_at(&(&a, &sa), 301), None);
     }
 }

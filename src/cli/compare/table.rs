@@ -2,7 +2,7 @@
 //! markdown for summary.md and as HTML for report.html from the same
 //! cells), the curves (CSV) and the three plots.
 
-use super::marks::{mark, smoothed, window_tokens, Kind, Mark};
+use super::marks::{mark, smoothed, window_tokens, Kind, Mark, Peer};
 use super::stats::Spread;
 use super::store::MethodResult;
 use crate::metrics;
@@ -30,31 +30,38 @@ pub fn seed_of(r: &MethodResult) -> Option<u64> {
 /// Every method's row: `groups` holds each method's results, one per seed.
 pub fn rows(groups: &[Vec<MethodResult>]) -> Vec<Row<'_>> {
     let window = window_tokens(&groups.iter().flatten().cloned().collect::<Vec<_>>());
-    groups
+    let curves: Vec<Vec<(&MethodResult, Vec<f64>)>> =
+        groups.iter().filter(|g| !g.is_empty()).map(|g| g.iter().map(|r| (r, smoothed(r, window))).collect()).collect();
+    // Each run's peers for its mark: the sweep's runs with its seed (marks.rs).
+    let all: Vec<(Option<u64>, Peer)> =
+        curves.iter().flatten().map(|(r, s)| (seed_of(r), (*r, s.as_slice()))).collect();
+    let peers_of = |r: &MethodResult| -> Vec<Peer> {
+        let seed = seed_of(r);
+        all.iter().filter(|(s, _)| *s == seed).map(|(_, p)| *p).collect()
+    };
+    curves
         .iter()
-        .filter(|g| !g.is_empty())
-        .map(|g| {
-            let seeds: Vec<(&MethodResult, Vec<f64>)> = g.iter().map(|r| (r, smoothed(r, window))).collect();
+        .map(|seeds| {
+            let marks: Vec<Mark> = seeds.iter().map(|(r, s)| mark(r, s, &peers_of(r))).collect();
             let len = seeds.iter().map(|(_, s)| s.len()).min().unwrap_or(0);
             let n = seeds.len() as f64;
             let mean = (0..len).map(|i| seeds.iter().map(|(_, s)| s[i]).sum::<f64>() / n).collect();
-            Row { mark: worst_mark(&seeds), smoothed: mean, r: &g[0], seeds }
+            Row { mark: worst_mark(seeds, marks), smoothed: mean, r: seeds[0].0, seeds: seeds.clone() }
         })
         .collect()
 }
 
-/// The worst of the seeds' marks (diverged, then unstable), the first of
+/// The worst of the seeds' `marks` (diverged, then unstable), the first of
 /// that kind, saying which seed and in how many of the seeds.
-fn worst_mark(seeds: &[(&MethodResult, Vec<f64>)]) -> Mark {
+fn worst_mark(seeds: &[(&MethodResult, Vec<f64>)], marks: Vec<Mark>) -> Mark {
     let rank = |m: &Mark| match m.kind {
         Kind::Diverged => 2,
         Kind::Unstable => 1,
         Kind::Sound => 0,
     };
-    let marks: Vec<Mark> = seeds.iter().map(|(r, s)| mark(r, s)).collect();
     let worst = marks.iter().map(rank).max().unwrap_or(0);
     let Some(i) = marks.iter().position(|m| rank(m) == worst) else {
-        return mark(seeds[0].0, &seeds[0].1);
+        return marks[0].clone();
     };
     let mut m = marks[i].clone();
     if seeds.len() > 1 && m.excluded() {
@@ -352,5 +359,21 @@ mod tests {
         let ws = rows(&groups);
         assert_eq!(ws[0].mark.kind, Kind::Unstable);
         assert!(ws[0].mark.cell.ends_with("(seed 8; 1 of 2 seeds)"), "{}", ws[0].mark.cell);
+    }
+
+    #[test]
+    fn runs_are_each_others_peers_only_with_the_same_seed() {
+        // Two warm starts whose curves rise together at round 3 (smoothed over the window of all
+        // three rounds: 4.6, 4.5, 4.67; a rise of 0.17 where 0.1 is allowed): with the same seed
+        // (the same data) the shared rise does not count; with different seeds, each is judged alone.
+        let with_seed = |spec: &str, seed: u64| {
+            let mut r = result(spec, &[4.6, 4.4, 5.0], 4.4);
+            r.config = format!("[train]\nseed = {seed}\n");
+            r
+        };
+        let same = each(&[with_seed("a", 1), with_seed("b", 1)]);
+        assert!(rows(&same).iter().all(|w| w.mark.kind == Kind::Sound));
+        let apart = each(&[with_seed("a", 1), with_seed("b", 2)]);
+        assert!(rows(&apart).iter().all(|w| w.mark.kind == Kind::Unstable));
     }
 }
