@@ -22,6 +22,8 @@ spans of the real run's events.jsonl (two ranks) and of the simulator's:
   logging), which the simulator does not charge.
 
 docs/results/planner-accuracy.md, finding 11, quotes the table this prints.
+The runs/ folders it reads are not committed (.gitignore keeps summaries
+only): bench/netns/planner_accuracy.sh and async_server_wait.sh make them.
 """
 import json
 import statistics

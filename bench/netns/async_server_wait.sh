@@ -8,15 +8,18 @@
 # cores and made the workers' micro-batches 1.6x slower. Run as root:
 #
 #   OLD=/path/to/old/lowcomm bash bench/netns/async_server_wait.sh     # ~3 min
+#   OUT=docs/results/planner-accuracy/whole bash bench/netns/async_server_wait.sh   # the current binary only
 #
 # Writes OUT/<setting>/real-async (the current binary, what the accuracy
-# table reads) and OUT/<setting>/real-async-yield (OLD), one after the
-# other per setting, on a quiet machine.
+# table reads) and, with OLD set, OUT/<setting>/real-async-yield (OLD), one
+# after the other per setting, on a quiet machine. Finding 12 ran it
+# without OLD into whole/ after receives began counting a message once all
+# its bytes had come (comm/mpi/fabric.rs).
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-docs/results/planner-accuracy}
 SETTINGS=${SETTINGS:-"100mbit 20mbit 50mbit:50"}
-OLD=${OLD:?set OLD to a lowcomm binary (with MPI) from before the receive wait change}
+OLD=${OLD:-}
 cargo build --release --locked --features mpi -q
 B=$PWD/target/release/lowcomm
 export RAYON_NUM_THREADS=1
@@ -27,7 +30,9 @@ for setting in $SETTINGS; do
     [[ $setting != *:* ]] || jitter=${setting#*:}
     dir=$OUT/$rate
     [[ $jitter == 0 ]] || dir=$OUT/$rate-jitter$jitter
-    for pair in "$OLD:real-async-yield" "$B:real-async"; do
+    pairs=("$B:real-async")
+    [[ -z $OLD ]] || pairs=("$OLD:real-async-yield" "$B:real-async")
+    for pair in "${pairs[@]}"; do
         echo "== $dir/${pair##*:}" >&2
         bench/netns/mpirun_shaped.sh --ranks 3 --rate "$rate" --jitter "$jitter" --prefix lcpa -- \
             "${pair%%:*}" compare --backend mpi "${common[@]}" --results "$dir/${pair##*:}" >/dev/null

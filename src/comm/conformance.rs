@@ -255,5 +255,33 @@ pub fn check_fabric(fabric: &mut dyn Fabric) -> Result<usize> {
         "participant {me}: recv_any got messages from {from:?}"
     );
     fabric.group(&all).barrier();
+    checks += 1;
+    // A large message still coming when a receive-any's deadline passes is
+    // not lost or reordered: it comes whole on a later call, before the
+    // sender's next message. Participant 0 polls with no wait at all, so
+    // over MPI its first calls find the message begun and not finished.
+    if n >= 2 {
+        let big = Message::new(10).with_values((0..4 << 20).map(|i| value(1, i)).collect(), WireDtype::F32);
+        if me == 1 {
+            fabric.send(0, big.clone());
+            fabric.send(0, Message::new(11));
+        } else if me == 0 {
+            let t = Instant::now();
+            let (from, got) = loop {
+                if let Some(m) = fabric.recv_any(Some(Duration::ZERO)) {
+                    break m;
+                }
+                ensure!(t.elapsed() < Duration::from_secs(60), "participant 0: the large message never came");
+            };
+            ensure!(
+                from == 1 && got == big,
+                "participant 0: got tag {} from {from}, not the large message whole",
+                got.tag
+            );
+            let next = fabric.recv(1);
+            ensure!(next.tag == 11, "participant 0: after the large message, tag {}", next.tag);
+        }
+        fabric.group(&all).barrier();
+    }
     Ok(checks + 1)
 }

@@ -133,7 +133,7 @@ fn loss_at(p: &Peer, tokens: u64) -> Option<f64> {
 /// The smallest rise from `from` to `to` tokens among the `peers` covering
 /// both (module docs), at least 0; 0 with fewer than two.
 pub fn shared_rise(peers: &[Peer], from: u64, to: u64) -> f64 {
-    let mut rises: Vec<f64> =
+    let rises: Vec<f64> =
         peers.iter().filter_map(|p| Some(loss_at(p, to)? - loss_at(p, from)?)).filter(|x| x.is_finite()).collect();
     if rises.len() < 2 {
         return 0.0;

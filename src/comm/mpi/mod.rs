@@ -36,8 +36,10 @@
 //! duplicate of `MPI_COMM_WORLD` of their own. A send is an `MPI_Isend` of
 //! the message's encoding that completes in the background (tested at every
 //! later call and waited for at the end), so a sender never waits for its
-//! receiver; receives probe (`MPI_Improbe`) by polling, which is also how a
-//! receive-any honours its deadline.
+//! receiver; receives probe (`MPI_Improbe`) by polling and receive what
+//! they matched non-blocking (`MPI_Imrecv`), so a message counts once all
+//! its bytes have come, which is also how a receive-any honours its
+//! deadline.
 //!
 //! # Failure
 //! A collective that does not complete within [`Poll::timeout`] (a peer
@@ -86,6 +88,9 @@ impl Wait {
     /// micro-batches 1.6x slower (docs/results/planner-accuracy.md, finding 6).
     /// Sleeping adds at most 1 ms to a message's arrival; a rank with
     /// `sends_in_flight` keeps `self` (their bytes move only in MPI calls).
+    /// A receive in flight sleeps too: over TCP the kernel's socket buffer
+    /// takes the bytes between tests, and a server yielding through a
+    /// model's arrival made its workers compute 11-60% slower (finding 12).
     pub(crate) fn for_receive(self, sends_in_flight: bool) -> Wait {
         match self {
             Wait::Yield if !sends_in_flight => Wait::Sleep,

@@ -1,0 +1,100 @@
+#!/usr/bin/env python3
+"""Async DiLoCo's exchange, piece by piece, in a real run and in the simulator.
+
+    python3 scripts/async_exchange.py docs/results/planner-accuracy/interleaved docs/results/planner-accuracy/repeat \
+        docs/results/planner-accuracy/twice docs/results/planner-accuracy/whole
+
+For every setting folder under each DIR (real-async/ and, where it has
+one, sim/, as bench/netns/planner_accuracy.sh and async_server_wait.sh
+write them), follows each update of the
+async-diloco run from the worker's send to the model it gets back, from
+the spans of events.jsonl (workers 0 and 1, the server is participant 2):
+
+- upload: the worker's send starts -> the server's receive of it ends
+  (the transfer, and the wait behind another worker's on the server's link);
+- hold: the server's receive ends -> the server starts sending that worker
+  its next model (the outer step, and whatever the server waits for first);
+- download: the server's send starts -> the worker's receive ends;
+- exchange: the worker's send starts -> its receive ends (the three above);
+- together: how often the server sends two models within 10 ms of each
+  other, which then share its link.
+
+Medians over the run's updates (the first round's hand-out, before any
+update, is left out). docs/results/planner-accuracy.md, finding 12,
+quotes the table this prints.
+The runs/ folders it reads are not committed (.gitignore keeps summaries
+only): bench/netns/planner_accuracy.sh and async_server_wait.sh make them.
+"""
+import json
+import statistics
+import sys
+from pathlib import Path
+
+SERVER = 2
+BIG = 1 << 20  # a model or an update, not a hello or a stop
+
+
+def spans(run: Path) -> list:
+    with open(run / "events.jsonl") as f:
+        ev = [e for e in map(json.loads, f) if e.get("record") == "span" and e["lane"] == "comm"]
+    return sorted(ev, key=lambda e: e["start_s"])
+
+
+def exchanges(ev: list) -> dict:
+    """Medians of upload, hold, download, exchange (seconds) and the share of models sent together."""
+    server_recvs = [e for e in ev if e["worker"] == SERVER and e["name"] == "recv"]
+    server_sends = [e for e in ev if e["worker"] == SERVER and e["name"] == "send" and e["bytes"] >= BIG]
+    up, hold, down, whole = [], [], [], []
+    for w in (0, 1):
+        mine = [e for e in ev if e["worker"] == w]
+        for i, s in enumerate(mine):
+            if s["name"] != "send" or s["bytes"] < BIG:
+                continue
+            reply = next((e for e in mine[i + 1:] if e["name"] == "recv"), None)
+            # The server's receive that ends first at or after the send starts
+            # and that is followed by an answer to this worker.
+            arrived = next((r for r in server_recvs if r["end_s"] >= s["start_s"] + 1e-4), None)
+            if reply is None or arrived is None:
+                continue
+            # The server's model send to w that the worker's receive ends with:
+            # the last one starting before the receive ends.
+            sends_to_w = [x for x in server_sends if x["start_s"] <= reply["end_s"] and x["start_s"] >= arrived["end_s"] - 1e-6]
+            if not sends_to_w:
+                continue
+            out = sends_to_w[0] if len(sends_to_w) == 1 else min(sends_to_w, key=lambda x: abs(x["start_s"] - arrived["end_s"]))
+            up.append(arrived["end_s"] - s["start_s"])
+            hold.append(out["start_s"] - arrived["end_s"])
+            down.append(reply["end_s"] - out["start_s"])
+            whole.append(reply["end_s"] - s["start_s"])
+    starts = [e["start_s"] for e in server_sends]
+    together = sum(1 for a, b in zip(starts, starts[1:]) if b - a < 0.01)
+    med = statistics.median
+    return {
+        "n": len(whole),
+        "upload": med(up),
+        "hold": med(hold),
+        "download": med(down),
+        "exchange": med(whole),
+        "together": f"{together} of {max(len(starts) - 1, 0)}",
+        "one model": med(e["end_s"] - e["start_s"] for e in server_sends) if server_sends else float("nan"),
+    }
+
+
+def main() -> None:
+    print("| setting | run | updates | upload (s) | hold (s) | download (s) | exchange (s) | server's model sends back to back |")
+    print("|---|---|---|---|---|---|---|---|")
+    for top in map(Path, sys.argv[1:]):
+        for setting in sorted(p for p in top.iterdir() if (p / "real-async").is_dir()):
+            for kind in ("real-async", "sim"):
+                runs = sorted((setting / kind / "runs").glob("async-diloco*"))
+                if not runs or not (runs[0] / "events.jsonl").exists():
+                    continue
+                x = exchanges(spans(runs[0]))
+                print(
+                    f"| {top.name}/{setting.name} | {kind.split('-')[0]} | {x['n']} | {x['upload']:.3f} | {x['hold']:.3f} "
+                    f"| {x['download']:.3f} | {x['exchange']:.3f} | {x['together']} |"
+                )
+
+
+if __name__ == "__main__":
+    main()
