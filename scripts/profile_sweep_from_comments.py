@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
-"""Adds `[links.TIER_sweep]` to a cluster profile written by a `lowcomm calibrate`
-older than the measured link model (comm/link_measured.rs), from the profile's own
-comment lines: each measured tier's all-reduce sweep is printed there as
+"""Adds `[links.TIER_sweep]` (and its `ping_pong`) to a cluster profile written by a
+`lowcomm calibrate` older than the measured link model (comm/link_measured.rs), from
+the profile's own comment lines: each measured tier's all-reduce sweep (and
+ping-pong) is printed there as
 
     # inter: measured, ...
     # all-reduce (mean, f32) over 2: a = ..., b = ...: ...
@@ -20,14 +21,16 @@ import sys
 UNITS = {"B": 1, "KiB": 1024, "MiB": 1 << 20, "GiB": 1 << 30}
 
 
-def sweeps(text):
-    """tier -> (members, [(bytes, seconds)]) of every measured all-reduce sweep."""
+def sweeps(text, what=r"all-reduce \(mean, f32\) over (\d+):"):
+    """tier -> (members, [(bytes, seconds)]) of every measured sweep whose
+    heading matches `what` (the all-reduce's by default; its group, if any,
+    is the member count)."""
     out, tier, members = {}, None, None
     for line in text.splitlines():
         if m := re.match(r"# (\w+): measured,", line):
             tier = m[1]
-        elif tier and (m := re.match(r"# all-reduce \(mean, f32\) over (\d+):", line)):
-            members = int(m[1])
+        elif tier and (m := re.match("# " + what, line)):
+            members = int(m[1]) if m.groups() else 2
             out[tier] = (members, [])
         elif tier in out and members and (m := re.match(r"#\s+([\d.]+) (B|KiB|MiB|GiB):\s+([\d.]+) ms measured", line)):
             out[tier][1].append((float(m[1]) * UNITS[m[2]], float(m[3]) * 1e-3))
@@ -36,12 +39,43 @@ def sweeps(text):
     return out
 
 
+PING_PONG = r"ping-pong \(one way"
+
+
+def add_ping_pong(text):
+    """The profile with a `ping_pong` array in each sweep table that lacks one."""
+    for tier, (_, pts) in sweeps(text, PING_PONG).items():
+        head = f"[links.{tier}_sweep]"
+        if head not in text:
+            continue
+        start = text.index(head)
+        end = text.find("\n[", start + 1)
+        end = len(text) if end < 0 else end
+        if "ping_pong" in text[start:end]:
+            continue
+        rows = "".join(f"  [{b:.0f}, {t:.4e}],\n" for b, t in pts)
+        table = text[start:end].rstrip("\n") + (
+            "\n# The ping-pong above, from its comment lines (scripts/profile_sweep_from_comments.py).\n"
+            f"ping_pong = [\n{rows}]\n"
+        )
+        text = text[:start] + table + text[end:]
+    return text
+
+
 def main(paths):
     for path in paths:
         text = open(path).read()
         found = sweeps(text)
-        if not found or "_sweep]" in text:
-            print(f"{path}: {'already has its sweep table' if found else 'no measured sweep in its comments'}")
+        if "_sweep]" in text:
+            with_pp = add_ping_pong(text)
+            if with_pp != text:
+                tmp = f"{path}.tmp-sweep"
+                open(tmp, "w").write(with_pp)
+                os.replace(tmp, path)
+            print(f"{path}: already has its sweep table{'; added its ping_pong' if with_pp != text else ''}")
+            continue
+        if not found:
+            print(f"{path}: no measured sweep in its comments")
             continue
         tables = []
         for tier, (members, pts) in found.items():
@@ -52,7 +86,7 @@ def main(paths):
             )
         # The tables go after [links]' keys: before the next top-level table.
         at = text.index("\n[", text.index("\n[links]") + 1)
-        text = text[:at] + "\n" + "".join(tables).rstrip("\n") + "\n" + text[at:]
+        text = add_ping_pong(text[:at] + "\n" + "".join(tables).rstrip("\n") + "\n" + text[at:])
         tmp = f"{path}.tmp-sweep"
         open(tmp, "w").write(text)
         os.replace(tmp, path)

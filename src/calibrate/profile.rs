@@ -67,7 +67,7 @@ fn sweep_lines(out: &mut String, what: &str, sweep: &[(f64, f64)], f: &AlphaBeta
 /// The `[links.KEY_sweep]` table of a measured tier: the all-reduce sweep's
 /// own numbers, which the simulator and `plan` interpolate
 /// (comm/link_measured.rs). At most its largest `MAX_POINTS` sizes.
-fn sweep_table(out: &mut String, key: &str, members: usize, sweep: &[(f64, f64)]) {
+fn sweep_table(out: &mut String, key: &str, members: usize, sweep: &[(f64, f64)], ping_pong: Option<&[(f64, f64)]>) {
     let _ = writeln!(out, "\n[links.{key}_sweep]");
     let _ = writeln!(
         out,
@@ -80,6 +80,18 @@ fn sweep_table(out: &mut String, key: &str, members: usize, sweep: &[(f64, f64)]
         let _ = writeln!(out, "  [{b:e}, {t:e}],");
     }
     let _ = writeln!(out, "]");
+    if let Some(pp) = ping_pong {
+        let _ = writeln!(
+            out,
+            "# The ping-pong above ([bytes, median seconds one way]): a point-to-point message (async DiLoCo's\n\
+             # updates and models) costs these times; half an all-reduce is not one message."
+        );
+        let _ = writeln!(out, "ping_pong = [");
+        for &(b, t) in &pp[pp.len().saturating_sub(MAX_POINTS)..] {
+            let _ = writeln!(out, "  [{b:e}, {t:e}],");
+        }
+        let _ = writeln!(out, "]");
+    }
 }
 
 /// The comments and the key of one link tier; its sweep table (written
@@ -119,7 +131,7 @@ fn tier(out: &mut String, key: &str, src: &TierSource) -> Option<String> {
             }
             let _ = writeln!(out, "{key} = {}", quoted(&tier_spec(&t)));
             let mut table = String::new();
-            sweep_table(&mut table, key, *members, sweep);
+            sweep_table(&mut table, key, *members, sweep, ping_pong.as_ref().map(|(pp, _)| pp.as_slice()));
             Some(table)
         }
     }
@@ -359,5 +371,27 @@ mod tests {
             );
         }
         assert!(l.intra.all_reduce_s(8192.0, 2) > l.intra.all_reduce_s(2048.0, 2));
+    }
+
+    #[test]
+    fn a_measured_ping_pong_costs_point_to_point_messages() {
+        // One-way messages of 4 B in 0.2 ms and 1 MiB in 90 ms: a message of
+        // 1 MiB costs the ping-pong's time, the all-reduce its own sweep's.
+        let mut c = hand(1);
+        let pp = vec![(4.0, 2e-4), (1048576.0, 0.09)];
+        let sweep: Vec<(f64, f64)> = [4.0, 1024.0, 1048576.0].iter().map(|&b| (b, 10e-6 + b / 1e9)).collect();
+        c.intra = TierSource::Measured(Measured {
+            how: "by hand".into(),
+            members: 2,
+            all_reduce: (sweep.clone(), fit::fit(&sweep).unwrap()),
+            ping_pong: Some((pp.clone(), fit::fit(&pp).unwrap())),
+        });
+        let text = render(&c);
+        assert!(text.contains("ping_pong = ["), "{text}");
+        let l = ClusterProfile::from_toml(&text).unwrap_or_else(|e| panic!("{e:#}\n{text}")).link_model().unwrap();
+        assert!((l.intra.message_time_s(1048576.0) - 0.09).abs() <= 1e-15);
+        assert!((l.intra.all_reduce_s(1048576.0, 2) - sweep[2].1).abs() <= 1e-15);
+        // Without one, a message costs the all-reduce sweep's half-round message.
+        assert!(!render(&hand(1)).contains("ping_pong ="));
     }
 }

@@ -31,7 +31,8 @@
 //! over nodes with several members each (the hierarchical formulas above).
 //!
 //! A point-to-point message of `B` bytes takes `alpha + B / bw` on the tier
-//! between the two participants (intra within a node, else inter). The
+//! between the two participants (intra within a node, else inter), or the
+//! measured ping-pong's time when calibrate wrote one. The
 //! runtimes hold the sender for it, and the receiver's link takes one
 //! message at a time (runtime/sim/comm.rs, `send`).
 //!
@@ -57,20 +58,25 @@ pub struct Tier {
     /// set, every cost on the tier is built from them instead of the line.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub measured: Option<MessageTimes>,
+    /// Measured point-to-point message times (calibrate's ping-pong): when
+    /// set, a message costs these; the collectives keep `measured`'s.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub p2p: Option<MessageTimes>,
 }
 
 impl Tier {
     /// The alpha-beta tier `alpha + B / bw`.
     pub const fn line(latency_s: f64, bandwidth_bytes_per_s: f64) -> Tier {
-        Tier { latency_s, bandwidth_bytes_per_s, measured: None }
+        Tier { latency_s, bandwidth_bytes_per_s, measured: None, p2p: None }
     }
 
-    /// Seconds one message of `bytes` takes: `alpha + B / bw`, or the
-    /// measured time at that size.
+    /// Seconds one point-to-point message of `bytes` takes: the measured
+    /// ping-pong's time at that size, else the all-reduce sweep's message,
+    /// else `alpha + B / bw`.
     pub fn message_time_s(&self, bytes: f64) -> f64 {
-        match &self.measured {
-            Some(m) => m.at(bytes),
-            None => self.latency_s + bytes / self.bandwidth_bytes_per_s,
+        match (&self.p2p, &self.measured) {
+            (Some(m), _) | (None, Some(m)) => m.at(bytes),
+            (None, None) => self.latency_s + bytes / self.bandwidth_bytes_per_s,
         }
     }
 
@@ -113,6 +119,7 @@ impl Tier {
             latency_s: self.latency_s,
             bandwidth_bytes_per_s: self.bandwidth_bytes_per_s / share.max(1) as f64,
             measured: self.measured.map(|m| m.shared(share)),
+            p2p: self.p2p.map(|m| m.shared(share)),
         }
     }
 }

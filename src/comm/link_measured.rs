@@ -47,6 +47,35 @@ pub struct AllReduceSweep {
     /// `[bytes, seconds]` of each size: the whole buffer and the median time
     /// of one all-reduce, sizes increasing.
     pub all_reduce: Vec<[f64; 2]>,
+    /// `[bytes, seconds]` of each size of calibrate's ping-pong: one
+    /// lowcomm message and the median of half its round trip. When given,
+    /// point-to-point messages on the tier cost these times (async DiLoCo's
+    /// updates and models); the collectives keep the all-reduce's. Half an
+    /// all-reduce of twice the size is not one message: at 20 Mbit/s it
+    /// costed async DiLoCo's 2.67 MB model 1.42 s where the link took 1.12
+    /// s (docs/results/planner-accuracy.md, finding 12).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub ping_pong: Vec<[f64; 2]>,
+}
+
+/// `[bytes, seconds]` pairs as message times, each mapped by `point`, or
+/// what is wrong with them, naming `key`.
+fn times(pairs: &[[f64; 2]], key: &str, point: impl Fn(f64, f64) -> (f64, f64)) -> Result<MessageTimes, String> {
+    let n = pairs.len();
+    if !(2..=MAX_POINTS).contains(&n) {
+        return Err(format!("{key} needs 2 to {MAX_POINTS} [bytes, seconds] pairs, got {n}"));
+    }
+    let mut points = [(0.0, 0.0); MAX_POINTS];
+    for (i, &[b, t]) in pairs.iter().enumerate() {
+        if !(b > 0.0 && b.is_finite() && t > 0.0 && t.is_finite()) {
+            return Err(format!("{key}[{i}] = [{b}, {t}]: bytes and seconds must be positive"));
+        }
+        if i > 0 && b <= pairs[i - 1][0] {
+            return Err(format!("{key}[{i}]: sizes must increase ({b} B after {} B)", pairs[i - 1][0]));
+        }
+        points[i] = point(b, t);
+    }
+    Ok(MessageTimes { len: n, points, bytes_scale: 1.0 })
 }
 
 impl AllReduceSweep {
@@ -57,25 +86,16 @@ impl AllReduceSweep {
         if p < 2 {
             return Err(format!("members must be at least 2 (an all-reduce over {p} rank moves nothing)"));
         }
-        let n = self.all_reduce.len();
-        if !(2..=MAX_POINTS).contains(&n) {
-            return Err(format!("all_reduce needs 2 to {MAX_POINTS} [bytes, seconds] pairs, got {n}"));
+        let steps = 2.0 * (p - 1) as f64;
+        times(&self.all_reduce, "all_reduce", |b, t| (b / p as f64, t / steps))
+    }
+
+    /// A point-to-point message's times, from `ping_pong` when given.
+    pub fn point_to_point_times(&self) -> Result<Option<MessageTimes>, String> {
+        if self.ping_pong.is_empty() {
+            return Ok(None);
         }
-        let mut points = [(0.0, 0.0); MAX_POINTS];
-        for (i, &[b, t]) in self.all_reduce.iter().enumerate() {
-            if !(b > 0.0 && b.is_finite() && t > 0.0 && t.is_finite()) {
-                return Err(format!("all_reduce[{i}] = [{b}, {t}]: bytes and seconds must be positive"));
-            }
-            if i > 0 && b <= self.all_reduce[i - 1][0] {
-                return Err(format!(
-                    "all_reduce[{i}]: sizes must increase ({b} B after {} B)",
-                    self.all_reduce[i - 1][0]
-                ));
-            }
-            let steps = 2.0 * (p - 1) as f64;
-            points[i] = (b / p as f64, t / steps);
-        }
-        Ok(MessageTimes { len: n, points, bytes_scale: 1.0 })
+        times(&self.ping_pong, "ping_pong", |b, t| (b, t)).map(Some)
     }
 }
 
@@ -115,7 +135,7 @@ mod tests {
     /// All-reduces over 2 ranks of 200 B in 2 ms and 2200 B in 6 ms: one
     /// message of 100 B takes 1 ms, of 1100 B 3 ms.
     fn two_points() -> MessageTimes {
-        AllReduceSweep { members: 2, all_reduce: vec![[200.0, 2e-3], [2200.0, 6e-3]] }.message_times().unwrap()
+        AllReduceSweep { members: 2, all_reduce: vec![[200.0, 2e-3], [2200.0, 6e-3]], ping_pong: vec![] }.message_times().unwrap()
     }
 
     #[test]
@@ -133,23 +153,45 @@ mod tests {
     fn measured_times_of_four_ranks_divide_by_six_messages() {
         // Over 4 ranks an all-reduce of 400 B is 6 messages of 100 B.
         let t =
-            AllReduceSweep { members: 4, all_reduce: vec![[400.0, 6e-3], [4000.0, 12e-3]] }.message_times().unwrap();
+            AllReduceSweep { members: 4, all_reduce: vec![[400.0, 6e-3], [4000.0, 12e-3]], ping_pong: vec![] }
+                .message_times()
+                .unwrap();
         assert!(close(t.at(100.0), 1e-3) && close(t.at(1000.0), 2e-3));
     }
 
     #[test]
     fn a_falling_last_segment_never_extrapolates_below_the_largest_time() {
-        let t = AllReduceSweep { members: 2, all_reduce: vec![[200.0, 4e-3], [2200.0, 2e-3]] }.message_times().unwrap();
+        let t = AllReduceSweep { members: 2, all_reduce: vec![[200.0, 4e-3], [2200.0, 2e-3]], ping_pong: vec![] }
+            .message_times()
+            .unwrap();
         assert!(close(t.at(5000.0), 1e-3));
     }
 
     #[test]
     fn bad_sweeps_name_the_problem() {
         let e =
-            |members, all_reduce: Vec<[f64; 2]>| AllReduceSweep { members, all_reduce }.message_times().unwrap_err();
+            |members, all_reduce: Vec<[f64; 2]>| AllReduceSweep { members, all_reduce, ping_pong: vec![] }.message_times().unwrap_err();
         assert!(e(1, vec![[4.0, 1e-3], [8.0, 2e-3]]).starts_with("members must be at least 2"));
         assert!(e(2, vec![[4.0, 1e-3]]).starts_with("all_reduce needs 2 to 16"));
         assert!(e(2, vec![[4.0, 1e-3], [4.0, 2e-3]]).starts_with("all_reduce[1]: sizes must increase"));
         assert!(e(2, vec![[4.0, 0.0], [8.0, 2e-3]]).contains("must be positive"));
+    }
+
+    #[test]
+    fn a_ping_pong_gives_one_message_its_own_times() {
+        // Messages of 100 B in 0.5 ms and 1100 B in 1.5 ms, one way: no division by ranks.
+        let sweep = AllReduceSweep {
+            members: 2,
+            all_reduce: vec![[200.0, 2e-3], [2200.0, 6e-3]],
+            ping_pong: vec![[100.0, 0.5e-3], [1100.0, 1.5e-3]],
+        };
+        let p2p = sweep.point_to_point_times().unwrap().expect("given");
+        assert!(close(p2p.at(600.0), 1e-3) && close(p2p.at(2100.0), 2.5e-3));
+        // The collectives' message stays the all-reduce's: 100 B in 1 ms.
+        assert!(close(sweep.message_times().unwrap().at(100.0), 1e-3));
+        let none = AllReduceSweep { ping_pong: vec![], ..sweep.clone() };
+        assert_eq!(none.point_to_point_times(), Ok(None));
+        let bad = AllReduceSweep { ping_pong: vec![[100.0, 1e-3]], ..sweep };
+        assert!(bad.point_to_point_times().unwrap_err().starts_with("ping_pong needs 2 to 16"));
     }
 }

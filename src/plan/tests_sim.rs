@@ -404,9 +404,14 @@ fn check_async_memory(m: &Method, c: &Costing, reports: &[crate::strategy::Worke
 fn plan_costs_a_measured_link_sweep_as_the_simulator_does() {
     let mut tcp = profile("tcp-4x1-10g.toml");
     let bent = vec![[4096.0, 6e-5], [1e6, 1.2e-3], [1e8, 0.2]];
-    tcp.links.inter_sweep = Some(crate::comm::link_measured::AllReduceSweep { members: 4, all_reduce: bent });
+    // With its ping-pong: point-to-point messages cost those times, the collectives the all-reduce's.
+    let ping_pong = vec![[1e3, 5e-5], [1e6, 8e-4]];
+    tcp.links.inter_sweep = Some(crate::comm::link_measured::AllReduceSweep { members: 4, all_reduce: bent, ping_pong });
     let line = profile("tcp-4x1-10g.toml").link_model().unwrap().inter.unwrap();
-    assert_ne!(tcp.link_model().unwrap().inter.unwrap().all_reduce_s(5e7, 4), line.all_reduce_s(5e7, 4));
+    let inter = tcp.link_model().unwrap().inter.unwrap();
+    assert_ne!(inter.all_reduce_s(5e7, 4), line.all_reduce_s(5e7, 4));
+    assert!((inter.message_time_s(1e6) - 8e-4).abs() < 1e-15, "a 1 MB message: the ping-pong's 0.8 ms");
+    assert!((inter.all_reduce_s(1e6, 4) - 1.2e-3).abs() < 1e-15, "the all-reduce of 1 MB: its sweep's 1.2 ms");
     let worst = check_profile(&tcp, false);
     eprintln!("plan vs sim on a measured sweep: worst relative error per round {worst:.2e}");
 }

@@ -228,10 +228,9 @@ impl ClusterProfile {
         let tier = |field: &str, spec: &str, sweep: &Option<AllReduceSweep>| -> Result<Tier> {
             let mut t = spec.parse::<Tier>().map_err(|e| anyhow!("links.{field}: {e}"))?;
             if let Some(sw) = sweep {
-                let m = sw
-                    .message_times()
-                    .map_err(|e| anyhow!("links.{field}_sweep: {e}; `lowcomm calibrate` writes it"))?;
-                t.measured = Some(m);
+                let bad = |e: String| anyhow!("links.{field}_sweep: {e}; `lowcomm calibrate` writes it");
+                t.measured = Some(sw.message_times().map_err(bad)?);
+                t.p2p = sw.point_to_point_times().map_err(bad)?;
             }
             Ok(t)
         };
