@@ -135,7 +135,9 @@ mod tests {
     /// All-reduces over 2 ranks of 200 B in 2 ms and 2200 B in 6 ms: one
     /// message of 100 B takes 1 ms, of 1100 B 3 ms.
     fn two_points() -> MessageTimes {
-        AllReduceSweep { members: 2, all_reduce: vec![[200.0, 2e-3], [2200.0, 6e-3]], ping_pong: vec![] }.message_times().unwrap()
+        AllReduceSweep { members: 2, all_reduce: vec![[200.0, 2e-3], [2200.0, 6e-3]], ping_pong: vec![] }
+            .message_times()
+            .unwrap()
     }
 
     #[test]
@@ -152,10 +154,9 @@ mod tests {
     #[test]
     fn measured_times_of_four_ranks_divide_by_six_messages() {
         // Over 4 ranks an all-reduce of 400 B is 6 messages of 100 B.
-        let t =
-            AllReduceSweep { members: 4, all_reduce: vec![[400.0, 6e-3], [4000.0, 12e-3]], ping_pong: vec![] }
-                .message_times()
-                .unwrap();
+        let t = AllReduceSweep { members: 4, all_reduce: vec![[400.0, 6e-3], [4000.0, 12e-3]], ping_pong: vec![] }
+            .message_times()
+            .unwrap();
         assert!(close(t.at(100.0), 1e-3) && close(t.at(1000.0), 2e-3));
     }
 
@@ -169,8 +170,9 @@ mod tests {
 
     #[test]
     fn bad_sweeps_name_the_problem() {
-        let e =
-            |members, all_reduce: Vec<[f64; 2]>| AllReduceSweep { members, all_reduce, ping_pong: vec![] }.message_times().unwrap_err();
+        let e = |members, all_reduce: Vec<[f64; 2]>| {
+            AllReduceSweep { members, all_reduce, ping_pong: vec![] }.message_times().unwrap_err()
+        };
         assert!(e(1, vec![[4.0, 1e-3], [8.0, 2e-3]]).starts_with("members must be at least 2"));
         assert!(e(2, vec![[4.0, 1e-3]]).starts_with("all_reduce needs 2 to 16"));
         assert!(e(2, vec![[4.0, 1e-3], [4.0, 2e-3]]).starts_with("all_reduce[1]: sizes must increase"));

@@ -406,7 +406,8 @@ fn plan_costs_a_measured_link_sweep_as_the_simulator_does() {
     let bent = vec![[4096.0, 6e-5], [1e6, 1.2e-3], [1e8, 0.2]];
     // With its ping-pong: point-to-point messages cost those times, the collectives the all-reduce's.
     let ping_pong = vec![[1e3, 5e-5], [1e6, 8e-4]];
-    tcp.links.inter_sweep = Some(crate::comm::link_measured::AllReduceSweep { members: 4, all_reduce: bent, ping_pong });
+    tcp.links.inter_sweep =
+        Some(crate::comm::link_measured::AllReduceSweep { members: 4, all_reduce: bent, ping_pong });
     let line = profile("tcp-4x1-10g.toml").link_model().unwrap().inter.unwrap();
     let inter = tcp.link_model().unwrap().inter.unwrap();
     assert_ne!(inter.all_reduce_s(5e7, 4), line.all_reduce_s(5e7, 4));
