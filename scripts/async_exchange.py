@@ -41,7 +41,7 @@ def spans(run: Path) -> list:
 
 
 def exchanges(ev: list) -> dict:
-    """Medians of upload, hold, download, exchange (seconds) and the share of models sent together."""
+    """Medians of upload, hold, download, exchange (seconds) and how many models were sent together."""
     server_recvs = [e for e in ev if e["worker"] == SERVER and e["name"] == "recv"]
     server_sends = [e for e in ev if e["worker"] == SERVER and e["name"] == "send" and e["bytes"] >= BIG]
     up, hold, down, whole = [], [], [], []
@@ -51,17 +51,16 @@ def exchanges(ev: list) -> dict:
             if s["name"] != "send" or s["bytes"] < BIG:
                 continue
             reply = next((e for e in mine[i + 1:] if e["name"] == "recv"), None)
-            # The server's receive that ends first at or after the send starts
-            # and that is followed by an answer to this worker.
+            # The server's first receive to end after the send starts: this update's arrival.
             arrived = next((r for r in server_recvs if r["end_s"] >= s["start_s"] + 1e-4), None)
             if reply is None or arrived is None:
                 continue
-            # The server's model send to w that the worker's receive ends with:
-            # the last one starting before the receive ends.
-            sends_to_w = [x for x in server_sends if x["start_s"] <= reply["end_s"] and x["start_s"] >= arrived["end_s"] - 1e-6]
-            if not sends_to_w:
+            # The server's model send answering it: of those starting between the arrival
+            # and the worker's receive ending, the first after the arrival.
+            sends = [x for x in server_sends if arrived["end_s"] - 1e-6 <= x["start_s"] <= reply["end_s"]]
+            if not sends:
                 continue
-            out = sends_to_w[0] if len(sends_to_w) == 1 else min(sends_to_w, key=lambda x: abs(x["start_s"] - arrived["end_s"]))
+            out = min(sends, key=lambda x: abs(x["start_s"] - arrived["end_s"]))
             up.append(arrived["end_s"] - s["start_s"])
             hold.append(out["start_s"] - arrived["end_s"])
             down.append(reply["end_s"] - out["start_s"])
@@ -76,7 +75,6 @@ def exchanges(ev: list) -> dict:
         "download": med(down),
         "exchange": med(whole),
         "together": f"{together} of {max(len(starts) - 1, 0)}",
-        "one model": med(e["end_s"] - e["start_s"] for e in server_sends) if server_sends else float("nan"),
     }
 
 

@@ -62,6 +62,12 @@ def add_ping_pong(text):
     return text
 
 
+def write_atomically(path, text):
+    tmp = f"{path}.tmp-sweep"
+    open(tmp, "w").write(text)
+    os.replace(tmp, path)
+
+
 def main(paths):
     for path in paths:
         text = open(path).read()
@@ -69,9 +75,7 @@ def main(paths):
         if "_sweep]" in text:
             with_pp = add_ping_pong(text)
             if with_pp != text:
-                tmp = f"{path}.tmp-sweep"
-                open(tmp, "w").write(with_pp)
-                os.replace(tmp, path)
+                write_atomically(path, with_pp)
             print(f"{path}: already has its sweep table{'; added its ping_pong' if with_pp != text else ''}")
             continue
         if not found:
@@ -87,9 +91,7 @@ def main(paths):
         # The tables go after [links]' keys: before the next top-level table.
         at = text.index("\n[", text.index("\n[links]") + 1)
         text = add_ping_pong(text[:at] + "\n" + "".join(tables).rstrip("\n") + "\n" + text[at:])
-        tmp = f"{path}.tmp-sweep"
-        open(tmp, "w").write(text)
-        os.replace(tmp, path)
+        write_atomically(path, text)
         print(f"{path}: added {', '.join(f'{t} ({len(p)} sizes over {m})' for t, (m, p) in found.items())}")
 
 

@@ -75,23 +75,25 @@ fn sweep_table(out: &mut String, key: &str, members: usize, sweep: &[(f64, f64)]
          # and `plan` cost each message on this tier at these times, straight lines between the sizes and\n\
          # the last segment's slope past them, not at the fitted line (comm/link_measured.rs)."
     );
-    let _ = writeln!(out, "members = {members}\nall_reduce = [");
-    for &(b, t) in &sweep[sweep.len().saturating_sub(MAX_POINTS)..] {
-        let _ = writeln!(out, "  [{b:e}, {t:e}],");
-    }
-    let _ = writeln!(out, "]");
+    let _ = writeln!(out, "members = {members}");
+    pairs(out, "all_reduce", sweep);
     if let Some(pp) = ping_pong {
         let _ = writeln!(
             out,
             "# The ping-pong above ([bytes, median seconds one way]): a point-to-point message (async DiLoCo's\n\
              # updates and models) costs these times; half an all-reduce is not one message."
         );
-        let _ = writeln!(out, "ping_pong = [");
-        for &(b, t) in &pp[pp.len().saturating_sub(MAX_POINTS)..] {
-            let _ = writeln!(out, "  [{b:e}, {t:e}],");
-        }
-        let _ = writeln!(out, "]");
+        pairs(out, "ping_pong", pp);
     }
+}
+
+/// `key = [[bytes, seconds], ...]` of the largest `MAX_POINTS` sizes.
+fn pairs(out: &mut String, key: &str, sizes: &[(f64, f64)]) {
+    let _ = writeln!(out, "{key} = [");
+    for &(b, t) in &sizes[sizes.len().saturating_sub(MAX_POINTS)..] {
+        let _ = writeln!(out, "  [{b:e}, {t:e}],");
+    }
+    let _ = writeln!(out, "]");
 }
 
 /// The comments and the key of one link tier; its sweep table (written

@@ -32,21 +32,22 @@ pub fn rows(groups: &[Vec<MethodResult>]) -> Vec<Row<'_>> {
     let window = window_tokens(&groups.iter().flatten().cloned().collect::<Vec<_>>());
     let curves: Vec<Vec<(&MethodResult, Vec<f64>)>> =
         groups.iter().filter(|g| !g.is_empty()).map(|g| g.iter().map(|r| (r, smoothed(r, window))).collect()).collect();
-    // Each run's peers for its mark: the sweep's runs with its seed (marks.rs).
-    let all: Vec<(Option<u64>, Peer)> =
-        curves.iter().flatten().map(|(r, s)| (seed_of(r), (*r, s.as_slice()))).collect();
-    let peers_of = |r: &MethodResult| -> Vec<Peer> {
-        let seed = seed_of(r);
-        all.iter().filter(|(s, _)| *s == seed).map(|(_, p)| *p).collect()
+    // Each run's mark among its peers: the sweep's runs with its seed (marks.rs), in `curves`' order.
+    let mut marks = {
+        let all: Vec<(Option<u64>, Peer)> =
+            curves.iter().flatten().map(|(r, s)| (seed_of(r), (*r, s.as_slice()))).collect();
+        let peers =
+            |seed: Option<u64>| -> Vec<Peer> { all.iter().filter(|(s, _)| *s == seed).map(|(_, p)| *p).collect() };
+        all.iter().map(|&(seed, (r, s))| mark(r, s, &peers(seed))).collect::<Vec<Mark>>().into_iter()
     };
     curves
-        .iter()
+        .into_iter()
         .map(|seeds| {
-            let marks: Vec<Mark> = seeds.iter().map(|(r, s)| mark(r, s, &peers_of(r))).collect();
+            let own: Vec<Mark> = marks.by_ref().take(seeds.len()).collect();
             let len = seeds.iter().map(|(_, s)| s.len()).min().unwrap_or(0);
             let n = seeds.len() as f64;
             let mean = (0..len).map(|i| seeds.iter().map(|(_, s)| s[i]).sum::<f64>() / n).collect();
-            Row { mark: worst_mark(seeds, marks), smoothed: mean, r: seeds[0].0, seeds: seeds.clone() }
+            Row { mark: worst_mark(&seeds, own), smoothed: mean, r: seeds[0].0, seeds }
         })
         .collect()
 }

@@ -21,13 +21,12 @@ struct Outgoing {
     buf: *mut [u8],
 }
 
-/// A message matched and on its way in: the request and the buffer it
-/// fills, leaked until the request completes; then its decoding.
+/// A message matched and on its way in: its sender, the request and the
+/// buffer it fills, leaked until the request completes.
 struct Incoming {
     source: usize,
-    req: Option<Request<'static, [u8], StaticScope>>,
+    req: Request<'static, [u8], StaticScope>,
     buf: *mut [u8],
-    done: Option<Message>,
 }
 
 /// One MPI rank's view of the job: groups and messages (module docs).
@@ -41,8 +40,8 @@ pub struct MpiFabric {
     size: usize,
     groups: HashMap<Vec<usize>, MpiComm>,
     outgoing: Vec<Outgoing>,
-    /// Messages being received, in the order they were matched.
-    incoming: Vec<Incoming>,
+    /// The message being received, if any (one at a time: `start_receive`).
+    incoming: Option<Incoming>,
     /// Messages received whole and not yet taken, each sender's in order.
     arrived: VecDeque<(usize, Message)>,
     stats: CommStats,
@@ -63,7 +62,7 @@ impl MpiFabric {
             size,
             groups: HashMap::new(),
             outgoing: Vec::new(),
-            incoming: Vec::new(),
+            incoming: None,
             arrived: VecDeque::new(),
             stats: CommStats::default(),
         }
@@ -106,7 +105,7 @@ impl MpiFabric {
     /// arrives in one message's time instead of sharing the link with the
     /// next (MPI moves a large message's bytes once its receive is posted).
     fn start_receive(&mut self, from: Option<usize>) {
-        if !self.incoming.is_empty() {
+        if self.incoming.is_some() {
             return;
         }
         let got = match from {
@@ -120,39 +119,24 @@ impl MpiFabric {
             // SAFETY: `buf` lives until the request completes (progress_receives frees it then).
             let req = msg.immediate_matched_receive_into(StaticScope, unsafe { &mut *ptr });
             let source = status.source_rank() as usize;
-            self.incoming.push(Incoming { source, req: Some(req), buf: ptr, done: None });
+            self.incoming = Some(Incoming { source, req, buf: ptr });
         }
     }
 
-    /// Decodes the receives that have completed, and moves them to
-    /// `arrived` in the order they were matched, each sender's in order.
+    /// Decodes the message being received once it has come whole, into `arrived`.
     fn progress_receives(&mut self) {
-        for o in self.incoming.iter_mut().filter(|o| o.done.is_none()) {
-            let req = o.req.take().expect("a pending receive has its request");
-            match req.test() {
-                Ok(_) => {
-                    // SAFETY: the request that filled the buffer completed; it came from Box::leak.
-                    let bytes = unsafe { Box::from_raw(o.buf) };
-                    let m = Message::decode(&bytes).unwrap_or_else(|e| {
-                        abort_job(&self.world, self.rank, &format!("a message from rank {} does not decode ({e}): ranks built from different lowcomm versions?", o.source))
-                    });
-                    self.stats.count_message(bytes.len(), false);
-                    o.done = Some(m);
-                }
-                Err(req) => o.req = Some(req),
+        let Some(o) = self.incoming.take() else { return };
+        match o.req.test() {
+            Ok(_) => {
+                // SAFETY: the request that filled the buffer completed; it came from Box::leak.
+                let bytes = unsafe { Box::from_raw(o.buf) };
+                let m = Message::decode(&bytes).unwrap_or_else(|e| {
+                    abort_job(&self.world, self.rank, &format!("a message from rank {} does not decode ({e}): ranks built from different lowcomm versions?", o.source))
+                });
+                self.stats.count_message(bytes.len(), false);
+                self.arrived.push_back((o.source, m));
             }
-        }
-        let mut waiting: Vec<usize> = Vec::new();
-        let mut i = 0;
-        while i < self.incoming.len() {
-            let source = self.incoming[i].source;
-            if self.incoming[i].done.is_some() && !waiting.contains(&source) {
-                let o = self.incoming.remove(i);
-                self.arrived.push_back((source, o.done.expect("checked")));
-            } else {
-                waiting.push(source);
-                i += 1;
-            }
+            Err(req) => self.incoming = Some(Incoming { req, ..o }),
         }
     }
 
@@ -196,7 +180,7 @@ impl Drop for MpiFabric {
         self.progress_sends(true);
         // A receive started is finished before its buffer goes (the message is dropped unread).
         let t = Instant::now();
-        while self.incoming.iter().any(|o| o.done.is_none()) && t.elapsed() < self.poll.timeout {
+        while self.incoming.is_some() && t.elapsed() < self.poll.timeout {
             self.progress_receives();
             std::thread::yield_now();
         }
