@@ -17,7 +17,9 @@ the spans of events.jsonl (workers 0 and 1, the server is participant 2):
 - download: the server's send starts -> the worker's receive ends;
 - exchange: the worker's send starts -> its receive ends (the three above);
 - together: how often the server sends two models within 10 ms of each
-  other, which then share its link.
+  other, which then share its link;
+- first model: when workers 0 and 1 had their first model (the end of
+  their first receive): the hand-out before any update.
 
 Medians over the run's updates (the first round's hand-out, before any
 update, is left out). docs/results/planner-accuracy.md, finding 12,
@@ -65,6 +67,7 @@ def exchanges(ev: list) -> dict:
             hold.append(out["start_s"] - arrived["end_s"])
             down.append(reply["end_s"] - out["start_s"])
             whole.append(reply["end_s"] - s["start_s"])
+    first = [next((e["end_s"] for e in ev if e["worker"] == w and e["name"] == "recv"), float("nan")) for w in (0, 1)]
     starts = [e["start_s"] for e in server_sends]
     together = sum(1 for a, b in zip(starts, starts[1:]) if b - a < 0.01)
     med = statistics.median
@@ -75,22 +78,27 @@ def exchanges(ev: list) -> dict:
         "download": med(down),
         "exchange": med(whole),
         "together": f"{together} of {max(len(starts) - 1, 0)}",
+        "first": " / ".join(f"{t:.2f}" for t in first),
     }
 
 
+# The runs of a setting folder, and what the table calls them.
+KINDS = {"real-async": "real", "real-async-concurrent": "real, models sent at once", "sim": "sim"}
+
+
 def main() -> None:
-    print("| setting | run | updates | upload (s) | hold (s) | download (s) | exchange (s) | server's model sends back to back |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| setting | run | updates | upload (s) | hold (s) | download (s) | exchange (s) | server's model sends back to back | first model, worker 0 / 1 (s) |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for top in map(Path, sys.argv[1:]):
         for setting in sorted(p for p in top.iterdir() if (p / "real-async").is_dir()):
-            for kind in ("real-async", "sim"):
+            for kind, label in KINDS.items():
                 runs = sorted((setting / kind / "runs").glob("async-diloco*"))
                 if not runs or not (runs[0] / "events.jsonl").exists():
                     continue
                 x = exchanges(spans(runs[0]))
                 print(
-                    f"| {top.name}/{setting.name} | {kind.split('-')[0]} | {x['n']} | {x['upload']:.3f} | {x['hold']:.3f} "
-                    f"| {x['download']:.3f} | {x['exchange']:.3f} | {x['together']} |"
+                    f"| {top.name}/{setting.name} | {label} | {x['n']} | {x['upload']:.3f} | {x['hold']:.3f} "
+                    f"| {x['download']:.3f} | {x['exchange']:.3f} | {x['together']} | {x['first']} |"
                 )
 
 

@@ -9,17 +9,21 @@
 #
 #   OLD=/path/to/old/lowcomm bash bench/netns/async_server_wait.sh     # ~3 min
 #   OUT=docs/results/planner-accuracy/whole bash bench/netns/async_server_wait.sh   # the current binary only
+#   OLD=/path/to/old/lowcomm OLD_AS=real-async-concurrent OUT=... bash bench/netns/async_server_wait.sh
 #
 # Writes OUT/<setting>/real-async (the current binary, what the accuracy
-# table reads) and, with OLD set, OUT/<setting>/real-async-yield (OLD), one
-# after the other per setting, on a quiet machine. Finding 12 ran it
-# without OLD into whole/ after receives began counting a message once all
-# its bytes had come (comm/mpi/fabric.rs).
+# table reads) and, with OLD set, OUT/<setting>/$OLD_AS (OLD; default
+# real-async-yield), one after the other per setting, on a quiet machine.
+# Finding 12 ran it without OLD into whole/ after receives began counting a
+# message once all its bytes had come (comm/mpi/fabric.rs); finding 14 with
+# OLD_AS=real-async-concurrent into serial/, the server's models sent one
+# at a time against the binary before.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 OUT=${OUT:-docs/results/planner-accuracy}
 SETTINGS=${SETTINGS:-"100mbit 20mbit 50mbit:50"}
 OLD=${OLD:-}
+OLD_AS=${OLD_AS:-real-async-yield}
 cargo build --release --locked --features mpi -q
 B=$PWD/target/release/lowcomm
 export RAYON_NUM_THREADS=1
@@ -31,7 +35,7 @@ for setting in $SETTINGS; do
     dir=$OUT/$rate
     [[ $jitter == 0 ]] || dir=$OUT/$rate-jitter$jitter
     pairs=("$B:real-async")
-    [[ -z $OLD ]] || pairs=("$OLD:real-async-yield" "$B:real-async")
+    [[ -z $OLD ]] || pairs=("$OLD:$OLD_AS" "$B:real-async")
     for pair in "${pairs[@]}"; do
         echo "== $dir/${pair##*:}" >&2
         bench/netns/mpirun_shaped.sh --ranks 3 --rate "$rate" --jitter "$jitter" --prefix lcpa -- \

@@ -260,10 +260,13 @@ pub fn check_fabric(fabric: &mut dyn Fabric) -> Result<usize> {
     // not lost or reordered: it comes whole on a later call, before the
     // sender's next message. Participant 0 polls with no wait at all, so
     // over MPI its first calls find the message begun and not finished.
+    // The sender flushes between the two (async DiLoCo's server does, to
+    // send one model at a time): it returns while the receiver polls.
     if n >= 2 {
         let big = Message::new(10).with_values((0..4 << 20).map(|i| value(1, i)).collect(), WireDtype::F32);
         if me == 1 {
             fabric.send(0, big.clone());
+            fabric.flush();
             fabric.send(0, Message::new(11));
         } else if me == 0 {
             let t = Instant::now();

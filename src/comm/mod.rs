@@ -206,6 +206,10 @@ pub trait Fabric: Send {
     /// Sends `msg` to participant `to`; returns once it is on its way (the
     /// receiver need not be waiting).
     fn send(&mut self, to: usize, msg: Message);
+    /// Waits until every message sent so far is in its receiver's hands
+    /// (each receiver must be receiving). Over threads a message is by the
+    /// time `send` returns: the default does nothing.
+    fn flush(&mut self) {}
     /// The next message from participant `from` (messages from one sender
     /// arrive in the order they were sent).
     fn recv(&mut self, from: usize) -> Message;

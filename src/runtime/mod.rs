@@ -30,7 +30,7 @@ use crate::comm::{CommStats, LinkModel, Message, ReduceOp, WireDtype};
 use crate::metrics::{EventLog, LinkTier, Traffic};
 use std::sync::Arc;
 
-pub use tasks::{AllGather, AllGatherBytes, AllReduce, Broadcast, Recv, RecvAny, ReduceScatter, Send};
+pub use tasks::{AllGather, AllGatherBytes, AllReduce, Broadcast, Recv, RecvAny, ReduceScatter, Send, SendDelivered};
 
 /// A participant that ended early on purpose, at a round boundary every
 /// participant agreed on, after saving its part of a checkpoint there (an
@@ -235,6 +235,13 @@ pub trait CommSide {
     /// Sends a message to participant `to`; returns when it has left this
     /// participant's link (the transfer time has passed).
     async fn send(&mut self, to: usize, msg: Message);
+    /// [`CommSide::send`], returning only once the receiver has the whole
+    /// message. The simulator's and the emulated link's sends are that
+    /// already; over MPI a send returns once MPI has the message, and
+    /// several in a row would share the link (tasks.rs `SendDelivered`).
+    async fn send_delivered(&mut self, to: usize, msg: Message) {
+        self.send(to, msg).await
+    }
     /// The next message from `from`.
     async fn recv(&mut self, from: usize) -> Message;
     /// The next message from anyone, or `None` at `deadline_s` (run time, seconds).

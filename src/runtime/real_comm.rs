@@ -85,6 +85,32 @@ impl<'a> RealComm<'a> {
         hold_until(joined, modeled.unwrap_or(0.0));
         self.span(kind.name(), start, collective_traffic(&self.topo, g, &members, kind, elems, bpe, me, root));
     }
+
+    /// A message to `to` (held for the emulated link's time); with
+    /// `delivered`, returns once `to` has all of it ([`CommSide::send_delivered`]).
+    fn send_message(&mut self, to: usize, msg: Message, delivered: bool) {
+        let start = self.secs();
+        let bytes = msg.wire_len();
+        let same_node = self.topo.node_of(self.rank) == self.topo.node_of(to);
+        if let Some(l) = &self.link {
+            // The receiver's link takes one message at a time, as in the
+            // simulator (sim/comm.rs): start when the one before has landed.
+            let cost = l.message_s(bytes, same_node);
+            let begin = {
+                let mut r = self.receiving.lock().unwrap_or_else(|e| e.into_inner());
+                let begin = r[to].max(Instant::now());
+                r[to] = begin + Duration::from_secs_f64(cost);
+                begin
+            };
+            hold_until(begin, cost);
+        }
+        self.fabric.send(to, msg);
+        if delivered {
+            self.fabric.flush();
+        }
+        let tier = if same_node { LinkTier::Intra } else { LinkTier::Inter };
+        self.span("send", start, Traffic::on(tier, bytes as u64));
+    }
 }
 
 /// Sleeps until `from + secs`.
@@ -126,24 +152,10 @@ impl CommSide for RealComm<'_> {
         self.collective(g, Kind::AllGather, n, 1, 0, |c| c.all_gather_bytes(input, output));
     }
     async fn send(&mut self, to: usize, msg: Message) {
-        let start = self.secs();
-        let bytes = msg.wire_len();
-        let same_node = self.topo.node_of(self.rank) == self.topo.node_of(to);
-        if let Some(l) = &self.link {
-            // The receiver's link takes one message at a time, as in the
-            // simulator (sim/comm.rs): start when the one before has landed.
-            let cost = l.message_s(bytes, same_node);
-            let begin = {
-                let mut r = self.receiving.lock().unwrap_or_else(|e| e.into_inner());
-                let begin = r[to].max(Instant::now());
-                r[to] = begin + Duration::from_secs_f64(cost);
-                begin
-            };
-            hold_until(begin, cost);
-        }
-        self.fabric.send(to, msg);
-        let tier = if same_node { LinkTier::Intra } else { LinkTier::Inter };
-        self.span("send", start, Traffic::on(tier, bytes as u64));
+        self.send_message(to, msg, false);
+    }
+    async fn send_delivered(&mut self, to: usize, msg: Message) {
+        self.send_message(to, msg, true);
     }
     async fn recv(&mut self, from: usize) -> Message {
         let start = self.secs();

@@ -166,6 +166,27 @@ impl CommTask for Send {
     }
 }
 
+/// A message to participant `to` that completes once `to` has all of it,
+/// so that the next one starts on a free link: a server handing its model
+/// to several workers gives the first its model in one message's time
+/// instead of sharing the link among all (as the simulator's one
+/// communication lane per participant does; planner-accuracy finding 12b).
+/// `to` must be receiving, not waiting on the sender.
+#[derive(Debug)]
+pub struct SendDelivered {
+    /// The receiver.
+    pub to: usize,
+    /// What it gets.
+    pub msg: Message,
+}
+
+impl CommTask for SendDelivered {
+    type Output = ();
+    async fn run<C: CommSide>(self, c: &mut C) {
+        c.send_delivered(self.to, self.msg).await
+    }
+}
+
 /// The next message from participant `from`.
 #[derive(Debug)]
 pub struct Recv {

@@ -140,6 +140,15 @@ impl MpiFabric {
         }
     }
 
+    /// Moves every message along: completes finished sends, starts
+    /// receiving the next message from `from` (anyone: `None`) whose
+    /// envelope has come, and takes one that has come whole.
+    fn progress(&mut self, from: Option<usize>) {
+        self.progress_sends(false);
+        self.start_receive(from);
+        self.progress_receives();
+    }
+
     /// Waits up to `timeout` for a message from `from` (any sender when
     /// `None`) to have come whole. A message counts once all its bytes have
     /// come, not when its envelope has: an async DiLoCo server whose grace
@@ -150,9 +159,7 @@ impl MpiFabric {
     fn probe(&mut self, from: Option<usize>, timeout: Option<Duration>) -> Option<(usize, Message)> {
         let t = Instant::now();
         loop {
-            self.progress_sends(false);
-            self.start_receive(from);
-            self.progress_receives();
+            self.progress(from);
             if let Some(i) = self.arrived.iter().position(|(s, _)| from.is_none_or(|f| f == *s)) {
                 return self.arrived.remove(i);
             }
@@ -225,6 +232,23 @@ impl Fabric for MpiFabric {
         let req = self.p2p.process_at_rank(to as i32).immediate_send_with_tag(StaticScope, shared, MESSAGE_TAG);
         self.outgoing.push(Outgoing { req: Some(req), buf: ptr });
         self.progress_sends(false);
+    }
+    /// Receives go on meanwhile (into `arrived`): a server sending one
+    /// worker its model still takes another's update on its other direction,
+    /// as the simulator's does; waiting as `probe` does with sends in flight.
+    fn flush(&mut self) {
+        let t = Instant::now();
+        loop {
+            self.progress(None);
+            if self.outgoing.is_empty() {
+                return;
+            }
+            let waited = t.elapsed();
+            if waited > self.poll.timeout {
+                abort_job(&self.world, self.rank, "a message send did not complete: its receiver has probably died");
+            }
+            self.poll.wait.for_receive(true).pause(waited);
+        }
     }
     fn recv(&mut self, from: usize) -> Message {
         self.probe(Some(from), None).expect("no timeout").1

@@ -95,7 +95,7 @@ use super::shards::{RoundOrder, ShardRound, Shards};
 use crate::comm::codec::{sender_copies, ErrorFeedback, OuterWire};
 use crate::comm::{Message, WireDtype};
 use crate::optim::OuterOpt;
-use crate::runtime::{Ctx, RecvAny, Send, Work};
+use crate::runtime::{Ctx, RecvAny, Send, SendDelivered, Work};
 use crate::strategy::inner::{memory, Inner};
 use crate::strategy::journal::{Journal, StrategyState};
 use crate::strategy::outcome::{MemoryBytes, Outcome};
@@ -282,7 +282,10 @@ pub(super) fn cut_to_budget(wanted: &[u64], mut left: u64) -> Vec<u64> {
 /// model, the shard drawn by eq. 2 and where the round starts in that
 /// shard's schedule. Returns the workers given no steps (the budget is
 /// spoken for): they wait, and a round lost to a crash gives its steps
-/// back (membership.rs).
+/// back (membership.rs). Each model is in its worker's hands before the
+/// next leaves (`SendDelivered`): over MPI the first worker of a group
+/// would otherwise share the link with the rest and wait as long as the
+/// last (planner-accuracy finding 12b).
 #[allow(clippy::too_many_arguments)]
 async fn send_rounds<C: Ctx>(
     ctx: &mut C,
@@ -302,7 +305,7 @@ async fn send_rounds<C: Ctx>(
         let order = p.shards.order(to, steps);
         roster.handed(to, steps);
         let msg = Message::new(MODEL).with_scalars(order.to_scalars()).with_values(theta.to_vec(), wire);
-        ctx.run(Send { to, msg }).await;
+        ctx.run(SendDelivered { to, msg }).await;
     }
     waiting
 }
