@@ -19,7 +19,10 @@ spans of the real run's events.jsonl (two ranks) and of the simulator's:
   ranks compute in lockstep and never wait for each other;
 - host gap: worker 0's wall time covered by no span (compute or comm), per
   step: host work that nothing times (batch preparation, packing a payload,
-  logging), which the simulator does not charge.
+  logging), which the simulator does not charge;
+- sim skew: the skew in the simulator run with the profile's micro-batch
+  spread (sim-straggle/, planner_accuracy.sh's straggle variant; finding 13),
+  where it exists.
 
 docs/results/planner-accuracy.md, finding 11, quotes the table this prints.
 The runs/ folders it reads are not committed (.gitignore keeps summaries
@@ -77,8 +80,8 @@ def sim_time(run: Path) -> float:
 
 
 def main() -> None:
-    print("| setting | method | late rank (ms) | early rank (ms) | skew, mean (ms) | sim (ms) | late vs sim | host gap per step (ms) |")
-    print("|---|---|---|---|---|---|---|---|")
+    print("| setting | method | late rank (ms) | early rank (ms) | skew, mean (ms) | sim (ms) | late vs sim | host gap per step (ms) | sim skew (ms) |")
+    print("|---|---|---|---|---|---|---|---|---|")
     for top in map(Path, sys.argv[1:]):
         for setting in sorted(p for p in top.iterdir() if (p / "real").is_dir() and (p / "sim").is_dir()):
             for m in METHODS:
@@ -87,9 +90,11 @@ def main() -> None:
                     continue
                 late, early, skew, gap = real_row(real)
                 s = sim_time(sim)
+                straggle = setting / "sim-straggle" / "runs" / m
+                sim_skew = f"{1e3 * real_row(straggle)[2]:.2f}" if (straggle / "events.jsonl").exists() else "-"
                 print(
                     f"| {top.name}/{setting.name} | {m} | {1e3 * late:.2f} | {1e3 * early:.2f} | {1e3 * skew:.2f} "
-                    f"| {1e3 * s:.2f} | {100 * (late - s) / s:+.0f}% | {1e3 * gap:.2f} |"
+                    f"| {1e3 * s:.2f} | {100 * (late - s) / s:+.0f}% | {1e3 * gap:.2f} | {sim_skew} |"
                 )
 
 

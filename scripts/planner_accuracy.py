@@ -4,6 +4,7 @@
     python3 scripts/planner_accuracy.py docs/results/planner-accuracy
     python3 scripts/planner_accuracy.py docs/results/planner-accuracy plain   # sim-plain/, plan-plain.json
     python3 scripts/planner_accuracy.py docs/results/planner-accuracy line    # sim-line/, plan-line.json
+    python3 scripts/planner_accuracy.py --pooled docs/results/planner-accuracy A B --variant straggle   # pooled, sim-straggle/
 
 For every link setting (a folder with profile.toml, plan.json, real/, real-async/
 and sim/) and every method, three numbers from each of real, sim and plan:
@@ -271,9 +272,14 @@ def main(out, variant="", pooled=()):
 
 if __name__ == "__main__":
     args = sys.argv[1:] or ["docs/results/planner-accuracy"]
+    variant = ""
+    if "--variant" in args:
+        at = args.index("--variant")
+        variant = args[at + 1]
+        del args[at:at + 2]
     if args[0] == "--pooled":
         # Every setting of OUT and of the further folders (repeated runs) in one
-        # table, medians over all of them: OUT/accuracy-pooled-N.md for N folders.
-        main(args[1], "", args[2:])
+        # table, medians over all of them: OUT/accuracy[-V]-pooled-N.md for N folders.
+        main(args[1], variant, args[2:])
     else:
         main(*args)

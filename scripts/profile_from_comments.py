@@ -1,19 +1,32 @@
 #!/usr/bin/env python3
-"""Adds `[links.TIER_sweep]` (and its `ping_pong`) to a cluster profile written by a
-`lowcomm calibrate` older than the measured link model (comm/link_measured.rs), from
-the profile's own comment lines: each measured tier's all-reduce sweep (and
-ping-pong) is printed there as
+"""Adds what `lowcomm calibrate` writes now to a cluster profile written by an older
+one, from the profile's own comment lines:
 
-    # inter: measured, ...
-    # all-reduce (mean, f32) over 2: a = ..., b = ...: ...
-    #        4 B:     0.0666 ms measured,     0.0640 ms fitted
+- `[links.TIER_sweep]` and its `ping_pong` (the measured link model,
+  comm/link_measured.rs): each measured tier's all-reduce sweep (and ping-pong)
+  is printed there as
 
-The times are the printed ones (0.1 us resolution); a profile calibrate writes now
-carries the table itself. Rewrites the file in place (atomically); a profile that
-already has the table is left as it is.
+      # inter: measured, ...
+      # all-reduce (mean, f32) over 2: a = ..., b = ...: ...
+      #        4 B:     0.0666 ms measured,     0.0640 ms fitted
 
-    python3 scripts/profile_sweep_from_comments.py docs/results/planner-accuracy/*/profile.toml
+  at the printed times (0.1 us resolution);
+- `[timing] micro_batch_cv` (the micro-batch's spread, sim/straggle.rs) from
+
+      # A micro-batch (forward + backward): median 56.2251 ms (50.9851 .. 59.7088 over 20 samples, ...
+
+  Calibrate now takes 1.4826 x the samples' median absolute deviation; the
+  comment keeps only the median and the extremes, so this takes
+  (median - min) / e_n, e_n the expected largest of n standard normals: the
+  lower half, which the samples a page fault or another process stretched
+  (the long upper tails of those lines) do not reach. An estimate from two
+  order statistics, rougher than calibrate's.
+
+Rewrites the file in place (atomically); what a profile already has is left as it is.
+
+    python3 scripts/profile_from_comments.py docs/results/planner-accuracy/*/profile.toml
 """
+import math
 import os
 import re
 import sys
@@ -45,21 +58,50 @@ PING_PONG = r"ping-pong \(one way"
 def add_ping_pong(text):
     """The profile with a `ping_pong` array in each sweep table that lacks one."""
     for tier, (_, pts) in sweeps(text, PING_PONG).items():
-        head = f"[links.{tier}_sweep]"
-        if head not in text:
+        # The table's own header line, not a comment that names it.
+        head = re.search(rf"^\[links\.{tier}_sweep\]$", text, re.M)
+        if not head:
             continue
-        start = text.index(head)
+        start = head.start()
         end = text.find("\n[", start + 1)
         end = len(text) if end < 0 else end
         if "ping_pong" in text[start:end]:
             continue
         rows = "".join(f"  [{b:.0f}, {t:.4e}],\n" for b, t in pts)
         table = text[start:end].rstrip("\n") + (
-            "\n# The ping-pong above, from its comment lines (scripts/profile_sweep_from_comments.py).\n"
+            "\n# The ping-pong above, from its comment lines (scripts/profile_from_comments.py).\n"
             f"ping_pong = [\n{rows}]\n"
         )
         text = text[:start] + table + text[end:]
     return text
+
+
+def expected_max_of_normals(n, h=1e-3):
+    """E[max of n standard normals], as sim/straggle.rs computes it."""
+    e, cdf, x = 0.0, 0.0, -12.0
+    pdf = lambda x: math.exp(-0.5 * x * x) / math.sqrt(2 * math.pi)
+    while x < 12.0:
+        nxt = cdf + 0.5 * h * (pdf(x) + pdf(x + h))
+        e += (x + 0.5 * h) * (nxt**n - cdf**n)
+        cdf, x = nxt, x + h
+    return e
+
+
+MICRO_BATCH = r"# A micro-batch \(forward \+ backward\): median ([\d.]+) ms \(([\d.]+) \.\. [\d.]+ over (\d+) samples"
+
+
+def add_micro_batch_cv(text):
+    """The profile with `micro_batch_cv` at the end of [timing] (module docs), or as it is."""
+    m = re.search(MICRO_BATCH, text)
+    if "micro_batch_cv" in text or not m or "\n[timing]" not in text:
+        return text
+    median, low, n = float(m[1]), float(m[2]), int(m[3])
+    cv = min(0.5, (median - low) / expected_max_of_normals(n) / median)
+    start = text.index("\n[timing]") + 1
+    end = text.find("\n[", start)
+    end = len(text) if end < 0 else end
+    return (text[:end].rstrip("\n") + "\n# The micro-batch's spread from the comment above: (median - min) / e_n over the median\n"
+            f"# (scripts/profile_from_comments.py).\nmicro_batch_cv = {cv:.4e}\n" + text[end:])
 
 
 def write_atomically(path, text):
@@ -71,6 +113,11 @@ def write_atomically(path, text):
 def main(paths):
     for path in paths:
         text = open(path).read()
+        with_cv = add_micro_batch_cv(text)
+        if with_cv != text:
+            write_atomically(path, with_cv)
+            print(f"{path}: added micro_batch_cv")
+            text = with_cv
         found = sweeps(text)
         if "_sweep]" in text:
             with_pp = add_ping_pong(text)
@@ -86,7 +133,7 @@ def main(paths):
             rows = "".join(f"  [{b:.0f}, {t:.4e}],\n" for b, t in pts)
             tables.append(
                 f"\n[links.{tier}_sweep]\n# The {tier} all-reduce sweep above, from its comment lines "
-                f"(scripts/profile_sweep_from_comments.py).\nmembers = {members}\nall_reduce = [\n{rows}]\n"
+                f"(scripts/profile_from_comments.py).\nmembers = {members}\nall_reduce = [\n{rows}]\n"
             )
         # The tables go after [links]' keys: before the next top-level table.
         at = text.index("\n[", text.index("\n[links]") + 1)

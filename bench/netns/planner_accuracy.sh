@@ -11,6 +11,8 @@
 #   SETTINGS="100mbit" bash bench/netns/planner_accuracy.sh   # one of them
 #   SIM_ONLY=1 bash bench/netns/planner_accuracy.sh     # sim and plan again on the kept profiles
 #                                                       # (a cost-model change; no root), ~10 min
+#   SIM_ONLY=straggle bash bench/netns/planner_accuracy.sh   # only the kept profiles with their
+#                                                       # micro-batch spread added (sim-straggle/), ~5 min
 #
 # Each rank computes on one thread (RAYON_NUM_THREADS=1): two ranks on this
 # 2-core machine then stand for two one-core machines, and calibrate measures
@@ -38,7 +40,7 @@ dir_of() {   # the folder of a setting: RATE or RATE-jitterPCT
 }
 # Every real run first, on a quiet machine; the simulator and plan after
 # (virtual time: the machine's load does not change them).
-[[ ${SIM_ONLY:-0} == 1 ]] || for setting in $SETTINGS; do
+[[ ${SIM_ONLY:-0} != 0 ]] || for setting in $SETTINGS; do
     rate=${setting%%:*}
     jitter=0
     [[ $setting != *:* ]] || jitter=${setting#*:}
@@ -57,6 +59,25 @@ dir_of() {   # the folder of a setting: RATE or RATE-jitterPCT
     shaped 3 "$B" compare --backend mpi --workers 2 --methods "$ASYNC" "${common[@]}" --results "$dir/real-async" --fresh >/dev/null
     echo "== $dir: $(( $(date +%s) - start )) s" >&2
 done
+# A profile from a calibrate older than `micro_batch_cv` gets the spread
+# from its comment lines, in a copy: the stragglers' wait (sim/straggle.rs)
+# against the same profile without it.
+straggle() {
+    for setting in $SETTINGS; do
+        dir=$(dir_of "$setting")
+        cp "$dir/profile.toml" "$dir/profile-straggle.toml"
+        python3 scripts/profile_from_comments.py "$dir/profile-straggle.toml" >/dev/null
+        "$B" compare --runtime sim --cluster "$dir/profile-straggle.toml" --methods "$METHODS,$ASYNC" "${common[@]}" \
+            --budget rounds --results "$dir/sim-straggle" --fresh >/dev/null
+        "$B" plan --model nano --cluster "$dir/profile-straggle.toml" --batch 16x64 --methods "$METHODS,$ASYNC" \
+            --json "$dir/plan-straggle.json" > /dev/null
+    done
+    python3 scripts/planner_accuracy.py "$OUT" straggle
+}
+if [[ ${SIM_ONLY:-0} == straggle ]]; then
+    straggle
+    exit
+fi
 for setting in $SETTINGS; do
     dir=$(dir_of "$setting")
     echo "== $dir: simulator and plan on the calibrated profile" >&2
@@ -77,3 +98,4 @@ for setting in $SETTINGS; do
         --json "$dir/plan-plain.json" > /dev/null
 done
 python3 scripts/planner_accuracy.py "$OUT" plain
+straggle

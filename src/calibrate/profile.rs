@@ -238,6 +238,10 @@ pub fn render(c: &Calibration) -> String {
     let _ = writeln!(w, "# No seconds_per_micro_batch: [device]'s rate gives back this median for this model.");
     let _ =
         writeln!(w, "params = {:e}\nflops_per_token = {fpt:e}\ntokens_per_micro_batch = {tokens}", cc.params as f64);
+    let _ = writeln!(w, "# Its spread, 1.4826 x the median absolute deviation over the median (a normal's sd,");
+    let _ = writeln!(w, "# not moved by one stretched sample): the simulator draws each micro-batch's time from");
+    let _ = writeln!(w, "# it, so ranks reach a blocking collective apart (sim/straggle.rs).");
+    let _ = writeln!(w, "micro_batch_cv = {:e}", cc.micro_batch.robust_cv().min(0.5));
     s
 }
 
@@ -348,6 +352,8 @@ mod tests {
         // The simulator's cost model reads the rates.
         let spec = p.sim_spec(&nano, 1000, 1024, vec![1.0; 4]).unwrap();
         assert_eq!((spec.memory_bytes_per_s, spec.flops_per_s), (Some(28e6), Some(2e9)));
+        // 10, 11, 9 ms: deviations 0, 1, 1 ms from the median, so 1.4826 x 1 ms / 10 ms.
+        assert!((spec.micro_batch_cv - 0.14826).abs() < 1e-9, "{}", spec.micro_batch_cv);
     }
 
     #[test]

@@ -192,7 +192,7 @@ pub(super) fn timing(net: &Net, c: &Costing, s: &DemoSettings, flex: bool) -> Re
             + node.s
             + max(&mut loc.iter().copied())
     } else {
-        kmb + node.s + max(&mut loc.iter().zip(&ex).map(|(l, x)| l + x.s))
+        kmb + net.straggle(c.grad_accum.max(1) as f64) + node.s + max(&mut loc.iter().zip(&ex).map(|(l, x)| l + x.s))
     };
     // Worker 0's own work and traffic (the shard it holds).
     let x = node + ex[0];

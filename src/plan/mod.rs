@@ -36,6 +36,8 @@ pub mod table;
 mod tests_hetero;
 #[cfg(test)]
 mod tests_sim;
+#[cfg(test)]
+mod tests_straggle;
 pub mod time;
 
 pub use model::ModelSpec;

@@ -111,4 +111,13 @@ impl Net<'_> {
     pub(super) fn mb(&self) -> f64 {
         self.work(Work::MicroBatch)
     }
+
+    /// Seconds the latest of the cluster's workers reaches a blocking
+    /// collective after the mean, each having computed `micro_batches`
+    /// since the last one (0 without a micro-batch spread; sim/straggle.rs).
+    /// Every worker waits for the world: the groups of a step chain them.
+    pub(super) fn straggle(&self, micro_batches: f64) -> f64 {
+        let s = &self.c.spec;
+        crate::runtime::sim::straggle::straggle_s(s.topology.workers, micro_batches, self.mb(), s.micro_batch_cv)
+    }
 }

@@ -83,6 +83,7 @@ pub fn costing(model: &ModelSpec, profile: &ClusterProfile, k: &Knobs) -> Result
             flops_per_s: profile.work_rates().1,
             interference: profile.interference(),
             start: Vec::new(),
+            micro_batch_cv: profile.timing.micro_batch_cv.unwrap_or(0.0),
             parallel: true,
         },
         wire: k.wire.or(profile.wire).unwrap_or_default(),

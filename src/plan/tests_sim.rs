@@ -52,7 +52,7 @@ pub(super) fn sim_plan(steps: u64, wire: crate::comm::WireDtype, layout: &crate:
 }
 
 /// What plan costs for the tiny model under `spec`, as the run `plan` does (f32, known layout).
-fn sim_costing(
+pub(super) fn sim_costing(
     spec: crate::runtime::sim::SimSpec,
     plan: &Plan,
     batch: usize,

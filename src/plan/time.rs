@@ -62,8 +62,20 @@ fn accumulate_while(net: &Net, c: &Costing, r: &Xfer) -> (f64, f64, f64) {
     (s, k, mb)
 }
 
-/// Timing of one step or round of `method` under `c` (module docs).
+/// Timing of one step or round of `method` under `c` (module docs). With a
+/// micro-batch spread (`micro_batch_cv`), the blocking rules add the
+/// expected wait for the latest member (sim/straggle.rs) and every row is
+/// an expectation of the simulator's drawn times, so none is exact.
 pub fn timing(method: &Method, c: &Costing) -> Result<Timing> {
+    let mut t = rule_timing(method, c)?;
+    if c.spec.micro_batch_cv > 0.0 {
+        t.exact = false;
+        t.rule.push_str("; micro-batch times vary (micro_batch_cv): a blocking collective waits the expected latest arrival, an overlapped one is costed without it");
+    }
+    Ok(t)
+}
+
+fn rule_timing(method: &Method, c: &Costing) -> Result<Timing> {
     let net = Net { c };
     let (n, world, k) = (c.params, c.workers(), c.grad_accum.max(1) as f64);
     let mb = net.mb();
@@ -93,12 +105,15 @@ pub fn timing(method: &Method, c: &Costing) -> Result<Timing> {
         t
     };
     let ar_n = net.dense(Op::AllReduce, n, c.wire, Group::World);
+    // The latest worker's arrival after the mean at a blocking collective,
+    // `mbs` micro-batches after the last one (sim/straggle.rs).
+    let wait = |mbs: f64| net.straggle(mbs);
     Ok(match method {
         // Blocking all-reduce after the micro-batches, then the step: nothing hidden.
         Method::Ddp => {
             let compute = k * mb + opt_n;
             t(
-                compute + ar_n.s,
+                compute + wait(k) + ar_n.s,
                 1,
                 k,
                 compute,
@@ -109,7 +124,7 @@ pub fn timing(method: &Method, c: &Costing) -> Result<Timing> {
         // The sharded round (RS, shard step, AG) blocks the next micro-batch.
         Method::Zero1 => {
             let r = sharded_round(&net, c, false);
-            t(k * mb + r.s, 1, k, k * mb, r, "none: the next forward needs the gathered parameters")
+            t(k * mb + wait(k) + r.s, 1, k, k * mb, r, "none: the next forward needs the gathered parameters")
         }
         // One round per step, micro-batches computed while it runs (one step stale).
         Method::Dpu(_) | Method::AccoWp => {
@@ -136,7 +151,7 @@ pub fn timing(method: &Method, c: &Costing) -> Result<Timing> {
             }
             let compute = inner(s.tau) + extra;
             t(
-                compute + x.s,
+                compute + wait(s.tau as f64 * k) + x.s,
                 s.tau,
                 s.tau as f64 * k,
                 compute,
@@ -147,7 +162,7 @@ pub fn timing(method: &Method, c: &Costing) -> Result<Timing> {
         Method::SlowMo(s) => {
             let compute = inner(s.tau) + net.work(Work::Elementwise { name: "slowmo outer step", elems: 2 * n });
             t(
-                compute + ar_n.s,
+                compute + wait(s.tau as f64 * k) + ar_n.s,
                 s.tau,
                 s.tau as f64 * k,
                 compute,
@@ -173,7 +188,7 @@ pub fn timing(method: &Method, c: &Costing) -> Result<Timing> {
         Method::Co2(s) if s.is_reference() => {
             let compute = inner(s.tau) + net.work(Work::Elementwise { name: "co2 reference outer step", elems: 2 * n });
             let rule = "none: the released code's average (reduce + broadcast) blocks, once every tau steps";
-            t(compute + ar_n.s, s.tau, s.tau as f64 * k, compute, ar_n, rule)
+            t(compute + wait(s.tau as f64 * k) + ar_n.s, s.tau, s.tau as f64 * k, compute, ar_n, rule)
         }
         Method::Co2(s) if !s.shard_outer => {
             let outer = net.work(Work::Elementwise { name: "co2 outer step", elems: 5 * n });
@@ -215,7 +230,7 @@ pub fn timing(method: &Method, c: &Costing) -> Result<Timing> {
             };
             let compute = inner(s.h) + local;
             t(
-                compute + comm.s,
+                compute + wait(s.h as f64 * k) + comm.s,
                 s.h,
                 s.h as f64 * k,
                 compute,

@@ -128,6 +128,14 @@ pub struct TimingProfile {
     /// Fixed seconds per micro-batch; overrides the FLOP model and `[device]`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub seconds_per_micro_batch: Option<f64>,
+    /// How much one micro-batch's time varies: its standard deviation over
+    /// its median, in [0, 0.5] (`lowcomm calibrate` measures it). The
+    /// simulator draws each micro-batch's time from it, so members reach a
+    /// blocking collective apart and the first waits for the last; `plan`
+    /// adds that wait's expectation (sim/straggle.rs). Default 0: every
+    /// micro-batch takes the same time and nobody waits for a straggler.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub micro_batch_cv: Option<f64>,
 }
 
 /// `Some(x)` must be positive and finite; `None` is fine.
@@ -199,6 +207,9 @@ impl ClusterProfile {
         positive("timing.params", t.params, "125e6 for GPT-Neo-125M")?;
         positive("timing.flops_per_token", t.flops_per_token, "7.5e8 = 6 x 125e6 for GPT-Neo-125M")?;
         positive("timing.seconds_per_micro_batch", t.seconds_per_micro_batch, "0.15")?;
+        if let Some(cv) = t.micro_batch_cv.filter(|cv| !(0.0..=0.5).contains(cv)) {
+            bail!("timing.micro_batch_cv must be in [0, 0.5] (a micro-batch's standard deviation over its median), got {cv} (e.g. 0.04; 0 = every micro-batch takes the same time)");
+        }
         ensure!(
             t.tokens_per_micro_batch != Some(0),
             "timing.tokens_per_micro_batch must be at least 1 (e.g. 24576 = 24 sequences x 1024 tokens)"
@@ -314,6 +325,7 @@ impl ClusterProfile {
             flops_per_s: self.work_rates().1,
             interference: self.interference(),
             start: Vec::new(),
+            micro_batch_cv: self.timing.micro_batch_cv.unwrap_or(0.0),
             parallel: true,
         })
     }

@@ -28,6 +28,7 @@ mod comm;
 mod jobs;
 mod spec;
 mod state;
+pub mod straggle;
 #[cfg(test)]
 mod tests;
 
@@ -81,7 +82,15 @@ impl Ctx for SimCtx {
             let mut st = self.state.borrow_mut();
             // Slower while this worker's communication runs (spec.rs, Interference).
             let slowdown = if st.parts[self.rank].comm_idle { 1.0 } else { st.spec.interference.compute };
-            let dt = st.spec.cost(work, st.parts[self.rank].speed) * slowdown;
+            let mut dt = st.spec.cost(work, st.parts[self.rank].speed) * slowdown;
+            if work == Work::MicroBatch {
+                // Micro-batches vary in time (straggle.rs): drawn from (rank, index), not from the order of events.
+                dt *= straggle::micro_batch_factor(
+                    st.spec.micro_batch_cv,
+                    self.rank,
+                    st.parts[self.rank].times.micro_batches,
+                );
+            }
             let now = st.now;
             let part = &mut st.parts[self.rank];
             part.computing_until = now + dt;

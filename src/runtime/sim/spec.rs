@@ -30,6 +30,11 @@ pub struct SimSpec {
     pub interference: Interference,
     /// Where each participant's clock starts (empty: at zero).
     pub start: StartClocks,
+    /// Relative spread of one micro-batch's time (standard deviation over
+    /// median): each micro-batch takes `micro_batch_s x (1 + cv z)`, z drawn
+    /// per participant and micro-batch (straggle.rs). 0: all take exactly
+    /// `micro_batch_s`.
+    pub micro_batch_cv: f64,
     /// Run the math of participants whose virtual compute intervals
     /// overlap at once, on `min(participants, cores)` job threads
     /// (sim/jobs.rs); `false` runs every compute on the executor's thread,
@@ -54,6 +59,7 @@ impl SimSpec {
             flops_per_s: None,
             interference: Interference::NONE,
             start: Vec::new(),
+            micro_batch_cv: 0.0,
             parallel: true,
         }
     }

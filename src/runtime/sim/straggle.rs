@@ -1,0 +1,115 @@
+//! Micro-batches that do not all take the same time, and what that costs a
+//! blocking collective (issue 29, planner-accuracy finding 11).
+//!
+//! On a real machine two ranks reach each step's collective a few
+//! milliseconds apart: every micro-batch takes a slightly different time,
+//! and the rank that arrives first waits for the last. With the profile's
+//! `[timing] micro_batch_cv` (the standard deviation of one micro-batch's
+//! time over its median, which `lowcomm calibrate` measures), the simulator
+//! draws each micro-batch's time as `median x (1 + cv z)`, z standard
+//! normal, from a hash of (participant, micro-batch index): the draws do
+//! not depend on the order the executor runs things in, so a run repeats
+//! bit for bit and the parallel simulator gives the sequential one's
+//! times. `plan` takes the expectation instead: N members that each
+//! computed K micro-batches since they last met reach the collective
+//! `e_N cv mb sqrt(K)` after the mean, e_N the expected largest of N
+//! standard normals ([`expected_max_of_normals`]).
+
+use crate::data::sampler::splitmix64;
+
+/// The factor on the `index`-th micro-batch of participant `rank`:
+/// `max(0, 1 + cv z)`, z a standard normal drawn from the pair (Box-Muller).
+/// Exactly 1 for `cv = 0`.
+pub fn micro_batch_factor(cv: f64, rank: usize, index: u64) -> f64 {
+    if cv == 0.0 {
+        return 1.0;
+    }
+    let key = splitmix64(splitmix64(rank as u64) ^ index);
+    // Two uniforms in (0, 1]: 53 random bits each, never 0 (ln 0).
+    let unit = |x: u64| ((x >> 11) + 1) as f64 / (1u64 << 53) as f64;
+    let (u1, u2) = (unit(splitmix64(key)), unit(splitmix64(key ^ 0x5DEE_CE66_D1CE_5EED)));
+    let z = (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos();
+    (1.0 + cv * z).max(0.0)
+}
+
+/// E[max of n independent standard normals]: 0 for n = 1, 1/sqrt(pi) for
+/// 2, 3/(2 sqrt(pi)) for 3, 1.0294 for 4, 1.7660 for 16. Numerically,
+/// `sum x d(Phi(x)^n)` over [-12, 12] in steps of 1e-3 (Phi by the
+/// trapezoid rule), to about 1e-7.
+pub fn expected_max_of_normals(n: usize) -> f64 {
+    if n <= 1 {
+        return 0.0;
+    }
+    const H: f64 = 1e-3;
+    let pdf = |x: f64| (-0.5 * x * x).exp() / (std::f64::consts::TAU).sqrt();
+    let (mut x, mut cdf, mut e) = (-12.0, 0.0f64, 0.0);
+    while x < 12.0 {
+        let next = cdf + 0.5 * H * (pdf(x) + pdf(x + H));
+        e += (x + 0.5 * H) * (next.powi(n as i32) - cdf.powi(n as i32));
+        cdf = next;
+        x += H;
+    }
+    e
+}
+
+/// Seconds the last of `members` arrives after the mean, each having
+/// computed `micro_batches` micro-batches of `mb` seconds with relative
+/// spread `cv` since they last met: `e_N cv mb sqrt(K)`.
+pub fn straggle_s(members: usize, micro_batches: f64, mb: f64, cv: f64) -> f64 {
+    expected_max_of_normals(members) * cv * mb * micro_batches.max(0.0).sqrt()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn expected_max_of_normals_by_hand() {
+        let sqrt_pi = std::f64::consts::PI.sqrt();
+        assert_eq!(expected_max_of_normals(1), 0.0);
+        assert!((expected_max_of_normals(2) - 1.0 / sqrt_pi).abs() < 1e-6);
+        assert!((expected_max_of_normals(3) - 1.5 / sqrt_pi).abs() < 1e-6);
+        // Tables of normal order statistics (e.g. Harter 1961): 1.02938, 1.76599.
+        assert!((expected_max_of_normals(4) - 1.02938).abs() < 1e-5);
+        assert!((expected_max_of_normals(16) - 1.76599).abs() < 1e-5);
+    }
+
+    #[test]
+    fn straggle_grows_with_the_square_root_of_the_micro_batches() {
+        // Two members, cv 0.1, 50 ms micro-batches, 4 of them: 0.5642 x 0.1 x 0.05 x 2.
+        let s = straggle_s(2, 4.0, 0.05, 0.1);
+        assert!((s - 0.5642 * 0.1 * 0.05 * 2.0).abs() < 1e-6, "{s}");
+        assert_eq!(straggle_s(1, 4.0, 0.05, 0.1), 0.0);
+        assert_eq!(straggle_s(8, 4.0, 0.05, 0.0), 0.0);
+    }
+
+    #[test]
+    fn micro_batch_factors_have_mean_1_and_spread_cv_and_repeat() {
+        assert_eq!(micro_batch_factor(0.0, 3, 7), 1.0);
+        let n = 200_000u64;
+        let f: Vec<f64> = (0..n).map(|i| micro_batch_factor(0.05, (i % 4) as usize, i / 4)).collect();
+        let mean = f.iter().sum::<f64>() / n as f64;
+        let sd = (f.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / n as f64).sqrt();
+        assert!((mean - 1.0).abs() < 1e-3 && (sd - 0.05).abs() < 1e-3, "mean {mean}, sd {sd}");
+        // The same (rank, index) always draws the same factor; neighbours differ.
+        assert_eq!(micro_batch_factor(0.05, 1, 9), micro_batch_factor(0.05, 1, 9));
+        assert_ne!(micro_batch_factor(0.05, 1, 9), micro_batch_factor(0.05, 2, 9));
+        assert_ne!(micro_batch_factor(0.05, 1, 9), micro_batch_factor(0.05, 1, 10));
+    }
+
+    #[test]
+    fn the_mean_straggle_of_drawn_micro_batches_is_the_expected_one() {
+        // 4 members, 9 micro-batches each, 20k meetings: the latest sum's
+        // mean excess over 9 is e_4 x cv x 3.
+        let (members, k, cv, rounds) = (4usize, 9u64, 0.1, 20_000u64);
+        let mut excess = 0.0;
+        for r in 0..rounds {
+            let latest = (0..members)
+                .map(|m| (0..k).map(|i| micro_batch_factor(cv, m, r * k + i)).sum::<f64>())
+                .fold(f64::MIN, f64::max);
+            excess += latest - k as f64;
+        }
+        let (got, want) = (excess / rounds as f64, straggle_s(members, k as f64, 1.0, cv));
+        assert!((got - want).abs() < 0.02 * want, "measured {got}, expected {want}");
+    }
+}
