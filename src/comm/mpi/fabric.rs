@@ -68,33 +68,45 @@ impl MpiFabric {
         }
     }
 
-    /// Completes the sends that have finished; with `all`, waits for every
-    /// one (aborting the job after the collective timeout).
-    fn progress_sends(&mut self, all: bool) {
+    /// Completes the sends that have finished.
+    fn progress_sends(&mut self) {
+        self.outgoing.retain_mut(|o| {
+            let req = o.req.take().expect("a pending send has its request");
+            match req.test() {
+                Ok(_) => {
+                    // SAFETY: the request that read the buffer completed;
+                    // the buffer came from Box::leak in `send`.
+                    drop(unsafe { Box::from_raw(o.buf) });
+                    false
+                }
+                Err(req) => {
+                    o.req = Some(req);
+                    true
+                }
+            }
+        });
+    }
+
+    /// Waits until every send has completed, aborting the job after the
+    /// collective timeout; with `receiving`, receives go on meanwhile (into
+    /// `arrived`, as `progress` moves them).
+    fn wait_for_sends(&mut self, receiving: bool) {
         let t = Instant::now();
         loop {
-            self.outgoing.retain_mut(|o| {
-                let req = o.req.take().expect("a pending send has its request");
-                match req.test() {
-                    Ok(_) => {
-                        // SAFETY: the request that read the buffer completed;
-                        // the buffer came from Box::leak in `send`.
-                        drop(unsafe { Box::from_raw(o.buf) });
-                        false
-                    }
-                    Err(req) => {
-                        o.req = Some(req);
-                        true
-                    }
-                }
-            });
-            if !all || self.outgoing.is_empty() {
+            if receiving {
+                self.progress(None);
+            } else {
+                self.progress_sends();
+            }
+            if self.outgoing.is_empty() {
                 return;
             }
-            if t.elapsed() > self.poll.timeout {
+            let waited = t.elapsed();
+            if waited > self.poll.timeout {
                 abort_job(&self.world, self.rank, "a message send did not complete: its receiver has probably died");
             }
-            std::thread::yield_now();
+            // Sends in flight: their bytes move only in MPI calls (mod.rs, Wait::for_receive).
+            self.poll.wait.for_receive(true).pause(waited);
         }
     }
 
@@ -144,7 +156,7 @@ impl MpiFabric {
     /// receiving the next message from `from` (anyone: `None`) whose
     /// envelope has come, and takes one that has come whole.
     fn progress(&mut self, from: Option<usize>) {
-        self.progress_sends(false);
+        self.progress_sends();
         self.start_receive(from);
         self.progress_receives();
     }
@@ -184,7 +196,7 @@ impl MpiFabric {
 
 impl Drop for MpiFabric {
     fn drop(&mut self) {
-        self.progress_sends(true);
+        self.wait_for_sends(false);
         // A receive started is finished before its buffer goes (the message is dropped unread).
         let t = Instant::now();
         while self.incoming.is_some() && t.elapsed() < self.poll.timeout {
@@ -231,24 +243,13 @@ impl Fabric for MpiFabric {
         let shared: &'static [u8] = unsafe { &*ptr };
         let req = self.p2p.process_at_rank(to as i32).immediate_send_with_tag(StaticScope, shared, MESSAGE_TAG);
         self.outgoing.push(Outgoing { req: Some(req), buf: ptr });
-        self.progress_sends(false);
+        self.progress_sends();
     }
     /// Receives go on meanwhile (into `arrived`): a server sending one
     /// worker its model still takes another's update on its other direction,
-    /// as the simulator's does; waiting as `probe` does with sends in flight.
+    /// as the simulator's does.
     fn flush(&mut self) {
-        let t = Instant::now();
-        loop {
-            self.progress(None);
-            if self.outgoing.is_empty() {
-                return;
-            }
-            let waited = t.elapsed();
-            if waited > self.poll.timeout {
-                abort_job(&self.world, self.rank, "a message send did not complete: its receiver has probably died");
-            }
-            self.poll.wait.for_receive(true).pause(waited);
-        }
+        self.wait_for_sends(true);
     }
     fn recv(&mut self, from: usize) -> Message {
         self.probe(Some(from), None).expect("no timeout").1
