@@ -103,7 +103,7 @@ pub async fn run_server<C: Ctx>(
     mut j: Journal,
 ) -> Result<WorkerReport> {
     let served = match method {
-        Method::AsyncDiloco(s) => diloco::async_diloco::server(ctx, theta0, plan, s, &mut j).await?,
+        Method::AsyncDiloco(s) => diloco::async_server::server(ctx, theta0, plan, s, &mut j).await?,
         m => bail!("{} has no parameter server", m.name()),
     };
     let params = served.outcome.model.as_ref().map(|m| m.values.clone()).unwrap_or_default();

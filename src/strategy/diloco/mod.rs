@@ -5,7 +5,8 @@
 //!
 //! ```text
 //! diloco.rs          synchronous DiLoCo (Algorithm 1): h inner steps, all-reduce, outer step
-//! async_diloco.rs    asynchronous DiLoCo (Algorithm 2): the worker side and the server side
+//! async_diloco.rs    asynchronous DiLoCo (Algorithm 2): the pseudo-code, the worker side
+//! async_server.rs    its parameter server: updates on arrival, rounds handed out in groups
 //! param_server.rs    the server's decisions as pure functions: grace, DyLU, eq. 2
 //! shards.rs          data shards on the server and their per-shard schedules (eqs. 2-3)
 //! server_state.rs    what the server checkpoints and resumes from
@@ -19,6 +20,7 @@
 //! ```
 
 pub mod async_diloco;
+pub mod async_server;
 pub mod async_settings;
 // The family is named for its paper's baseline; `diloco.rs` is that method.
 #[allow(clippy::module_inception)]

@@ -71,17 +71,17 @@ fn async_dn_with_equal_speeds_and_grace_covering_all_is_sync_diloco() {
 #[test]
 fn the_last_rounds_share_what_is_left_of_the_budget_in_proportion() {
     // Nothing cut while the budget covers what the group wants.
-    assert_eq!(crate::strategy::diloco::async_diloco::cut_to_budget(&[2, 2, 2], 9), [2, 2, 2]);
-    assert_eq!(crate::strategy::diloco::async_diloco::cut_to_budget(&[4, 2], 7), [4, 2]);
+    assert_eq!(crate::strategy::diloco::async_server::cut_to_budget(&[2, 2, 2], 9), [2, 2, 2]);
+    assert_eq!(crate::strategy::diloco::async_server::cut_to_budget(&[4, 2], 7), [4, 2]);
     // 3 left for three rounds of 2: one step each, as sync DiLoCo's last round.
-    assert_eq!(crate::strategy::diloco::async_diloco::cut_to_budget(&[2, 2, 2], 3), [1, 1, 1]);
+    assert_eq!(crate::strategy::diloco::async_server::cut_to_budget(&[2, 2, 2], 3), [1, 1, 1]);
     // DyLU's 4 and 2 with 5 left: ceil(5 x 4/6) = 4, then the 1 left.
-    assert_eq!(crate::strategy::diloco::async_diloco::cut_to_budget(&[4, 2], 5), [4, 1]);
+    assert_eq!(crate::strategy::diloco::async_server::cut_to_budget(&[4, 2], 5), [4, 1]);
     // --steps 3 with H = 50 on 3 workers: 9 steps in all, not 150.
-    assert_eq!(crate::strategy::diloco::async_diloco::cut_to_budget(&[50, 50, 50], 9), [3, 3, 3]);
+    assert_eq!(crate::strategy::diloco::async_server::cut_to_budget(&[50, 50, 50], 9), [3, 3, 3]);
     // 3 left for two rounds of 50: ceil(3 x 50/100) = 2, then 1.
-    assert_eq!(crate::strategy::diloco::async_diloco::cut_to_budget(&[50, 50], 3), [2, 1]);
-    assert_eq!(crate::strategy::diloco::async_diloco::cut_to_budget(&[4, 2], 0), [0, 0]);
+    assert_eq!(crate::strategy::diloco::async_server::cut_to_budget(&[50, 50], 3), [2, 1]);
+    assert_eq!(crate::strategy::diloco::async_server::cut_to_budget(&[4, 2], 0), [0, 0]);
 }
 
 #[test]

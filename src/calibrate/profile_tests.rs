@@ -1,0 +1,155 @@
+use super::super::compute::ComputeCosts;
+use super::super::{fit, Options};
+use super::*;
+use crate::model::GptConfig;
+use crate::runtime::cluster::ClusterProfile;
+
+#[test]
+fn utc_dates_by_hand() {
+    // The format only; 2026 or later.
+    let now = utc_now();
+    assert!(now.ends_with(" UTC") && now.len() == 20 && now[..4].parse::<u32>().unwrap() >= 2026, "{now}");
+}
+
+/// A calibration from hand-made numbers: 2 workers, 10 ms micro-batches,
+/// AdamW 1 ms over 1000 parameters, a 2-member all-reduce of
+/// 10 us + B / 1 GB/s, and an inter tier as given.
+fn hand(nodes: usize) -> Calibration {
+    let model = GptConfig::nano();
+    let compute = ComputeCosts {
+        params: 1000,
+        micro_batch: Samples(vec![0.010, 0.011, 0.009]),
+        adamw: Samples(vec![1e-3]),
+        outer: Samples(vec![2e-3]),
+        demo: Samples(vec![4e-3]),
+        demo_flops: 8e6,
+    };
+    let sweep: Vec<(f64, f64)> = [4.0, 1024.0, 1048576.0].iter().map(|&b| (b, 10e-6 + b / 1e9)).collect();
+    let opts = Options {
+        preset: "nano".into(),
+        model,
+        batch: 16,
+        seq: 64,
+        workers_per_node: 2,
+        nodes,
+        repeats: 3,
+        warmup: 0,
+        max_bytes: 1 << 20,
+        intra: None,
+        inter: Some("1gbit,50us".into()),
+        name: None,
+        command: "lowcomm calibrate --out x.toml".into(),
+    };
+    let m = Measured {
+        how: "by hand".into(),
+        members: 2,
+        all_reduce: (sweep.clone(), fit::fit(&sweep).unwrap()),
+        ping_pong: None,
+    };
+    Calibration {
+        opts,
+        backend: "threads".into(),
+        nodes,
+        workers_per_node: 2,
+        sharing: 2,
+        compute,
+        memory_per_worker: Some(8e9),
+        intra: TierSource::Measured(m),
+        inter: Some(TierSource::Given { spec: "1gbit,50us".into(), why: "given".into() }),
+        overlap: None,
+    }
+}
+
+#[test]
+fn measured_overlap_factors_reach_the_simulator() {
+    let mut c = hand(1);
+    c.overlap = Some(Overlap {
+        bytes: 4000,
+        members: 2,
+        comm_alone: Samples(vec![0.5]),
+        comm_overlapped: Samples(vec![0.625]),
+        compute_overlapped: Samples(vec![0.02]),
+    });
+    let text = render(&c);
+    let p = ClusterProfile::from_toml(&text).unwrap_or_else(|e| panic!("{e:#}\n{text}"));
+    // 0.625 / 0.5; 20 ms over the 10 ms median micro-batch.
+    let spec = p.sim_spec(&GptConfig::nano(), 1000, 1024, vec![1.0; 2]).unwrap();
+    assert_eq!(spec.interference, crate::runtime::sim::Interference { compute: 2.0, comm: 1.25 });
+    assert!(text.contains("while the rank computes"), "{text}");
+    // Without the measurement (one process), no factors are written.
+    assert!(!render(&hand(1)).contains("overlap_"));
+}
+
+#[test]
+fn the_profile_parses_and_gives_back_the_measured_numbers() {
+    let text = render(&hand(2));
+    let p = ClusterProfile::from_toml(&text).unwrap_or_else(|e| panic!("{e:#}\n{text}"));
+    assert_eq!((p.nodes, p.workers_per_node, p.workers()), (2, 2, 4));
+    let nano = GptConfig::nano();
+    // The micro-batch's median back through the FLOP model, for the model measured.
+    let mb = p.micro_batch_s(&nano, 1).unwrap();
+    assert!((mb - 0.010).abs() < 1e-12, "{mb}");
+    let d = p.device.clone().unwrap();
+    // 28 B x 1000 / 1 ms = 28 MB/s; 8e6 FLOPs / 4 ms = 2 GFLOP/s.
+    assert_eq!((d.memory_bandwidth, d.sustained_flops, d.memory), (Some(28e6), Some(2e9), Some(8e9)));
+    // 2 members: alpha = a / 2 = 5 us, bw = 1 / b = 1 GB/s.
+    let l = p.link_model().unwrap();
+    assert!(
+        (l.intra.latency_s - 5e-6).abs() < 1e-10 && (l.intra.bandwidth_bytes_per_s / 1e9 - 1.0).abs() < 1e-4,
+        "{l:?}"
+    );
+    assert_eq!(l.inter.unwrap().bandwidth_bytes_per_s, 1e9 / 8.0);
+    assert!(text.contains("inter: NOT MEASURED") && text.contains("WITH ALL 2 WORKERS OF A NODE"), "{text}");
+    // The simulator's cost model reads the rates.
+    let spec = p.sim_spec(&nano, 1000, 1024, vec![1.0; 4]).unwrap();
+    assert_eq!((spec.memory_bytes_per_s, spec.flops_per_s), (Some(28e6), Some(2e9)));
+    // 10, 11, 9 ms: deviations 0, 1, 1 ms from the median, so 1.4826 x 1 ms / 10 ms.
+    assert!((spec.micro_batch_cv - 0.14826).abs() < 1e-9, "{}", spec.micro_batch_cv);
+}
+
+#[test]
+fn a_sweep_that_does_not_fit_is_said_to_in_the_profile() {
+    let mut c = hand(1);
+    let bad = vec![(4.0, 1e-3), (1024.0, 1e-3), (16384.0, 20e-3), (4194304.0, 21e-3)];
+    c.intra = TierSource::Measured(Measured {
+        how: "by hand".into(),
+        members: 2,
+        all_reduce: (bad.clone(), fit::fit(&bad).unwrap()),
+        ping_pong: None,
+    });
+    let text = render(&c);
+    assert!(text.contains("DOES NOT FIT alpha-beta") && text.contains("WARNING: this link does not fit"), "{text}");
+    // The simulator's all-reduce over the two ranks gives back each
+    // measured time, not the line's, and grows with size between them.
+    let l = ClusterProfile::from_toml(&text).unwrap().link_model().unwrap();
+    for &(b, t) in &bad {
+        assert!(
+            (l.intra.all_reduce_s(b, 2) - t).abs() <= 1e-15,
+            "{b} B: {} s, measured {t}",
+            l.intra.all_reduce_s(b, 2)
+        );
+    }
+    assert!(l.intra.all_reduce_s(8192.0, 2) > l.intra.all_reduce_s(2048.0, 2));
+}
+
+#[test]
+fn a_measured_ping_pong_costs_point_to_point_messages() {
+    // One-way messages of 4 B in 0.2 ms and 1 MiB in 90 ms: a message of
+    // 1 MiB costs the ping-pong's time, the all-reduce its own sweep's.
+    let mut c = hand(1);
+    let pp = vec![(4.0, 2e-4), (1048576.0, 0.09)];
+    let sweep: Vec<(f64, f64)> = [4.0, 1024.0, 1048576.0].iter().map(|&b| (b, 10e-6 + b / 1e9)).collect();
+    c.intra = TierSource::Measured(Measured {
+        how: "by hand".into(),
+        members: 2,
+        all_reduce: (sweep.clone(), fit::fit(&sweep).unwrap()),
+        ping_pong: Some((pp.clone(), fit::fit(&pp).unwrap())),
+    });
+    let text = render(&c);
+    assert!(text.contains("ping_pong = ["), "{text}");
+    let l = ClusterProfile::from_toml(&text).unwrap_or_else(|e| panic!("{e:#}\n{text}")).link_model().unwrap();
+    assert!((l.intra.message_time_s(1048576.0) - 0.09).abs() <= 1e-15);
+    assert!((l.intra.all_reduce_s(1048576.0, 2) - sweep[2].1).abs() <= 1e-15);
+    // Without one, a message costs the all-reduce sweep's half-round message.
+    assert!(!render(&hand(1)).contains("ping_pong ="));
+}
