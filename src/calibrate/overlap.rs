@@ -14,7 +14,7 @@
 //! micro-batch beside an all-reduce against micro-batches timed right after
 //! it with no all-reduce running. Held against the compute phase's median
 //! instead, minutes earlier, three calibrations measured 1.20-1.98 where
-//! the runs that followed slowed by about 1.15
+//! the acco runs that followed computed at 1.15-1.29x
 //! (docs/results/planner-accuracy.md, findings 15 and 16).
 
 use super::compute::{tokens, Samples};
