@@ -139,8 +139,8 @@ pub fn measure(
         stop.store(true, Ordering::Release);
         worker.join().expect("the overlap's compute thread")
     });
-    let within = |within: &[(Instant, Instant)]| {
-        let inside = |(a, b): &&(Instant, Instant)| within.iter().any(|(s, e)| a >= s && b <= e);
+    let within = |stretches: &[(Instant, Instant)]| {
+        let inside = |(a, b): &&(Instant, Instant)| stretches.iter().any(|(s, e)| a >= s && b <= e);
         Samples(spans.iter().filter(inside).map(secs).collect())
     };
     Overlap {
@@ -178,45 +178,16 @@ mod tests {
         assert_eq!(none.compute_factor(), 1.0);
     }
 
-    /// A group of one whose all-reduce takes `0` seconds, as a link would,
-    /// without using the cores.
-    struct SlowLink(crate::comm::LocalComm, std::time::Duration);
-
-    impl Communicator for SlowLink {
-        fn rank(&self) -> usize {
-            self.0.rank()
-        }
-        fn world(&self) -> usize {
-            self.0.world()
-        }
-        fn all_reduce(&mut self, buf: &mut [f32], op: ReduceOp, wire: WireDtype) {
-            std::thread::sleep(self.1);
-            self.0.all_reduce(buf, op, wire)
-        }
-        fn reduce_scatter(&mut self, input: &[f32], output: &mut [f32], op: ReduceOp, wire: WireDtype) {
-            self.0.reduce_scatter(input, output, op, wire)
-        }
-        fn all_gather(&mut self, input: &[f32], output: &mut [f32], wire: WireDtype) {
-            self.0.all_gather(input, output, wire)
-        }
-        fn broadcast(&mut self, buf: &mut [f32], root: usize, wire: WireDtype) {
-            self.0.broadcast(buf, root, wire)
-        }
-        fn all_gather_bytes(&mut self, input: &[u8], output: &mut [u8]) {
-            self.0.all_gather_bytes(input, output)
-        }
-        fn barrier(&mut self) {
-            self.0.barrier()
-        }
-        fn stats(&self) -> crate::comm::CommStats {
-            self.0.stats()
-        }
-    }
-
     #[test]
     fn micro_batches_are_timed_beside_each_all_reduce_and_alone_right_after() {
+        // A group of one whose all-reduce takes 60 ms, as a link would,
+        // without using the cores.
         let member = crate::comm::LocalGroup::new(1).pop().expect("one member");
-        let mut link = SlowLink(member, std::time::Duration::from_millis(60));
+        let mut link =
+            crate::comm::local::AllReduceBy(member, |m: &mut crate::comm::LocalComm, buf: &mut [f32], op, wire| {
+                std::thread::sleep(std::time::Duration::from_millis(60));
+                m.all_reduce(buf, op, wire)
+            });
         let model = GptConfig::gpt2(37, 16, 1, 2, 8);
         let o = measure(&mut link, &model, (2, 8), 1 << 10, 3);
         assert_eq!((o.comm_alone.0.len(), o.comm_overlapped.0.len()), (3, 3));

@@ -343,6 +343,44 @@ impl Communicator for LocalComm {
 mod fabric;
 pub use fabric::LocalFabric;
 
+/// A member of a local group whose all-reduce is `F` (given the member
+/// and the call's arguments); every other collective is the member's.
+/// Tests use it for a backend whose all-reduce differs: one that sums in
+/// another order (local_tests.rs), a slow link (calibrate/overlap.rs).
+#[cfg(test)]
+pub(crate) struct AllReduceBy<F>(pub LocalComm, pub F);
+
+#[cfg(test)]
+impl<F: FnMut(&mut LocalComm, &mut [f32], ReduceOp, WireDtype) + Send> Communicator for AllReduceBy<F> {
+    fn rank(&self) -> usize {
+        self.0.rank()
+    }
+    fn world(&self) -> usize {
+        self.0.world()
+    }
+    fn all_reduce(&mut self, buf: &mut [f32], op: ReduceOp, wire: WireDtype) {
+        (self.1)(&mut self.0, buf, op, wire)
+    }
+    fn reduce_scatter(&mut self, input: &[f32], output: &mut [f32], op: ReduceOp, wire: WireDtype) {
+        self.0.reduce_scatter(input, output, op, wire)
+    }
+    fn all_gather(&mut self, input: &[f32], output: &mut [f32], wire: WireDtype) {
+        self.0.all_gather(input, output, wire)
+    }
+    fn broadcast(&mut self, buf: &mut [f32], root: usize, wire: WireDtype) {
+        self.0.broadcast(buf, root, wire)
+    }
+    fn all_gather_bytes(&mut self, input: &[u8], output: &mut [u8]) {
+        self.0.all_gather_bytes(input, output)
+    }
+    fn barrier(&mut self) {
+        self.0.barrier()
+    }
+    fn stats(&self) -> CommStats {
+        self.0.stats()
+    }
+}
+
 #[cfg(test)]
 #[path = "local_tests.rs"]
 mod tests;

@@ -365,49 +365,22 @@ fn messages_sent_before_a_failure_are_still_delivered() {
 fn conformance_suite_catches_a_backend_that_sums_in_another_order() {
     // Reversed rank order changes the last bits of some sums: the exact
     // recipe check must notice (this is what makes "same bits" testable).
-    struct Reversed(LocalComm);
-    impl Communicator for Reversed {
-        fn rank(&self) -> usize {
-            self.0.rank()
-        }
-        fn world(&self) -> usize {
-            self.0.world()
-        }
-        fn all_reduce(&mut self, buf: &mut [f32], op: ReduceOp, wire: WireDtype) {
-            let (p, n) = (self.world(), buf.len());
-            let mut all = vec![0.0; p * n];
-            self.0.all_gather(buf, &mut all, wire);
-            for (i, x) in buf.iter_mut().enumerate() {
-                // Ranks p-1 down to 0, the first term assigned.
-                *x = all[(p - 1) * n + i];
-                for q in (0..p - 1).rev() {
-                    *x += all[q * n + i];
-                }
-                if op == ReduceOp::Mean {
-                    *x /= p as f32;
-                }
+    fn reversed(c: &mut LocalComm, buf: &mut [f32], op: ReduceOp, wire: WireDtype) {
+        let (p, n) = (c.world(), buf.len());
+        let mut all = vec![0.0; p * n];
+        c.all_gather(buf, &mut all, wire);
+        for (i, x) in buf.iter_mut().enumerate() {
+            // Ranks p-1 down to 0, the first term assigned.
+            *x = all[(p - 1) * n + i];
+            for q in (0..p - 1).rev() {
+                *x += all[q * n + i];
+            }
+            if op == ReduceOp::Mean {
+                *x /= p as f32;
             }
         }
-        fn reduce_scatter(&mut self, i: &[f32], o: &mut [f32], op: ReduceOp, wire: WireDtype) {
-            self.0.reduce_scatter(i, o, op, wire)
-        }
-        fn all_gather(&mut self, i: &[f32], o: &mut [f32], wire: WireDtype) {
-            self.0.all_gather(i, o, wire)
-        }
-        fn broadcast(&mut self, b: &mut [f32], root: usize, wire: WireDtype) {
-            self.0.broadcast(b, root, wire)
-        }
-        fn all_gather_bytes(&mut self, i: &[u8], o: &mut [u8]) {
-            self.0.all_gather_bytes(i, o)
-        }
-        fn barrier(&mut self) {
-            self.0.barrier()
-        }
-        fn stats(&self) -> crate::comm::CommStats {
-            self.0.stats()
-        }
     }
-    let comms: Vec<Reversed> = LocalGroup::new(3).into_iter().map(Reversed).collect();
+    let comms: Vec<_> = LocalGroup::new(3).into_iter().map(|m| super::AllReduceBy(m, reversed)).collect();
     let res = run(comms, |c| crate::comm::conformance::check(c));
     let err = res[0].as_ref().unwrap_err().to_string();
     assert!(err.contains("all_reduce") && err.contains("rank-order recipe"), "{err}");
