@@ -87,7 +87,7 @@ def expected_max_of_normals(n, h=1e-3):
     return e
 
 
-MICRO_BATCH = r"# A micro-batch \(forward \+ backward\): median ([\d.]+) ms \(([\d.]+) \.\. [\d.]+ over (\d+) samples"
+MICRO_BATCH = r"# A micro-batch \(forward \+ backward\): median ([\d.]+) ms(?:, mean [\d.]+)? \(([\d.]+) \.\. [\d.]+ over (\d+) samples"
 
 
 def add_micro_batch_cv(text):

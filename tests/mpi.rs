@@ -75,6 +75,23 @@ fn train(tmp: &Path, backend: &str, method: &str, np: usize) -> (Vec<u32>, Vec<f
     train_env(tmp, backend, method, np, &[])
 }
 
+#[test]
+fn the_auto_wait_sleeps_only_beside_a_computing_worker_in_a_group_across_machines() {
+    use lowcomm::comm::mpi::Wait;
+    // A group on one machine moves through shared memory: yield always.
+    assert_eq!(Wait::Auto.for_group(true).now(true), Wait::Yield);
+    assert_eq!(Wait::Auto.for_group(true).now(false), Wait::Yield);
+    // Across machines: sleep while the worker computes, yield while it waits.
+    assert_eq!(Wait::Auto.for_group(false).now(true), Wait::Sleep);
+    assert_eq!(Wait::Auto.for_group(false).now(false), Wait::Yield);
+    // A wait set by hand stays what it is.
+    for w in [Wait::Spin, Wait::Yield, Wait::Sleep] {
+        for (one_machine, computing) in [(true, true), (false, true), (false, false)] {
+            assert_eq!(w.for_group(one_machine).now(computing), w);
+        }
+    }
+}
+
 /// `env`: environment variables for mpirun; entries whose key starts with
 /// `--` are flags of the in-process run instead.
 fn train_env(tmp: &Path, backend: &str, method: &str, np: usize, env: &[(&str, &str)]) -> (Vec<u32>, Vec<f64>) {

@@ -28,7 +28,7 @@ for spec in "nano 30 8" "micro 8 16"; do
     RAYON_NUM_THREADS=$(( $(nproc) / RANKS > 0 ? $(nproc) / RANKS : 1 )) \
         "$B" compare --methods zero1,acco --workers "$RANKS" --link "$LINK" "${common[@]}" --results "$OUT/$1-local-$RANKS" >/dev/null
 done
-for poll in spin yield sleep; do
+for poll in spin yield sleep auto; do
     echo "== nano acco, LOWCOMM_MPI_POLL=$poll" >&2
     LOWCOMM_MPI_POLL=$poll shaped "$B" compare --backend mpi --methods acco --preset nano --steps 30 --batch-size 8 --eval-every 0 --results "$OUT/poll-$poll" >/dev/null
 done

@@ -45,6 +45,11 @@ impl Samples {
         v.sort_by(f64::total_cmp);
         v.get(v.len() / 2).copied().unwrap_or(0.0)
     }
+    /// The mean (0 when empty): what stretched samples add to a run's time,
+    /// which the median leaves out.
+    pub fn mean(&self) -> f64 {
+        self.0.iter().sum::<f64>() / self.0.len().max(1) as f64
+    }
     /// Smallest and largest.
     pub fn range(&self) -> (f64, f64) {
         self.0.iter().fold((f64::INFINITY, 0.0f64), |(lo, hi), &x| (lo.min(x), hi.max(x)))
@@ -276,6 +281,7 @@ mod tests {
     fn samples_median_range_and_spread_by_hand() {
         let s = Samples(vec![3.0, 1.0, 2.0, 10.0]);
         assert_eq!((s.median(), s.range()), (3.0, (1.0, 10.0)));
+        assert_eq!((s.mean(), Samples(vec![]).mean()), (4.0, 0.0));
         // Deviations from 3: 0, 1, 2, 7; their (upper) median is 2, so 1.4826 x 2 / 3: the 10 counts as one far sample, not by its size.
         assert!((s.robust_cv() - 1.4826 * 2.0 / 3.0).abs() < 1e-12, "{}", s.robust_cv());
         assert_eq!(s.spread(), 3.0);

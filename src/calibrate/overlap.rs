@@ -18,6 +18,7 @@
 //! (docs/results/planner-accuracy.md, findings 15 and 16).
 
 use super::compute::{tokens, Samples};
+use crate::comm::activity::Computing;
 use crate::comm::{Communicator, ReduceOp, WireDtype};
 use crate::model::{Gpt, GptConfig};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -113,10 +114,14 @@ pub fn measure(
                     continue;
                 }
                 busy.store(true, Ordering::Release);
+                // As a training run marks it (runtime/real.rs), so the
+                // all-reduce waits as it would there (comm/activity.rs).
+                let computing = Computing::start();
                 let t = Instant::now();
                 m.zero_grads();
                 std::hint::black_box(m.forward_backward(&x, &y, batch, seq, 1.0));
                 spans.push((t, Instant::now()));
+                drop(computing);
                 busy.store(false, Ordering::Release);
             }
             spans

@@ -32,12 +32,13 @@ pub fn utc_now() -> String {
     format!("{y:04}-{m:02}-{d:02} {:02}:{:02} UTC", rem / 3600, rem % 3600 / 60)
 }
 
-/// `median X ms (min .. max over N samples, spread S%)`.
+/// `median X ms, mean Y (min .. max over N samples, spread S%)`.
 fn stats(s: &Samples, unit: f64, unit_name: &str) -> String {
     let (lo, hi) = s.range();
     format!(
-        "median {:.4} {unit_name} ({:.4} .. {:.4} over {} samples, spread {:.0}%)",
+        "median {:.4} {unit_name}, mean {:.4} ({:.4} .. {:.4} over {} samples, spread {:.0}%)",
         s.median() * unit,
+        s.mean() * unit,
         lo * unit,
         hi * unit,
         s.0.len(),

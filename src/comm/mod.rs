@@ -38,6 +38,7 @@
 //!
 //! With `p = 1` nothing is counted. `ops` counts every call, barrier included.
 
+pub mod activity;
 pub mod bench;
 pub mod bf16;
 pub mod codec;

@@ -16,6 +16,7 @@
 
 use super::real_comm::{RealComm, Receiving};
 use super::{CommTask, Ctx, StartClocks, Topology, Work, WorkerTimes};
+use crate::comm::activity::Computing;
 use crate::comm::stranded::{panic_text, stranded};
 use crate::comm::{Fabric, LinkModel, LocalFabric};
 use crate::metrics::{EventLog, Span};
@@ -144,12 +145,16 @@ impl Ctx for RealCtx {
     async fn compute<R: Send>(&mut self, work: Work, f: impl FnOnce() -> R + Send) -> R {
         let start = self.now();
         let t = Instant::now();
+        // The communication thread waits by this (comm/activity.rs); an
+        // emulated slow worker's sleep counts as computing.
+        let computing = Computing::start();
         let r = f();
         let dt = t.elapsed();
         let mb = work == Work::MicroBatch;
         if mb && self.speed < 1.0 {
             std::thread::sleep(dt.mul_f64(1.0 / self.speed - 1.0));
         }
+        drop(computing);
         let spent = t.elapsed().as_secs_f64();
         self.times.compute_s += spent;
         if mb {

@@ -273,12 +273,17 @@ fn worker_facts_are_visible_to_strategies() {
     assert_eq!(out, vec![(1.0, Some(0.1)), (0.25, Some(0.4))]);
     let real = real::run(real::RealSpec { speeds: vec![0.5], ..real::RealSpec::flat(1) }, |mut ctx| async move {
         let before = ctx.micro_batch_estimate_s();
-        ctx.compute(Work::MicroBatch, || std::thread::sleep(std::time::Duration::from_millis(20))).await;
-        Ok((ctx.speed(), before, ctx.micro_batch_estimate_s()))
+        let micro_batch = || {
+            std::thread::sleep(std::time::Duration::from_millis(20));
+            crate::comm::activity::computing()
+        };
+        let marked = ctx.compute(Work::MicroBatch, micro_batch).await;
+        Ok((ctx.speed(), before, ctx.micro_batch_estimate_s(), marked))
     })
     .unwrap();
-    let (speed, before, after) = real[0];
+    let (speed, before, after, marked) = real[0];
     assert_eq!((speed, before), (0.5, None));
+    assert!(marked, "a communication thread must see the worker computing (comm/activity.rs)");
     // Measured, slowdown included: about 2 x 20 ms.
     assert!(after.unwrap() >= 0.039, "{after:?}");
 }

@@ -77,8 +77,11 @@ fn grow<T: Copy + Default>(v: &mut Vec<T>, len: usize) -> &mut [T] {
 }
 
 impl MpiComm {
+    /// Collective over `comm`'s members (every caller makes it at once).
     pub(super) fn new(comm: SimpleCommunicator, poll: Poll) -> MpiComm {
         let (rank, world) = (comm.rank() as usize, comm.size() as usize);
+        let one_machine = comm.split_shared(0).size() as usize == world;
+        let poll = Poll { wait: poll.wait.for_group(one_machine), ..poll };
         MpiComm {
             comm,
             rank,

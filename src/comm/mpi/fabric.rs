@@ -1,7 +1,7 @@
 //! One MPI rank's view of the job: a communicator per group, made on first
 //! use, and point-to-point messages (the module docs of `comm::mpi`).
 
-use super::{abort_job, MpiComm, Poll};
+use super::{abort_job, MpiComm, Poll, Wait};
 use crate::comm::{CommStats, Communicator, Fabric, Message};
 use mpi::datatype::Equivalence;
 use mpi::point_to_point::{Destination, Source};
@@ -35,7 +35,10 @@ pub struct MpiFabric {
     world: SimpleCommunicator,
     /// Point-to-point messages only.
     p2p: SimpleCommunicator,
+    /// Each group resolves its own wait ([`super::Wait::for_group`]).
     poll: Poll,
+    /// How a message is waited for, resolved over the whole job.
+    message_wait: Wait,
     rank: usize,
     size: usize,
     groups: HashMap<Vec<usize>, MpiComm>,
@@ -54,7 +57,9 @@ unsafe impl Send for MpiFabric {}
 impl MpiFabric {
     pub(super) fn new(world: SimpleCommunicator, p2p: SimpleCommunicator, poll: Poll) -> MpiFabric {
         let (rank, size) = (world.rank() as usize, world.size() as usize);
+        let one_machine = world.split_shared(0).size() as usize == size;
         MpiFabric {
+            message_wait: poll.wait.for_group(one_machine),
             world,
             p2p,
             poll,
@@ -106,7 +111,7 @@ impl MpiFabric {
                 abort_job(&self.world, self.rank, "a message send did not complete: its receiver has probably died");
             }
             // Sends in flight: their bytes move only in MPI calls (mod.rs, Wait::for_receive).
-            self.poll.wait.for_receive(true).pause(waited);
+            self.message_wait.for_receive(true).pause(waited);
         }
     }
 
@@ -189,7 +194,7 @@ impl MpiFabric {
                 ),
                 _ => {}
             }
-            self.poll.wait.for_receive(!self.outgoing.is_empty()).pause(waited);
+            self.message_wait.for_receive(!self.outgoing.is_empty()).pause(waited);
         }
     }
 }

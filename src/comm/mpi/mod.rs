@@ -66,17 +66,47 @@ pub enum Wait {
     Yield,
     /// Yield for the first 100 us, then sleep `waited / 20` (50 us to 1 ms).
     Sleep,
+    /// The default. For a group spanning machines, as `Sleep` while this
+    /// process's worker computes beside the collective (comm/activity.rs)
+    /// and as `Yield` while it does not (it waits for the collective): over
+    /// TCP the kernel moves the bytes between tests, and a yielding thread
+    /// took a share of the computing worker's core (acco's rounds 1.5x
+    /// longer, finding 16), while sleeping delays a collective the worker
+    /// waits for. For a group on one machine, as `Yield`: shared memory
+    /// moves only inside MPI calls ([`Wait::for_group`]).
+    Auto,
 }
 
 impl Wait {
     /// One pause between two tests, `waited` into the wait.
     pub(crate) fn pause(self, waited: Duration) {
-        match self {
+        match self.now(crate::comm::activity::computing()) {
             Wait::Spin => std::hint::spin_loop(),
             Wait::Sleep if waited >= Duration::from_micros(100) => {
                 std::thread::sleep((waited / 20).clamp(Duration::from_micros(50), Duration::from_millis(1)))
             }
-            Wait::Yield | Wait::Sleep => std::thread::yield_now(),
+            Wait::Yield | Wait::Sleep | Wait::Auto => std::thread::yield_now(),
+        }
+    }
+
+    /// The wait for a group's collectives: `Auto` on a group whose members
+    /// all share this machine's memory waits as `Yield` (a sleeping thread
+    /// starves a shared-memory transfer: 4x slower, docs/mpi.md; acco's
+    /// rounds 5-10% longer); the others are themselves.
+    pub fn for_group(self, one_machine: bool) -> Wait {
+        match self {
+            Wait::Auto if one_machine => Wait::Yield,
+            other => other,
+        }
+    }
+
+    /// The wait to use now, `computing` saying whether this process's
+    /// worker computes: `Auto` picks; the others are themselves.
+    pub fn now(self, computing: bool) -> Wait {
+        match self {
+            Wait::Auto if computing => Wait::Sleep,
+            Wait::Auto => Wait::Yield,
+            other => other,
         }
     }
 
@@ -93,7 +123,7 @@ impl Wait {
     /// model's arrival made its workers compute 11-60% slower (finding 12).
     pub(crate) fn for_receive(self, sends_in_flight: bool) -> Wait {
         match self {
-            Wait::Yield if !sends_in_flight => Wait::Sleep,
+            Wait::Yield | Wait::Auto if !sends_in_flight => Wait::Sleep,
             other => other,
         }
     }
@@ -109,14 +139,15 @@ pub struct Poll {
 }
 
 impl Poll {
-    /// From `LOWCOMM_MPI_POLL=spin|yield|sleep` (default yield) and
+    /// From `LOWCOMM_MPI_POLL=auto|yield|sleep|spin` (default auto) and
     /// `LOWCOMM_MPI_TIMEOUT_S` (default 600 s).
     pub fn from_env() -> Result<Poll> {
         let wait = match std::env::var("LOWCOMM_MPI_POLL").as_deref() {
-            Err(_) | Ok("yield") => Wait::Yield,
+            Err(_) | Ok("auto") => Wait::Auto,
+            Ok("yield") => Wait::Yield,
             Ok("spin") => Wait::Spin,
             Ok("sleep") => Wait::Sleep,
-            Ok(other) => bail!("LOWCOMM_MPI_POLL={other}: use spin, yield or sleep"),
+            Ok(other) => bail!("LOWCOMM_MPI_POLL={other}: use auto (the default), yield, sleep or spin"),
         };
         let timeout = match std::env::var("LOWCOMM_MPI_TIMEOUT_S") {
             Ok(v) => v
