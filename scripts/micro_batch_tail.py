@@ -22,7 +22,7 @@ import statistics
 import sys
 from pathlib import Path
 
-METHODS = ["ddp", "zero1", "demo", "local-sgd", "diloco:h=12"]
+METHODS = ["ddp", "zero1", "demo", "local-sgd"]
 CALIBRATED = re.compile(r"# A micro-batch \(forward \+ backward\): median ([\d.]+) ms(?:, mean ([\d.]+))?")
 
 

@@ -197,7 +197,9 @@ def spread_lines(settings, out):
         if len(folders) < 2:
             continue
         reals = [{spec: measured(r)[0] for spec, r in (runs(f / "real") | runs(f / "real-async")).items()} for f in folders]
-        heads = [str(f.parent.relative_to(out)) if f.parent != out else "first" for f in folders]
+        # A run's folder as a path from OUT, or its own name where it is not under OUT.
+        heads = [("first" if f.parent == out else str(f.parent.relative_to(out)) if f.parent.is_relative_to(out)
+                  else f.parent.name) for f in folders]
         lines += [f"Real s/round of {name}, run by run:", "",
                   "| method | " + " | ".join(heads) + " | spread |", "|---" * (len(folders) + 2) + "|"]
         for spec in reals[0]:
