@@ -85,14 +85,15 @@ impl Wait {
             Wait::Sleep if waited >= Duration::from_micros(100) => {
                 std::thread::sleep((waited / 20).clamp(Duration::from_micros(50), Duration::from_millis(1)))
             }
+            // (`now` never gives `Auto`.)
             Wait::Yield | Wait::Sleep | Wait::Auto => std::thread::yield_now(),
         }
     }
 
     /// The wait for a group's collectives: `Auto` on a group whose members
     /// all share this machine's memory waits as `Yield` (a sleeping thread
-    /// starves a shared-memory transfer: 4x slower, docs/mpi.md; acco's
-    /// rounds 5-10% longer); the others are themselves.
+    /// starves a shared-memory transfer: 4x slower, docs/mpi.md; acco
+    /// trained 7% fewer tokens a second); the others are themselves.
     pub fn for_group(self, one_machine: bool) -> Wait {
         match self {
             Wait::Auto if one_machine => Wait::Yield,
