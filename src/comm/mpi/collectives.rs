@@ -80,8 +80,7 @@ impl MpiComm {
     /// Collective over `comm`'s members (every caller makes it at once).
     pub(super) fn new(comm: SimpleCommunicator, poll: Poll) -> MpiComm {
         let (rank, world) = (comm.rank() as usize, comm.size() as usize);
-        let one_machine = comm.split_shared(0).size() as usize == world;
-        let poll = Poll { wait: poll.wait.for_group(one_machine), ..poll };
+        let poll = Poll { wait: poll.wait.for_group(super::on_one_machine(&comm)), ..poll };
         MpiComm {
             comm,
             rank,

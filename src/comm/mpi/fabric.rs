@@ -57,9 +57,8 @@ unsafe impl Send for MpiFabric {}
 impl MpiFabric {
     pub(super) fn new(world: SimpleCommunicator, p2p: SimpleCommunicator, poll: Poll) -> MpiFabric {
         let (rank, size) = (world.rank() as usize, world.size() as usize);
-        let one_machine = world.split_shared(0).size() as usize == size;
         MpiFabric {
-            message_wait: poll.wait.for_group(one_machine),
+            message_wait: poll.wait.for_group(super::on_one_machine(&world)),
             world,
             p2p,
             poll,

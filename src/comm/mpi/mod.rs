@@ -130,6 +130,13 @@ impl Wait {
     }
 }
 
+/// Whether every member of `comm` shares this rank's machine (its memory),
+/// as `MPI_Comm_split_type` shared finds it: what [`Wait::for_group`]
+/// takes. Collective over `comm`.
+pub(super) fn on_one_machine(comm: &SimpleCommunicator) -> bool {
+    comm.split_shared(0).size() == comm.size()
+}
+
 /// How a started collective is completed.
 #[derive(Clone, Copy, Debug)]
 pub struct Poll {
