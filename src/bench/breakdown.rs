@@ -94,6 +94,8 @@ pub fn run(preset: &str, steps: usize, warmup: usize) -> Result<(Vec<Row>, f64)>
         tm.mark("zero grads");
         model.forward_backward(&x, &y, b, t, 1.0);
         let mut tm = Timer::start();
+        crate::optim::clip_global_norm(model.grads_mut(), 1.0);
+        tm.mark("grad clip");
         let (params, grads) = model.params_and_grads();
         opt.step(params, grads, 1e-3, &decay);
         tm.mark("optimizer (AdamW)");
@@ -120,6 +122,35 @@ pub fn run(preset: &str, steps: usize, warmup: usize) -> Result<(Vec<Row>, f64)>
     });
     rows.sort_by(|a, b| b.s_per_step.total_cmp(&a.s_per_step));
     Ok((rows, total / n))
+}
+
+/// Seconds of the gradient norm over `n` values as the clip computes it
+/// (optim/clip.rs: eight running sums a chunk) and, the baseline, with one
+/// running sum a chunk (what the clip did before): the median of
+/// `reps` each, every repetition after a pass over a 64 MiB buffer so the
+/// values come from memory, as after a micro-batch.
+pub fn norm_against_one_sum(n: usize, reps: usize) -> (f64, f64) {
+    let g: Vec<f32> = (0..n).map(|i| ((i * 7919) % 1000) as f32 * 1e-6).collect();
+    let mut flush = vec![0u8; 64 << 20];
+    let mut time = |f: &dyn Fn(&[f32]) -> f64| {
+        let mut s: Vec<f64> = (0..reps)
+            .map(|r| {
+                flush.iter_mut().step_by(64).for_each(|x| *x = x.wrapping_add(r as u8));
+                let t0 = Instant::now();
+                std::hint::black_box(f(std::hint::black_box(&g)));
+                t0.elapsed().as_secs_f64()
+            })
+            .collect();
+        s.sort_by(f64::total_cmp);
+        s[s.len() / 2]
+    };
+    let lanes = time(&|g| crate::optim::sum_of_squares(g));
+    let one = time(&|g| {
+        use rayon::prelude::*;
+        let per_chunk = |c: &[f32]| c.iter().map(|&x| f64::from(x) * f64::from(x)).sum::<f64>();
+        g.par_chunks(crate::optim::CHUNK).map(per_chunk).collect::<Vec<f64>>().iter().sum()
+    });
+    (lanes, one)
 }
 
 /// The GEMM shape of a matmul label, ` [m x k] x [k x n]` (forward shapes).

@@ -99,8 +99,10 @@ pub struct ComputeCosts {
     pub params: usize,
     /// Seconds per micro-batch.
     pub micro_batch: Samples,
-    /// Seconds per AdamW step over all parameters.
+    /// Seconds per AdamW step over all parameters, each right after a micro-batch.
     pub adamw: Samples,
+    /// The same steps back to back (caches warm), for comparison only.
+    pub adamw_back_to_back: Samples,
     /// Seconds per DiLoCo pseudo-gradient + Nesterov outer step over all parameters.
     pub outer: Samples,
     /// Seconds per DeMo encode + decode over all parameters.
@@ -127,18 +129,21 @@ impl ComputeCosts {
 /// Runs `work` `warmup + repeats` times on each of `threads` threads (one
 /// state each, from `setup`), every repetition started together (a barrier
 /// between the threads; with one thread, `sync`: the job's barrier under
-/// MPI). Returns the timed repetitions of every thread.
+/// MPI), each after `untimed` (a micro-batch: [`after_a_micro_batch`]).
+/// Returns the timed repetitions of every thread.
 fn concurrently<S>(
     threads: usize,
     (warmup, repeats): (usize, usize),
     sync: &dyn Fn(),
     setup: impl Fn(usize) -> S + Sync,
+    untimed: impl Fn(&mut S) + Sync,
     work: impl Fn(&mut S) + Sync,
 ) -> Samples {
     let one = |i: usize, before: &dyn Fn()| {
         let mut s = setup(i);
         let mut out = Vec::with_capacity(repeats);
         for r in 0..warmup + repeats {
+            untimed(&mut s);
             before();
             let t = Instant::now();
             work(&mut s);
@@ -185,16 +190,48 @@ pub(super) fn tokens(cfg: &GptConfig, b: usize, t: usize, seed: u64) -> (Vec<u32
 /// takes a second set after its link phases: this machine's speed drifts
 /// over minutes, and one set is a snapshot of about a second.
 pub fn micro_batches(s: &ComputeSetup, sync: &dyn Fn()) -> Samples {
-    let (b, t) = (s.batch, s.seq);
+    concurrently(s.threads.max(1), (s.warmup, s.repeats), sync, |i| MicroBatch::new(s, i), |_| {}, MicroBatch::run)
+}
+
+/// One worker's micro-batch: its model and a batch of random tokens.
+pub(super) struct MicroBatch {
+    model: Gpt,
+    tokens: (Vec<u32>, Vec<u32>),
+    shape: (usize, usize),
+}
+
+impl MicroBatch {
+    fn new(s: &ComputeSetup, worker: usize) -> MicroBatch {
+        let model = Gpt::new(s.model.clone(), worker as u64).expect("validated");
+        MicroBatch { model, tokens: tokens(&s.model, s.batch, s.seq, worker as u64), shape: (s.batch, s.seq) }
+    }
+
+    fn run(&mut self) {
+        let ((x, y), (b, t)) = (&self.tokens, self.shape);
+        self.model.zero_grads();
+        std::hint::black_box(self.model.forward_backward(x, y, b, t, 1.0));
+    }
+}
+
+/// Runs `work` as [`concurrently`] does, each repetition right after an
+/// untimed micro-batch of the worker's own model: in a run, an optimizer
+/// step, an outer step or DeMo's encode follows a forward + backward, which
+/// leaves the caches holding activations, not the optimizer's state. Timed
+/// back to back instead, the state stays cached and the step looks faster
+/// than any run sees it (docs/results/planner-accuracy.md, finding 18).
+fn after_a_micro_batch<S>(
+    s: &ComputeSetup,
+    sync: &dyn Fn(),
+    setup: impl Fn(usize) -> S + Sync,
+    work: impl Fn(&mut S) + Sync,
+) -> Samples {
     concurrently(
         s.threads.max(1),
         (s.warmup, s.repeats),
         sync,
-        |i| (Gpt::new(s.model.clone(), i as u64).expect("validated"), tokens(&s.model, b, t, i as u64)),
-        |(m, (x, y))| {
-            m.zero_grads();
-            std::hint::black_box(m.forward_backward(x, y, b, t, 1.0));
-        },
+        |i| (MicroBatch::new(s, i), setup(i)),
+        |(mb, _)| mb.run(),
+        |(_, st)| work(st),
     )
 }
 
@@ -219,24 +256,20 @@ pub fn measure(s: &ComputeSetup, sync: &dyn Fn(), progress: &dyn Fn(&str)) -> Re
     c.micro_batch = micro_batches(s, sync);
     progress(&format!("AdamW step over {n} parameters, {at_once}"));
     let layout = ParamLayout::new(&s.model);
-    c.adamw = concurrently(
-        k,
-        reps,
-        sync,
-        |_| {
-            (
-                AdamW::new(AdamWConfig::default(), n),
-                vec![0.1f32; n],
-                vec![1e-3f32; n],
-                DecaySegments::new(layout.decay_ranges()),
-            )
-        },
-        |(o, p, g, d)| o.step(p, g, 1e-3, d),
-    );
+    let adamw_state = |_: usize| {
+        (
+            AdamW::new(AdamWConfig::default(), n),
+            vec![0.1f32; n],
+            vec![1e-3f32; n],
+            DecaySegments::new(layout.decay_ranges()),
+        )
+    };
+    let adamw_step = |(o, p, g, d): &mut (AdamW, Vec<f32>, Vec<f32>, DecaySegments)| o.step(p, g, 1e-3, d);
+    c.adamw = after_a_micro_batch(s, sync, adamw_state, adamw_step);
+    c.adamw_back_to_back = concurrently(k, reps, sync, adamw_state, |_| {}, adamw_step);
     progress(&format!("DiLoCo pseudo-gradient + Nesterov outer step over {n} parameters, {at_once}"));
-    c.outer = concurrently(
-        k,
-        reps,
+    c.outer = after_a_micro_batch(
+        s,
         sync,
         |_| (OuterOpt::new(OuterConfig::default(), n), vec![0.1f32; n], vec![0.2f32; n], vec![0.0f32; n]),
         |(o, anchor, local, delta)| {
@@ -253,9 +286,8 @@ pub fn measure(s: &ComputeSetup, sync: &dyn Fn(), progress: &dyn Fn(&str)) -> Re
         |_: usize| DemoReplicator::new(&DemoSettings::default(), &pieces, n, Group::World, members, WireDtype::F32);
     c.demo_flops = rep(0).flops();
     let grads: Vec<f32> = (0..n).map(|i| ((i * 7919) % 1000) as f32 * 1e-6 - 5e-4).collect();
-    c.demo = concurrently(
-        k,
-        reps,
+    c.demo = after_a_micro_batch(
+        s,
         sync,
         |i| (rep(i), vec![0.0f32; n], 0u64),
         |(r, q, step)| {

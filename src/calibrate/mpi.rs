@@ -20,7 +20,7 @@ use anyhow::{bail, Result};
 /// Samples as bytes: for each kind, its count then its values (f64, little endian).
 fn encode(c: &ComputeCosts) -> Vec<u8> {
     let mut out = Vec::new();
-    for s in [&c.micro_batch, &c.adamw, &c.outer, &c.demo] {
+    for s in [&c.micro_batch, &c.adamw, &c.adamw_back_to_back, &c.outer, &c.demo] {
         out.extend_from_slice(&(s.0.len() as u64).to_le_bytes());
         s.0.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes()));
     }
@@ -30,7 +30,7 @@ fn encode(c: &ComputeCosts) -> Vec<u8> {
 /// Adds the samples of `bytes` ([`encode`]) to `c`'s.
 fn append(c: &mut ComputeCosts, bytes: &[u8]) {
     let mut words = bytes.chunks_exact(8).map(|w| u64::from_le_bytes(w.try_into().expect("8 bytes")));
-    for s in [&mut c.micro_batch, &mut c.adamw, &mut c.outer, &mut c.demo] {
+    for s in [&mut c.micro_batch, &mut c.adamw, &mut c.adamw_back_to_back, &mut c.outer, &mut c.demo] {
         let n = words.next().unwrap_or(0) as usize;
         s.0.extend(words.by_ref().take(n).map(f64::from_bits));
     }

@@ -199,7 +199,11 @@ pub fn render(c: &Calibration) -> String {
     let _ = writeln!(w, "# peak, so utilization = 1; a model of another size (`plan --model`) is costed");
     let _ = writeln!(w, "# at the same rate, an extrapolation.");
     let _ = writeln!(w, "peak_flops = {:e}\nutilization = 1.0", fpt * tokens as f64 / mb);
-    let _ = writeln!(w, "# AdamW over {} parameters:\n#   {}", cc.params, stats(&cc.adamw, 1e3, "ms"));
+    let _ = writeln!(w, "# AdamW over {} parameters, each right after a micro-batch as in a run:", cc.params);
+    let _ = writeln!(w, "#   {}", stats(&cc.adamw, 1e3, "ms"));
+    if !cc.adamw_back_to_back.0.is_empty() {
+        let _ = writeln!(w, "# (back to back, caches warm: {})", stats(&cc.adamw_back_to_back, 1e3, "ms"));
+    }
     let _ = writeln!(w, "# at the {OPTIMIZER_BYTES} bytes a parameter the simulator charges an optimizer step");
     let _ =
         writeln!(w, "# (it charges {ELEMENTWISE_BYTES} bytes an element of other elementwise work). For comparison,");

@@ -20,6 +20,7 @@ fn hand(nodes: usize) -> Calibration {
         params: 1000,
         micro_batch: Samples(vec![0.010, 0.011, 0.009]),
         adamw: Samples(vec![1e-3]),
+        adamw_back_to_back: Samples(vec![4e-4]),
         outer: Samples(vec![2e-3]),
         demo: Samples(vec![4e-3]),
         demo_flops: 8e6,
@@ -103,6 +104,8 @@ fn the_profile_parses_and_gives_back_the_measured_numbers() {
     );
     assert_eq!(l.inter.unwrap().bandwidth_bytes_per_s, 1e9 / 8.0);
     assert!(text.contains("inter: NOT MEASURED") && text.contains("WITH ALL 2 WORKERS OF A NODE"), "{text}");
+    // The kept rate is AdamW's after a micro-batch (1 ms); back to back (0.4 ms) is printed only.
+    assert!(text.contains("right after a micro-batch") && text.contains("back to back, caches warm: median 0.4000 ms"));
     // The simulator's cost model reads the rates.
     let spec = p.sim_spec(&nano, 1000, 1024, vec![1.0; 4]).unwrap();
     assert_eq!((spec.memory_bytes_per_s, spec.flops_per_s), (Some(28e6), Some(2e9)));

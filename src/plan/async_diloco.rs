@@ -122,7 +122,7 @@ pub fn cycles(s: &AsyncDilocoSettings, c: &Costing) -> Cycles {
     let msg = message_s(c, n);
     let upd = if s.outer_wire.is_some() { update_s(c, s.outer_wire, n) } else { msg };
     let out = cost(Work::Elementwise { name: "async-diloco outer step", elems: 3 * n });
-    let step = k * cost(Work::MicroBatch) + cost(Work::Optimizer { params: n });
+    let step = k * cost(Work::MicroBatch) + super::net::Net { c }.update(n);
     let pg = cost(Work::Elementwise { name: "diloco pseudo-gradient", elems: n });
     let (enc, dec) = match s.outer_wire {
         None => (0.0, 0.0),

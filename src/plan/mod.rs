@@ -194,8 +194,7 @@ pub fn fits(memory_total: f64, device_memory: Option<f64>) -> Option<bool> {
 /// Tokens/s of one worker training alone (no communication): the reference of scalability.
 pub fn single_worker_tokens_per_s(c: &Costing) -> f64 {
     let k = c.grad_accum.max(1) as f64;
-    let step = k * c.spec.cost(crate::runtime::Work::MicroBatch, 1.0)
-        + c.spec.cost(crate::runtime::Work::Optimizer { params: c.params }, 1.0);
+    let step = k * c.spec.cost(crate::runtime::Work::MicroBatch, 1.0) + net::Net { c }.update(c.params);
     k * c.tokens_per_micro_batch as f64 / step
 }
 

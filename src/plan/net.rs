@@ -107,6 +107,14 @@ impl Net<'_> {
         self.c.spec.cost(w, 1.0)
     }
 
+    /// Seconds of an optimizer step over `params`, with the gradient clip
+    /// before it when the costing clips (strategy/worker.rs `clip_grads`:
+    /// one elementwise pass over the same elements).
+    pub(super) fn update(&self, params: usize) -> f64 {
+        let clip = Work::Elementwise { name: crate::optim::GRAD_CLIP, elems: params };
+        self.work(Work::Optimizer { params }) + if self.c.grad_clip { self.work(clip) } else { 0.0 }
+    }
+
     /// Seconds of one micro-batch.
     pub(super) fn mb(&self) -> f64 {
         self.work(Work::MicroBatch)

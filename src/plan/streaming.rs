@@ -72,7 +72,7 @@ pub(super) fn peak_bytes(s: &StreamingSettings, c: &Costing) -> Result<f64> {
 /// The row's timing (module docs).
 pub(super) fn timing(net: &Net, c: &Costing, s: &StreamingSettings) -> Result<Timing> {
     let (n, world, k) = (c.params, c.workers(), c.grad_accum.max(1) as f64);
-    let step = k * net.mb() + net.work(Work::Optimizer { params: n });
+    let step = k * net.mb() + net.update(n);
     let ew = |name, elems| net.work(Work::Elementwise { name, elems });
     let (mut local, mut exposed, mut comm) = (0.0, 0.0, Xfer::default());
     for np in sizes(s, c)? {

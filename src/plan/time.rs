@@ -39,7 +39,7 @@ fn sharded_round(net: &Net, c: &Costing, counts: bool) -> Xfer {
 
 /// The optimizer step on one shard, on the communication lane of the sharded round.
 fn shard_step(net: &Net, c: &Costing) -> f64 {
-    net.work(Work::Optimizer { params: padded_len(c.params, c.workers()) / c.workers() })
+    net.update(padded_len(c.params, c.workers()) / c.workers())
 }
 
 /// A stage of dpu / acco-wp / acco: micro-batches are computed while the
@@ -81,7 +81,7 @@ fn rule_timing(method: &Method, c: &Costing) -> Result<Timing> {
     let mb = net.mb();
     // Overlapped computation and communication slow each other (sim/spec.rs).
     let ov = c.spec.interference;
-    let opt_n = net.work(Work::Optimizer { params: n });
+    let opt_n = net.update(n);
     // tau inner steps of a local-update method: K micro-batches and an optimizer step each.
     let inner = |tau: u64| tau as f64 * (k * mb + opt_n);
     let t = |round_s: f64, steps: u64, mbs: f64, compute_s: f64, x: Xfer, rule: &str| Timing {

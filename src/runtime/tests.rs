@@ -236,6 +236,13 @@ fn sim_overlapped_compute_and_communication_slow_each_other_by_the_spec() {
     assert_eq!(f.overlapped(1.0, 2.0, 1.0), 2.5);
     assert_eq!(f.overlapped(2.0, 1.0, 2.0), 3.0);
     assert_eq!(sim::Interference::NONE.overlapped(3.0, 2.0, 1.0), 3.0);
+    // A 1 s tail after the pieces: 1 micro-batch (1.5 s) ends inside the
+    // 2.5 s transfer, so the tail is slowed too: 1.5 + 1.5 = 3 s; after 3
+    // micro-batches (4 s) the transfer is done and the tail takes 1 s: 5 s.
+    assert_eq!(f.overlapped_with_tail(1.0, 2.0, 1.0, 1.0), 3.0);
+    assert_eq!(f.overlapped_with_tail(3.0, 2.0, 1.0, 1.0), 5.0);
+    // Without interference: max(c + tail, m).
+    assert_eq!(sim::Interference::NONE.overlapped_with_tail(1.0, 2.5, 1.0, 1.0), 2.5);
 }
 
 #[test]

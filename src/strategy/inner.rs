@@ -30,9 +30,9 @@
 use super::journal::Journal;
 use super::journal::StrategyState;
 use super::outcome::MemoryBytes;
-use super::worker::{accumulate, Plan, Worker};
+use super::worker::{accumulate, clip_grads, Plan, Worker};
 use crate::comm::WireDtype;
-use crate::optim::{clip_global_norm, Optimizer};
+use crate::optim::Optimizer;
 use crate::runtime::{Ctx, Work};
 use anyhow::{ensure, Context, Result};
 
@@ -118,9 +118,7 @@ impl Inner {
     ) -> Result<()> {
         ctx.mark_round(step);
         let loss = accumulate(ctx, w, plan.grad_accum).await;
-        if plan.grad_clip > 0.0 {
-            clip_global_norm(w.model.grads_mut(), plan.grad_clip);
-        }
+        clip_grads(ctx, w.model.grads_mut(), plan.grad_clip).await;
         let (m, opt) = (&mut w.model, &mut self.opt);
         ctx.compute(Work::Optimizer { params: m.params.len() }, || {
             let (params, grads) = m.params_and_grads();

@@ -110,15 +110,25 @@ impl Interference {
     /// that window (the first at once) takes `compute` times as long.
     /// `max(c, m)` without interference.
     pub fn overlapped(&self, c: f64, m: f64, unit: f64) -> f64 {
+        self.overlapped_with_tail(c, m, unit, 0.0)
+    }
+
+    /// [`Interference::overlapped`] with one more piece of `tail` seconds
+    /// after the computation (DeMo's gradient clip behind its exchange),
+    /// slowed if it starts inside the communication's window.
+    pub fn overlapped_with_tail(&self, c: f64, m: f64, unit: f64, tail: f64) -> f64 {
         let m = m * self.comm;
-        if !(unit > 0.0 && c > 0.0) {
-            return c.max(m);
-        }
-        let inside = (m / (unit * self.compute) * (1.0 - 1e-12)).ceil().max(1.0);
-        if inside * unit >= c {
-            (c * self.compute).max(m)
+        let end = if !(unit > 0.0 && c > 0.0) {
+            c
         } else {
-            c + inside * unit * (self.compute - 1.0)
-        }
+            let inside = (m / (unit * self.compute) * (1.0 - 1e-12)).ceil().max(1.0);
+            if inside * unit >= c {
+                c * self.compute
+            } else {
+                c + inside * unit * (self.compute - 1.0)
+            }
+        };
+        let tail = if end < m { tail * self.compute } else { tail };
+        (end + tail).max(m)
     }
 }

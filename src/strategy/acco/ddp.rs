@@ -8,11 +8,10 @@
 //!     theta = Opt(theta, clip(g))                      identical on every worker
 //! ```
 
-use crate::optim::clip_global_norm;
 use crate::runtime::{AllReduce, Ctx, Group, Work};
 use crate::strategy::journal::{Journal, StrategyState};
 use crate::strategy::outcome::{MemoryBytes, Outcome};
-use crate::strategy::worker::{accumulate, replica_piece, Plan, Worker};
+use crate::strategy::worker::{accumulate, clip_grads, replica_piece, Plan, Worker};
 use anyhow::{Context, Result};
 
 /// Run DDP on one worker.
@@ -28,9 +27,7 @@ pub async fn run<C: Ctx>(ctx: &mut C, w: &mut Worker, plan: &Plan, j: &mut Journ
         let loss = accumulate(ctx, w, plan.grad_accum).await;
         let grads = std::mem::take(w.model.grads_mut());
         *w.model.grads_mut() = ctx.run(AllReduce::mean(Group::World, grads, plan.wire)).await;
-        if plan.grad_clip > 0.0 {
-            clip_global_norm(w.model.grads_mut(), plan.grad_clip);
-        }
+        clip_grads(ctx, w.model.grads_mut(), plan.grad_clip).await;
         let lr = plan.schedule.lr(step);
         let m = &mut w.model;
         ctx.compute(Work::Optimizer { params: n }, || {

@@ -17,7 +17,7 @@
 //! each run this same code.
 
 use crate::comm::{padded_len, ReduceOp, WireDtype};
-use crate::optim::{DecaySegments, Optimizer};
+use crate::optim::{scale_to_norm, sum_of_squares, DecaySegments, Optimizer, GRAD_CLIP};
 use crate::runtime::{CommSide, CommTask, Ctx, Group, Work};
 use crate::strategy::journal::StrategyState;
 use crate::strategy::outcome::MemoryBytes;
@@ -117,9 +117,12 @@ impl CommTask for ShardedRound {
         self.shard_g.iter_mut().for_each(|g| *g /= total);
         if self.clip > 0.0 {
             // Global norm: squared shard norms summed in f64, sent exactly.
-            let mut sq = [self.shard_g.iter().map(|&g| (g as f64) * (g as f64)).sum::<f64>() as f32];
+            // One costed pass for the norm and the scale (worker.rs `clip_grads`).
+            let work = Work::Elementwise { name: GRAD_CLIP, elems: self.shard_g.len() };
+            let g = &self.shard_g;
+            let mut sq = [c.work(work, || sum_of_squares(g) as f32).await];
             c.all_reduce(&Group::World, &mut sq, ReduceOp::Sum, WireDtype::F32).await;
-            clip_by(&mut self.shard_g, sq[0], self.clip);
+            scale_to_norm(&mut self.shard_g, sq[0], self.clip);
         }
         let (update, lr) = (self.update, self.lr);
         let params = self.shard_g.len();
@@ -127,15 +130,6 @@ impl CommTask for ShardedRound {
         c.work(Work::Optimizer { params }, || state.step(update, lr, g, out)).await;
         c.all_gather(&Group::World, &self.shard_out, &mut self.flat, self.wire).await;
         self
-    }
-}
-
-/// Scales `g` to global norm `clip` when `sq_total.sqrt()` exceeds it (PyTorch's rule).
-fn clip_by(g: &mut [f32], sq_total: f32, clip: f32) {
-    let norm = sq_total.sqrt();
-    if norm.is_finite() && norm > clip {
-        let k = clip / (norm + 1e-6);
-        g.iter_mut().for_each(|x| *x *= k);
     }
 }
 
