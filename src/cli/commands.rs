@@ -349,7 +349,7 @@ pub fn bench(a: BenchArgs) -> Result<()> {
         let (rows, step_s) = crate::bench::breakdown::run(&a.preset, a.steps, warmup)?;
         println!("Per-kernel time of one `{}` step (mean of {} profiled steps):\n", a.preset, a.steps);
         println!("{}", crate::bench::breakdown::table(&rows, step_s));
-        let n = crate::model::Gpt::new(crate::bench::bench_shape(&a.preset)?.0, 0)?.num_params();
+        let n = crate::model::ParamLayout::new(&crate::bench::bench_shape(&a.preset)?.0).len;
         let (lanes, one) = crate::bench::breakdown::norm_against_one_sum(n, 21);
         println!(
             "grad norm over {n} values (the clip's): {:.3} ms with eight running sums a chunk, {:.3} ms with one (baseline): {:.1}x\n",

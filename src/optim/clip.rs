@@ -4,10 +4,6 @@ use rayon::prelude::*;
 
 use super::CHUNK;
 
-/// The gradient clip's name in traces and costs (strategy/worker.rs
-/// `clip_grads`, plan/net.rs `update`).
-pub const GRAD_CLIP: &str = "grad clip";
-
 /// Lanes of [`sum_of_squares`]'s accumulator within a chunk.
 const LANES: usize = 8;
 
@@ -16,9 +12,9 @@ const LANES: usize = 8;
 /// then chunk sums added in order, so the result does not depend on thread
 /// timing. One running sum is a chain of dependent f64 adds, bound by the
 /// add's latency, not by memory: `lowcomm bench --breakdown` prints both
-/// over the model's gradients (on this 2-core VM, nano's 667k read from
-/// memory: 0.57 ms with one sum, 0.17 ms with eight, 3.3x), on every step
-/// of every clipping method.
+/// over the model's gradients (on this shared 2-core VM, nano's 667k read
+/// from memory, five runs: 0.57-0.73 ms with one sum, 0.17-0.38 ms with
+/// eight, 1.9x-3.8x, median 3.3x), on every step of every clipping method.
 pub fn sum_of_squares(grads: &[f32]) -> f64 {
     grads.par_chunks(CHUNK).map(chunk_sum_of_squares).collect::<Vec<f64>>().iter().sum()
 }

@@ -22,7 +22,7 @@ mod schedule;
 mod sgd;
 
 pub use adamw::{AdamW, AdamWConfig};
-pub use clip::{clip_global_norm, global_norm, scale_to_norm, sum_of_squares, GRAD_CLIP};
+pub use clip::{clip_global_norm, global_norm, scale_to_norm, sum_of_squares};
 pub use outer::{OuterConfig, OuterKind, OuterOpt};
 pub use schedule::LrSchedule;
 pub use sgd::{Sgd, SgdConfig};

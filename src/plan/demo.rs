@@ -188,16 +188,9 @@ pub(super) fn timing(net: &Net, c: &Costing, s: &DemoSettings, flex: bool) -> Re
     let round_s = if s.overlap && g.k <= 1 {
         // The clip follows the micro-batches while the exchange is still in
         // flight (no node collective stands between them).
-        let clip = |len| {
-            if c.grad_clip {
-                net.work(Work::Elementwise { name: crate::optim::GRAD_CLIP, elems: len })
-            } else {
-                0.0
-            }
-        };
-        let tail = max(&mut g.shards.iter().map(|sh| clip(sh.len)));
+        let tail = max(&mut g.shards.iter().map(|sh| net.clip(sh.len)));
         c.spec.interference.overlapped_with_tail(kmb, max(&mut ex.iter().map(|x| x.s)), net.mb(), tail)
-            + max(&mut loc.iter().zip(&g.shards).map(|(l, sh)| l - clip(sh.len)))
+            + max(&mut loc.iter().zip(&g.shards).map(|(l, sh)| l - net.clip(sh.len)))
     } else if s.overlap {
         // The node's reduce-scatter waits behind the exchange (one FIFO
         // stream), so the clip comes after both.

@@ -107,12 +107,19 @@ impl Net<'_> {
         self.c.spec.cost(w, 1.0)
     }
 
-    /// Seconds of an optimizer step over `params`, with the gradient clip
-    /// before it when the costing clips (strategy/worker.rs `clip_grads`:
-    /// one elementwise pass over the same elements).
+    /// Seconds of the gradient clip over `params` when the costing clips
+    /// (strategy/worker.rs `clip_grads`), else 0.
+    pub(super) fn clip(&self, params: usize) -> f64 {
+        if self.c.grad_clip {
+            self.work(Work::grad_clip(params))
+        } else {
+            0.0
+        }
+    }
+
+    /// Seconds of an optimizer step over `params`, with the gradient clip before it.
     pub(super) fn update(&self, params: usize) -> f64 {
-        let clip = Work::Elementwise { name: crate::optim::GRAD_CLIP, elems: params };
-        self.work(Work::Optimizer { params }) + if self.c.grad_clip { self.work(clip) } else { 0.0 }
+        self.work(Work::Optimizer { params }) + self.clip(params)
     }
 
     /// Seconds of one micro-batch.

@@ -93,6 +93,13 @@ pub enum Work {
 }
 
 impl Work {
+    /// The gradient clip over `elems` gradients: the norm reads each, the
+    /// scale reads and writes it, 12 bytes an element as other elementwise
+    /// work (strategy/worker.rs `clip_grads`, plan/net.rs `clip`).
+    pub fn grad_clip(elems: usize) -> Work {
+        Work::Elementwise { name: "grad clip", elems }
+    }
+
     /// The name this work gets in traces.
     pub fn name(&self) -> &'static str {
         match self {

@@ -200,13 +200,11 @@ pub fn assemble_model(n: usize, pieces: impl IntoIterator<Item = ModelPiece>) ->
 }
 
 /// Clips `grads` to global norm `max_norm` (0: off; PyTorch's
-/// `clip_grad_norm_`) as timed work: the norm reads every element and the
-/// scale reads and writes it, 12 bytes an element, costed as elementwise
-/// work of that size (plan/net.rs `update` charges the same).
+/// `clip_grad_norm_`) as timed work, [`Work::grad_clip`] (plan/net.rs
+/// `clip` charges the same).
 pub async fn clip_grads<C: Ctx>(ctx: &mut C, grads: &mut [f32], max_norm: f32) {
     if max_norm > 0.0 {
-        let work = Work::Elementwise { name: crate::optim::GRAD_CLIP, elems: grads.len() };
-        ctx.compute(work, || crate::optim::clip_global_norm(grads, max_norm)).await;
+        ctx.compute(Work::grad_clip(grads.len()), || crate::optim::clip_global_norm(grads, max_norm)).await;
     }
 }
 

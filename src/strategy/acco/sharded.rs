@@ -17,7 +17,7 @@
 //! each run this same code.
 
 use crate::comm::{padded_len, ReduceOp, WireDtype};
-use crate::optim::{scale_to_norm, sum_of_squares, DecaySegments, Optimizer, GRAD_CLIP};
+use crate::optim::{scale_to_norm, sum_of_squares, DecaySegments, Optimizer};
 use crate::runtime::{CommSide, CommTask, Ctx, Group, Work};
 use crate::strategy::journal::StrategyState;
 use crate::strategy::outcome::MemoryBytes;
@@ -118,7 +118,7 @@ impl CommTask for ShardedRound {
         if self.clip > 0.0 {
             // Global norm: squared shard norms summed in f64, sent exactly.
             // One costed pass for the norm and the scale (worker.rs `clip_grads`).
-            let work = Work::Elementwise { name: GRAD_CLIP, elems: self.shard_g.len() };
+            let work = Work::grad_clip(self.shard_g.len());
             let g = &self.shard_g;
             let mut sq = [c.work(work, || sum_of_squares(g) as f32).await];
             c.all_reduce(&Group::World, &mut sq, ReduceOp::Sum, WireDtype::F32).await;

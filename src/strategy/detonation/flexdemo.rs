@@ -31,7 +31,7 @@ use super::replicator::Exchange;
 use super::shard;
 use super::step::{DemoStep, Inner};
 use crate::comm::ReduceOp;
-use crate::optim::{scale_to_norm, sum_of_squares, GRAD_CLIP};
+use crate::optim::{scale_to_norm, sum_of_squares};
 use crate::runtime::{AllGather, AllReduce, Ctx, Group, ReduceScatter, Work};
 use crate::strategy::detonation::settings::{DemoSettings, InnerKind, ReplicatorKind};
 use crate::strategy::journal::{Journal, StrategyState};
@@ -226,7 +226,7 @@ fn model_piece(flex: bool, first_node: bool, me: usize, lo: usize, shard: &[f32]
 /// squared norms summed over the node, sent exactly); PyTorch's rule. One
 /// costed pass for the norm and the scale (worker.rs `clip_grads`).
 async fn clip_node<C: Ctx>(ctx: &mut C, g: &mut [f32], clip: f32, k: usize) {
-    let work = Work::Elementwise { name: GRAD_CLIP, elems: g.len() };
+    let work = Work::grad_clip(g.len());
     if k <= 1 {
         ctx.compute(work, || scale_to_norm(g, sum_of_squares(g) as f32, clip)).await;
         return;
