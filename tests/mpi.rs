@@ -331,10 +331,28 @@ fn a_rank_that_crashes_ends_the_job_with_an_error() {
 #[test]
 fn a_rank_that_hangs_ends_the_job_at_the_collective_timeout() {
     let (o, took) = failing_job("hang:1:1.5");
-    assert!(!o.status.success());
-    // 1.5 s + the 5 s timeout, with room for a loaded machine.
-    assert!(took < Duration::from_secs(60), "took {took:?}");
-    let out = text(&o);
+    assert_ended_at_the_timeout(&o, took);
+}
+
+#[test]
+fn a_rank_that_hangs_before_a_group_is_made_ends_the_job_at_the_timeout() {
+    // Rank 1 stops just before it makes its first group's communicator (the
+    // World group's, on the first collective), as in a CI run whose startup
+    // took longer than the 1.5 s above: making one (MPI_Comm_dup) waits on
+    // every member and has no non-blocking form, so only the deadline
+    // around it (comm/mpi/failure.rs `bounded`) ends the job. Without it,
+    // rank 0 waited inside MPI_Comm_dup until hydra's limit.
+    let (o, took) = failing_job("hang:1:group");
+    assert_ended_at_the_timeout(&o, took);
+    assert!(text(&o).contains("making the communicator of ranks"), "{}", text(&o));
+}
+
+/// The job failed, within a minute, with rank 0's line naming the 5 s timeout.
+fn assert_ended_at_the_timeout(o: &Output, took: Duration) {
+    let out = text(o);
+    assert!(!o.status.success(), "{out}");
+    // The fault + the 5 s timeout, with room for a loaded machine.
+    assert!(took < Duration::from_secs(60), "took {took:?}: {out}");
     assert!(out.contains("did not complete in 5 s") && out.contains("aborting all ranks"), "{out}");
 }
 

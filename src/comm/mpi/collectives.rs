@@ -2,6 +2,7 @@
 //! rank order for the in-process backend's bits, completion polled (the
 //! module docs of `comm::mpi`).
 
+use super::failure::timed_out;
 use super::{abort_job, Poll};
 use crate::comm::bf16::{from_bf16_bits, to_bf16_bits};
 use crate::comm::{padded_len, CommStats, Communicator, ReduceOp, WireDtype};
@@ -110,8 +111,7 @@ impl MpiComm {
             };
             let waited = t.elapsed();
             if waited > poll.timeout {
-                let why = format!("{what} did not complete in {:.0} s: a peer rank has probably died or hangs (LOWCOMM_MPI_TIMEOUT_S raises the limit if a step legitimately takes longer)", poll.timeout.as_secs_f64());
-                abort_job(comm, rank, &why);
+                abort_job(comm, rank, &timed_out(what, poll.timeout));
             }
             poll.wait.pause(waited);
         }

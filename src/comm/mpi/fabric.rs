@@ -1,7 +1,7 @@
 //! One MPI rank's view of the job: a communicator per group, made on first
 //! use, and point-to-point messages (the module docs of `comm::mpi`).
 
-use super::{abort_job, MpiComm, Poll, Wait};
+use super::{abort_job, bounded, MpiComm, Poll, Wait};
 use crate::comm::{CommStats, Communicator, Fabric, Message};
 use mpi::datatype::Equivalence;
 use mpi::point_to_point::{Destination, Source};
@@ -225,14 +225,20 @@ impl Fabric for MpiFabric {
                 self.rank
             );
             assert!(members.windows(2).all(|w| w[0] < w[1]), "group members must be sorted and distinct: {members:?}");
-            let comm = if members.len() == self.size {
-                self.world.duplicate()
-            } else {
-                let ranks: Vec<i32> = members.iter().map(|&m| m as i32).collect();
-                let group = self.world.group().include(&ranks[..]);
-                self.world.split_by_subgroup(&group).expect("a member of the group gets its communicator")
-            };
-            self.groups.insert(members.to_vec(), MpiComm::new(comm, self.poll));
+            super::failure::before_making_a_group(self.rank);
+            let (world, poll) = (&self.world, self.poll);
+            let what = format!("making the communicator of ranks {members:?}");
+            let comm = bounded(self.rank, poll.timeout, &what, || {
+                let comm = if members.len() == self.size {
+                    world.duplicate()
+                } else {
+                    let ranks: Vec<i32> = members.iter().map(|&m| m as i32).collect();
+                    let group = world.group().include(&ranks[..]);
+                    world.split_by_subgroup(&group).expect("a member of the group gets its communicator")
+                };
+                MpiComm::new(comm, poll)
+            });
+            self.groups.insert(members.to_vec(), comm);
         }
         self.groups.get_mut(members).expect("just inserted")
     }

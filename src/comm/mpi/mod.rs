@@ -44,7 +44,8 @@
 //! # Failure
 //! A collective that does not complete within [`Poll::timeout`] (a peer
 //! died without the launcher noticing, or hangs) prints which rank waited on
-//! what, and aborts the whole job (`MPI_Abort`) instead of hanging.
+//! what, and aborts the whole job (`MPI_Abort`) instead of hanging; so does
+//! a communicator not made within it ([`bounded`], failure.rs).
 
 use anyhow::{bail, Context, Result};
 use mpi::collective::CommunicatorCollectives;
@@ -53,6 +54,7 @@ use mpi::environment::Universe;
 use mpi::topology::{Communicator as _, SimpleCommunicator};
 use mpi::traits::Root;
 use mpi::Threading;
+use std::mem::ManuallyDrop;
 use std::time::Duration;
 
 /// What the communication thread does between two `MPI_Test`s of a
@@ -179,8 +181,16 @@ pub struct MpiProcess {
     local_ranks: usize,
     /// This rank's place among them (0 to `local_ranks - 1`).
     local_rank: usize,
-    // Dropped last: MPI_Finalize.
-    _universe: Universe,
+    /// Dropped by [`MpiProcess`]'s `drop`, under a deadline: `MPI_Finalize`.
+    universe: ManuallyDrop<Universe>,
+}
+
+impl Drop for MpiProcess {
+    fn drop(&mut self) {
+        // SAFETY: taken once, here; nothing reads the field afterwards.
+        let universe = unsafe { ManuallyDrop::take(&mut self.universe) };
+        bounded(self.rank(), self.poll.timeout, "MPI_Finalize", || drop(universe));
+    }
 }
 
 impl MpiProcess {
@@ -194,9 +204,11 @@ impl MpiProcess {
             bail!("the MPI library grants only {threading:?} threading; lowcomm needs at least MPI_THREAD_SERIALIZED (MPICH and OpenMPI builds from Debian grant MULTIPLE)");
         }
         let world = universe.world();
-        let machine = world.split_shared(world.rank());
+        let rank = world.rank() as usize;
+        let machine =
+            bounded(rank, poll.timeout, "finding the ranks on this machine", || world.split_shared(rank as i32));
         let (local_ranks, local_rank) = (machine.size() as usize, machine.rank() as usize);
-        Ok(MpiProcess { world, threading, poll, local_ranks, local_rank, _universe: universe })
+        Ok(MpiProcess { world, threading, poll, local_ranks, local_rank, universe: ManuallyDrop::new(universe) })
     }
 
     /// This process's rank.
@@ -212,7 +224,13 @@ impl MpiProcess {
     /// A new communicator over all ranks (a duplicate of `MPI_COMM_WORLD`,
     /// so its traffic never matches another handle's).
     pub fn comm(&self) -> MpiComm {
-        MpiComm::new(self.world.duplicate(), self.poll)
+        self.bounded("making a communicator", || MpiComm::new(self.world.duplicate(), self.poll))
+    }
+
+    /// Runs `call`, which makes a communicator, under the collective
+    /// timeout ([`bounded`]).
+    fn bounded<T>(&self, what: &str, call: impl FnOnce() -> T) -> T {
+        bounded(self.rank(), self.poll.timeout, what, call)
     }
 
     /// The ranks' vote on a stop request (strategy/stop.rs), on a
@@ -221,7 +239,7 @@ impl MpiProcess {
     /// communication thread is inside MPI.
     pub fn flag_vote(&self) -> Option<FlagVote> {
         (self.threading == Threading::Multiple).then(|| FlagVote {
-            comm: self.world.duplicate(),
+            comm: self.bounded("making the stop vote's communicator", || self.world.duplicate()),
             poll: self.poll,
             rank: self.rank(),
         })
@@ -229,7 +247,9 @@ impl MpiProcess {
 
     /// This rank's view of the job as a [`Fabric`] (for the communication thread).
     pub fn fabric(&self) -> MpiFabric {
-        MpiFabric::new(self.world.duplicate(), self.world.duplicate(), self.poll)
+        self.bounded("making the communication thread's communicators", || {
+            MpiFabric::new(self.world.duplicate(), self.world.duplicate(), self.poll)
+        })
     }
 
     /// Ranks sharing memory (the machine) with this one, as MPI sees it.
@@ -335,41 +355,9 @@ impl MpiProcess {
     }
 }
 
-/// Prints `why`, then `MPI_Abort`s every rank of `comm`'s job. The pause
-/// lets the launcher forward this rank's stderr first: hydra tears the job
-/// down at once, and the message was lost in about one run of three when
-/// several jobs shared this 2-core machine.
-///
-/// `MPI_Abort` may fail to end the process: once in 20 runs of the MPI
-/// suite under load (docs/decisions.md, "The MPI tests 20 times under
-/// load") the rank that should have aborted stayed alive for minutes with
-/// its communication thread inside MPICH (ch4:ucx), most likely in the
-/// library's exit path. A watchdog armed first ends this process with `_exit`
-/// (no exit handlers, no library destructors) after [`ABORT_GRACE`]; the
-/// launcher then sees a rank gone and ends the others.
-pub fn abort_job(comm: &SimpleCommunicator, rank: usize, why: &str) -> ! {
-    eprintln!("lowcomm (mpi rank {rank}): {why}; aborting all ranks");
-    std::thread::spawn(move || {
-        std::thread::sleep(ABORT_GRACE);
-        eprintln!("lowcomm (mpi rank {rank}): MPI_Abort did not end this rank in {} s; exiting", ABORT_GRACE.as_secs());
-        // SAFETY: _exit ends the process at once; nothing runs after it.
-        unsafe { libc::_exit(1) }
-    });
-    std::thread::sleep(Duration::from_millis(300));
-    if std::env::var_os("LOWCOMM_FAULT_ABORT_HANGS").is_some() {
-        // Tests: stand in for an MPI_Abort that never returns nor ends the process.
-        loop {
-            std::thread::park();
-        }
-    }
-    comm.abort(1)
-}
-
-/// How long [`abort_job`] lets `MPI_Abort` take before the watchdog ends
-/// the process itself.
-pub const ABORT_GRACE: Duration = Duration::from_secs(10);
-
 mod collectives;
 mod fabric;
+mod failure;
 pub use collectives::{FlagVote, MpiComm};
 pub use fabric::MpiFabric;
+pub use failure::{abort_job, bounded, hang_before_first_group, stop_this_process, ABORT_GRACE};

@@ -125,29 +125,41 @@ impl StopVote for Vote {
     }
 }
 
-/// Fault injection for the failure tests: `LOWCOMM_FAULT=KIND:RANK:SECONDS`
-/// makes rank RANK, SECONDS after start, either `abort` (SIGABRT, no
-/// cleanup, as a crash: the launcher sees it die) or `hang` (SIGSTOP: alive
-/// but silent, which only the collective timeout catches).
+/// Fault injection for the failure tests: `LOWCOMM_FAULT=KIND:RANK:WHEN`
+/// makes rank RANK either `abort` (SIGABRT, no cleanup, as a crash: the
+/// launcher sees it die) or `hang` (SIGSTOP: alive but silent, which only
+/// the timeouts catch). WHEN is seconds after start, or `group` (hang
+/// only): just before the rank makes its first group's communicator.
 fn inject_fault(rank: usize) -> Result<()> {
     let Ok(v) = std::env::var("LOWCOMM_FAULT") else { return Ok(()) };
     let mut parts = v.split(':');
-    let parsed = (|| {
-        Some((parts.next()?.to_string(), parts.next()?.parse::<usize>().ok()?, parts.next()?.parse::<f64>().ok()?))
-    })();
-    let (kind, victim, after_s) = parsed
-        .filter(|(k, ..)| k == "abort" || k == "hang")
-        .with_context(|| format!("LOWCOMM_FAULT={v}: expected abort|hang:RANK:SECONDS, e.g. abort:1:2.5"))?;
-    if victim == rank {
-        std::thread::spawn(move || {
-            std::thread::sleep(std::time::Duration::from_secs_f64(after_s));
-            eprintln!("lowcomm (mpi rank {rank}): LOWCOMM_FAULT: {kind} now");
-            if kind == "abort" {
-                std::process::abort();
-            }
-            let _ = std::process::Command::new("kill").args(["-STOP", &std::process::id().to_string()]).status();
-        });
+    let parsed =
+        (|| Some((parts.next()?.to_string(), parts.next()?.parse::<usize>().ok()?, parts.next()?.to_string())))();
+    let (kind, victim, when) = parsed
+        .filter(|(k, _, when)| match k.as_str() {
+            "abort" => when.parse::<f64>().is_ok(),
+            "hang" => when == "group" || when.parse::<f64>().is_ok(),
+            _ => false,
+        })
+        .with_context(|| {
+            format!("LOWCOMM_FAULT={v}: expected abort|hang:RANK:SECONDS or hang:RANK:group, e.g. abort:1:2.5")
+        })?;
+    if victim != rank {
+        return Ok(());
     }
+    if when == "group" {
+        crate::comm::mpi::hang_before_first_group();
+        return Ok(());
+    }
+    let after = std::time::Duration::from_secs_f64(when.parse().expect("checked above"));
+    std::thread::spawn(move || {
+        std::thread::sleep(after);
+        if kind == "abort" {
+            eprintln!("lowcomm (mpi rank {rank}): LOWCOMM_FAULT: abort now");
+            std::process::abort();
+        }
+        crate::comm::mpi::stop_this_process(rank);
+    });
     Ok(())
 }
 
