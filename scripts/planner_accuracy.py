@@ -186,13 +186,22 @@ def split_lines(settings, out, variant):
     return lines + [""]
 
 
+def floor(xs):
+    """The least worst-case error any single prediction p can have against
+    real values xs: max_i |p - x_i| / x_i is smallest at p = 2 ab / (a + b)
+    (a, b the largest and smallest), where it is (a - b) / (a + b)."""
+    return (max(xs) - min(xs)) / (max(xs) + min(xs))
+
+
 def spread_lines(settings, out):
     """For a setting run more than once (pooled folders): each run's real
-    s/round per method and their spread, (max - min) / median."""
+    s/round per method, their spread, (max - min) / median, and the floor
+    their spread puts under any prediction's worst error (`floor`)."""
     by_name = {}
     for folder in settings:
         by_name.setdefault(folder.name, []).append(folder)
     lines = []
+    floors = {}  # spec -> [(floor, setting)]
     for name, folders in by_name.items():
         if len(folders) < 2:
             continue
@@ -201,13 +210,22 @@ def spread_lines(settings, out):
         heads = [("first" if f.parent == out else str(f.parent.relative_to(out)) if f.parent.is_relative_to(out)
                   else f.parent.name) for f in folders]
         lines += [f"Real s/round of {name}, run by run:", "",
-                  "| method | " + " | ".join(heads) + " | spread |", "|---" * (len(folders) + 2) + "|"]
+                  "| method | " + " | ".join(heads) + " | spread | floor |", "|---" * (len(folders) + 3) + "|"]
         for spec in reals[0]:
             xs = [r[spec] for r in reals if spec in r]
+            floors.setdefault(spec, []).append((floor(xs), name))
             lines.append(f"| {spec} | " + " | ".join(f"{x:.4f}" for x in xs)
-                         + f" | {100 * (max(xs) - min(xs)) / statistics.median(xs):.0f}% |")
+                         + f" | {100 * (max(xs) - min(xs)) / statistics.median(xs):.0f}% | {100 * floor(xs):.1f}% |")
         lines.append("")
-    return ["### The same setting run again", ""] + lines if lines else []
+    if not lines:
+        return []
+    lines += ["The floor, per method: the worst error no prediction can avoid against these repeated real runs,",
+              "in the setting where it is largest (a prediction within 10% of every run needs every floor under 10%).", "",
+              "| method | largest floor | setting |", "|---|---|---|"]
+    for spec, fs in floors.items():
+        f, name = max(fs)
+        lines.append(f"| {spec} | {100 * f:.1f}% | {name} |")
+    return ["### The same setting run again", ""] + lines + [""]
 
 
 def pct(x):
