@@ -213,9 +213,10 @@ def spread_lines(settings, out):
                   "| method | " + " | ".join(heads) + " | spread | floor |", "|---" * (len(folders) + 3) + "|"]
         for spec in reals[0]:
             xs = [r[spec] for r in reals if spec in r]
-            floors.setdefault(spec, []).append((floor(xs), name))
+            least = floor(xs)
+            floors.setdefault(spec, []).append((least, name))
             lines.append(f"| {spec} | " + " | ".join(f"{x:.4f}" for x in xs)
-                         + f" | {100 * (max(xs) - min(xs)) / statistics.median(xs):.0f}% | {100 * floor(xs):.1f}% |")
+                         + f" | {100 * (max(xs) - min(xs)) / statistics.median(xs):.0f}% | {100 * least:.1f}% |")
         lines.append("")
     if not lines:
         return []

@@ -133,25 +133,27 @@ impl StopVote for Vote {
 fn inject_fault(rank: usize) -> Result<()> {
     let Ok(v) = std::env::var("LOWCOMM_FAULT") else { return Ok(()) };
     let mut parts = v.split(':');
-    let parsed =
-        (|| Some((parts.next()?.to_string(), parts.next()?.parse::<usize>().ok()?, parts.next()?.to_string())))();
-    let (kind, victim, when) = parsed
-        .filter(|(k, _, when)| match k.as_str() {
-            "abort" => when.parse::<f64>().is_ok(),
-            "hang" => when == "group" || when.parse::<f64>().is_ok(),
-            _ => false,
-        })
-        .with_context(|| {
-            format!("LOWCOMM_FAULT={v}: expected abort|hang:RANK:SECONDS or hang:RANK:group, e.g. abort:1:2.5")
-        })?;
+    // (kind, victim, seconds after start; None: before the first group)
+    let parsed = (|| {
+        let kind = parts.next()?.to_string();
+        let victim = parts.next()?.parse::<usize>().ok()?;
+        let after = match parts.next()? {
+            "group" if kind == "hang" => None,
+            secs => Some(secs.parse::<f64>().ok()?),
+        };
+        Some((kind, victim, after))
+    })();
+    let (kind, victim, after) = parsed.filter(|(k, ..)| k == "abort" || k == "hang").with_context(|| {
+        format!("LOWCOMM_FAULT={v}: expected abort|hang:RANK:SECONDS or hang:RANK:group, e.g. abort:1:2.5")
+    })?;
     if victim != rank {
         return Ok(());
     }
-    if when == "group" {
+    let Some(after_s) = after else {
         crate::comm::mpi::hang_before_first_group();
         return Ok(());
-    }
-    let after = std::time::Duration::from_secs_f64(when.parse().expect("checked above"));
+    };
+    let after = std::time::Duration::from_secs_f64(after_s);
     std::thread::spawn(move || {
         std::thread::sleep(after);
         if kind == "abort" {
