@@ -22,7 +22,13 @@ the spans of events.jsonl (workers 0 and 1, the server is participant 2):
   their first receive): the hand-out before any update.
 
 Medians over the run's updates (the first round's hand-out, before any
-update, is left out). docs/results/planner-accuracy.md, finding 12,
+update, is left out).
+
+A second table, for the real runs: the workers' micro-batch (median ms)
+while the server is sending a model and while it is not, beside the same
+setting's synchronous DiLoCo (real/runs/diloco*, two ranks and no server):
+what the server's share of the two cores costs the workers' computation
+(docs/results/planner-accuracy.md, finding 19). docs/results/planner-accuracy.md, finding 12,
 quotes the table this prints.
 The runs/ folders it reads are not committed (.gitignore keeps summaries
 only): bench/netns/planner_accuracy.sh and async_server_wait.sh make them.
@@ -82,6 +88,28 @@ def exchanges(ev: list) -> dict:
     }
 
 
+def micro_batches(run: Path) -> list:
+    """The micro-batch spans of a run's events.jsonl."""
+    with open(run / "events.jsonl") as f:
+        return [e for e in map(json.loads, f) if e.get("record") == "span" and e["name"] == "micro-batch"]
+
+
+def beside_server(setting: Path) -> str | None:
+    """The row of the second table (module docs) for one setting folder, or None without its runs."""
+    runs = sorted((setting / "real-async" / "runs").glob("async-diloco*"))
+    sync = sorted((setting / "real" / "runs").glob("diloco*"))
+    if not runs or not sync or not (runs[0] / "events.jsonl").exists() or not (sync[0] / "events.jsonl").exists():
+        return None
+    sends = [(e["start_s"], e["end_s"]) for e in spans(runs[0]) if e["worker"] == SERVER and e["name"] == "send" and e["bytes"] >= BIG]
+    during, apart = [], []
+    for m in micro_batches(runs[0]):
+        overlaps = any(a < m["end_s"] and m["start_s"] < b for a, b in sends)
+        (during if overlaps else apart).append(m["end_s"] - m["start_s"])
+    ms = lambda xs: f"{1000 * statistics.median(xs):.1f} ({len(xs)})" if xs else "-"
+    sync_ms = [m["end_s"] - m["start_s"] for m in micro_batches(sync[0])]
+    return f"| {ms(during)} | {ms(apart)} | {ms(sync_ms)} |"
+
+
 # The runs of a setting folder, and what the table calls them.
 KINDS = {"real-async": "real", "real-async-concurrent": "real, models sent at once", "sim": "sim"}
 
@@ -100,6 +128,14 @@ def main() -> None:
                     f"| {top.name}/{setting.name} | {label} | {x['n']} | {x['upload']:.3f} | {x['hold']:.3f} "
                     f"| {x['download']:.3f} | {x['exchange']:.3f} | {x['together']} | {x['first']} |"
                 )
+    print()
+    print("| setting | async DiLoCo's micro-batch while the server sends a model, ms (count) | while it does not | sync DiLoCo's, same setting |")
+    print("|---|---|---|---|")
+    for top in map(Path, sys.argv[1:]):
+        for setting in sorted(p for p in top.iterdir() if (p / "real-async").is_dir()):
+            row = beside_server(setting)
+            if row:
+                print(f"| {top.name}/{setting.name} {row}")
 
 
 if __name__ == "__main__":

@@ -12,15 +12,18 @@ and sim/) and every method, three numbers from each of real, sim and plan:
 - s/round: seconds per optimizer step (compare's "round"): wall time over
   steps for real and sim, round_s over steps for plan;
 - steady s/round, for the methods whose transfers run beside computation
-  across a round's end (acco, co2, streaming DiLoCo): the same between the
-  ends of the second and the last round of worker 0 (its curves.csv), where
-  plan::tests_sim measures the simulator's steady state. plan predicts the
-  steady state, so its error is taken against this: a run of four outer
-  rounds (co2, streaming DiLoCo at H = 12 over 48 steps) spends part of its
-  time filling the pipeline and waiting for the last transfer, which a
-  steady state does not have. Every other method's run has no such
-  transient (the simulator's whole run equals plan there), and its whole
-  run measures the steady state over more rounds;
+  across a round's end (acco, co2, streaming DiLoCo) and for async DiLoCo:
+  the same between the ends of the second and the last round of worker 0
+  (its curves.csv; async DiLoCo's pooled curve), where plan::tests_sim
+  measures the simulator's steady state. plan predicts the steady state,
+  so its error is taken against this: a run of four outer rounds (co2,
+  streaming DiLoCo at H = 12 over 48 steps) spends part of its time filling
+  the pipeline and waiting for the last transfer, which a steady state does
+  not have, and async DiLoCo's server hands the first models out one after
+  the other (worker 1 starts a model's transfer later) and takes in the
+  last updates. Every other method's run has no such transient (the
+  simulator's whole run equals plan there), and its whole run measures the
+  steady state over more rounds;
 - micro-batches per round per worker (differs from 1 only for acco, whose
   rounds last as long as their communication);
 - exposed communication: the share of the wall time a worker waits on the
@@ -97,19 +100,43 @@ def measured(result):
     return s["wall_s"] / rounds, mb, idle / s["wall_s"]
 
 
-# The methods whose run has a pipeline fill and drain (see steady s/round above).
-PIPELINED = ("acco", "co2", "streaming-diloco")
+# The methods whose run has a fill and a drain (see steady s/round above).
+PIPELINED = ("acco", "co2", "streaming-diloco", "async-diloco")
 
 
 def walls(folder):
-    """spec -> wall_s after each step of the run's first worker (folder/curves.csv, first seed)."""
+    """spec -> wall_s after each step of the run's first worker (folder/curves.csv,
+    first seed); a pooled curve (async DiLoCo) rebuilt from its run's worker
+    rounds where the run is kept (pooled_walls)."""
     out, seeds = {}, {}
     path = folder / "curves.csv"
     if path.exists():
         for r in csv.DictReader(path.open()):
             if seeds.setdefault(r["method"], r["seed"]) == r["seed"]:
                 out.setdefault(r["method"], []).append(float(r["wall_s"]))
+    for f in sorted(folder.glob("runs/*/result.json")):
+        spec = json.loads(f.read_text())["spec"]
+        if spec.startswith("async-diloco") and (f.parent / "metrics.jsonl").exists():
+            out[spec] = pooled_walls(f.parent / "metrics.jsonl")
+    for spec, wall in list(out.items()):
+        if any(b < a for a, b in zip(wall, wall[1:])):
+            # A curve written a rank at a time (pooled_walls): no steady state from it.
+            print(f"warning: {folder}: {spec}'s curve goes back in time; its whole run stands in", file=sys.stderr)
+            del out[spec]
     return out
+
+
+def pooled_walls(metrics):
+    """The pooled curve's wall_s (train/parallel/log.rs: round k is the k-th
+    group of `workers` worker rounds in the order they ended, at the latest
+    end among them) from a run's `worker` lines. Real MPI runs before the
+    commit that feeds rank 0's log in time order wrote curves.csv a rank at a
+    time (worker 0's rounds paired, then worker 1's), so their curves.csv
+    cannot give it."""
+    lines = [json.loads(l) for l in metrics.open()]
+    server = max(l["worker"] for l in lines if l.get("kind") == "server")
+    ends = sorted(l["end_s"] for l in lines if l.get("kind") == "worker" and l["worker"] < server)
+    return [max(ends[i:i + server]) for i in range(0, len(ends) - server + 1, server)]
 
 
 def steady(wall, per):
@@ -134,7 +161,7 @@ def rel(pred, real):
 def setting_rows(folder, variant):
     """One row per method: (spec, real, sim, plan, real steady s/round); real, sim, plan are measured()'s."""
     real = runs(folder / "real") | runs(folder / "real-async")
-    real_walls = walls(folder / "real")
+    real_walls = walls(folder / "real") | walls(folder / "real-async")
     sim = runs(folder / ("sim" + variant))
     plan = {m["method"]: m for m in json.loads((folder / f"plan{variant}.json").read_text())["methods"]}
     rows = []

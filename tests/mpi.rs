@@ -200,6 +200,16 @@ fn async_diloco_runs_4_workers_and_the_server_on_the_last_of_5_ranks() {
             Command::new(BIN).args(&args).current_dir(tmp.path()).output().unwrap()
         };
         assert!(o.status.success(), "{backend} {rt}: {}", text(&o));
+        // The pooled curve follows the order the worker rounds ended in,
+        // though rank 0 gets the other ranks' rounds a rank at a time.
+        let walls: Vec<f64> = std::fs::read_to_string(out.join("metrics.jsonl"))
+            .unwrap()
+            .lines()
+            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
+            .filter(|v| v["kind"] == "train")
+            .map(|v| v["wall_s"].as_f64().unwrap())
+            .collect();
+        assert!(walls.len() == 4 && walls.windows(2).all(|w| w[0] <= w[1]), "{backend} {rt}: {walls:?}");
         (lowcomm::checkpoint::load(&out).expect("final checkpoint").params, text(&o))
     };
     let (sim, _) = run("local", "sim");

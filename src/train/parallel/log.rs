@@ -315,6 +315,20 @@ impl Inner {
     }
 }
 
+/// Gives `observer` rounds that reach it in batches, every participant's
+/// at once (under MPI the other ranks' rounds travel in the checkpoint's
+/// parts), in the order they ended. A pooled curve groups worker rounds in
+/// the order they arrive (module docs), so fed participant by participant
+/// its round 1 would be worker 0's first rounds and its times would run
+/// backwards when worker 1's begin. Each participant's own rounds keep
+/// their order (a stable sort; their ends do not decrease).
+pub fn observe_in_time_order<'a>(observer: &dyn Observer, batch: impl IntoIterator<Item = (usize, &'a [StepPoint])>) {
+    let mut all: Vec<(usize, &StepPoint)> =
+        batch.into_iter().flat_map(|(p, points)| points.iter().map(move |pt| (p, pt))).collect();
+    all.sort_by(|a, b| a.1.end_s.total_cmp(&b.1.end_s));
+    all.into_iter().for_each(|(p, pt)| observer.point(p, pt));
+}
+
 impl Observer for RoundLog {
     fn point(&self, p: usize, point: &StepPoint) {
         let mut inner = self.inner.lock().unwrap_or_else(|e| e.into_inner());

@@ -99,3 +99,25 @@ fn a_resumed_pooled_log_equals_the_uninterrupted_one() {
     // test, dropped worker 0's step 3 and started the pool empty.)
     assert_eq!(text(&resumed), text(&whole));
 }
+
+#[test]
+fn rounds_that_arrive_a_participant_at_a_time_are_pooled_in_the_order_they_ended() {
+    // `feed`'s rounds as MPI's checkpoint parts bring them: worker 0's four,
+    // then worker 1's two, then the server's.
+    let p = |step, loss, end_s| StepPoint { step, loss, micro_batches: 1, end_s };
+    let w0 = [p(1, 1.0, 1.0), p(2, 2.0, 2.0), p(3, 3.0, 3.0), p(4, 4.0, 4.0)];
+    let w1 = [p(1, 10.0, 2.0), p(2, 20.0, 4.0)];
+    let server = [p(1, 0.0, 4.0)];
+    let rounds = |r: Vec<RoundRecord>| r.iter().map(|r| (r.step, r.loss, r.wall_s, r.tokens)).collect::<Vec<_>>();
+    let ordered = log(true);
+    observe_in_time_order(&ordered, [(0, &w0[..]), (1, &w1[..]), (2, &server[..])]);
+    let live = log(true);
+    feed(&live);
+    assert_eq!(rounds(ordered.finish().unwrap()), rounds(live.finish().unwrap()));
+    // Fed as they come, the pooled curve paired worker 0's rounds with each
+    // other, and worker 1's (with more rounds, its times go back: the real
+    // runs' curves.csv before this).
+    let as_they_come = log(true);
+    [(0, &w0[..]), (1, &w1[..])].iter().for_each(|(w, pts)| pts.iter().for_each(|pt| as_they_come.point(*w, pt)));
+    assert_eq!(rounds(as_they_come.finish().unwrap()), [(1, 1.5, 2.0, 20), (2, 3.5, 4.0, 40), (3, 15.0, 4.0, 60)]);
+}

@@ -214,9 +214,7 @@ impl PartSink for MpiSink {
         let names: Vec<String> = (0..self.size).map(super::checkpoint::part_file).collect();
         let parts = names.iter().map(|n| read_part(&staging.path().join(n))).collect::<Result<Vec<_>>>()?;
         if let Some(log) = &self.metrics {
-            for p in &parts {
-                p.points.iter().for_each(|pt| crate::strategy::Observer::point(log.as_ref(), p.participant, pt));
-            }
+            super::log::observe_in_time_order(log.as_ref(), parts.iter().map(|p| (p.participant, &p.points[..])));
         }
         let model = assemble_model(self.n_params, parts.iter().filter_map(|p| p.state.model.clone()))?;
         let dir = self.id.finalize(staging, round, &model, &PartsSummary::of(&parts), names)?;
