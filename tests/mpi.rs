@@ -1,19 +1,22 @@
 //! The MPI backend under a real `mpirun` (MPICH), 2 and 4 processes:
 //! conformance of the communicator, bitwise equivalence with the
 //! in-process backend for zero1, acco and the local-update methods,
-//! `compare` over MPI, and a dead or silent rank ending the job with a
-//! clear error instead of a hang.
+//! `compare` over MPI; a dead or silent rank ending the job with a clear
+//! error instead of a hang (mpi/failures.rs), Ctrl-C (mpi/stop.rs).
 //!
 //! Only with `cargo test --features mpi` (.ci/run installs MPICH); needs
 //! `mpirun` on PATH.
 #![cfg(feature = "mpi")]
 
 mod common;
+#[path = "mpi/failures.rs"]
+mod failures;
+#[path = "mpi/stop.rs"]
+mod stop;
 
 use common::*;
 use std::path::Path;
 use std::process::{Command, Output};
-use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_lowcomm");
 
@@ -202,13 +205,8 @@ fn async_diloco_runs_4_workers_and_the_server_on_the_last_of_5_ranks() {
         assert!(o.status.success(), "{backend} {rt}: {}", text(&o));
         // The pooled curve follows the order the worker rounds ended in,
         // though rank 0 gets the other ranks' rounds a rank at a time.
-        let walls: Vec<f64> = std::fs::read_to_string(out.join("metrics.jsonl"))
-            .unwrap()
-            .lines()
-            .map(|l| serde_json::from_str::<serde_json::Value>(l).unwrap())
-            .filter(|v| v["kind"] == "train")
-            .map(|v| v["wall_s"].as_f64().unwrap())
-            .collect();
+        let walls: Vec<f64> =
+            records(&read_metrics(&out), "train").iter().map(|r| r["wall_s"].as_f64().unwrap()).collect();
         assert!(walls.len() == 4 && walls.windows(2).all(|w| w[0] <= w[1]), "{backend} {rt}: {walls:?}");
         (lowcomm::checkpoint::load(&out).expect("final checkpoint").params, text(&o))
     };
@@ -283,143 +281,6 @@ fn mpi_runs_resume_from_per_rank_parts_bit_identically() {
     assert_eq!(losses, local_losses, "every rank's rounds reach rank 0's log through the parts");
 }
 
-/// Runs a job in which rank 1 fails after 1.5 s; returns its output and how
-/// long it took.
-fn failing_job(fault: &str) -> (Output, Duration) {
-    failing_job_with(&[("LOWCOMM_FAULT", fault)])
-}
-
-/// [`failing_job`] with the fault given as environment variables.
-fn failing_job_with(fault: &[(&str, &str)]) -> (Output, Duration) {
-    let tmp = tempdir();
-    let out = tmp.path().join("run");
-    let cfg = tmp.path().join("run.toml");
-    std::fs::write(&cfg, tiny_toml(corpus(), &out)).unwrap();
-    let cfg = cfg.display().to_string();
-    let t = Instant::now();
-    let env = [fault, &[("LOWCOMM_MPI_TIMEOUT_S", "5")]].concat();
-    let o = mpirun(
-        2,
-        &env,
-        &["train", "--config", &cfg, "--backend", "mpi", "--method", "acco", "--steps", "100000", "--quiet"],
-        tmp.path(),
-    );
-    (o, t.elapsed())
-}
-
-#[test]
-fn an_mpi_run_that_diverges_says_so_and_leaves_no_temp_checkpoint() {
-    let tmp = tempdir();
-    let out = tmp.path().join("run");
-    let cfg = tmp.path().join("run.toml");
-    std::fs::write(&cfg, tiny_toml(corpus(), &out)).unwrap();
-    let cfg = cfg.display().to_string();
-    let args = ["train", "--config", &cfg, "--backend", "mpi", "--method", "ddp", "--steps", "10"];
-    let o = mpirun(2, &[], &[&args[..], &["--checkpoint-every", "1", "--lr", "1e30", "--quiet"]].concat(), tmp.path());
-    let said = text(&o);
-    assert!(!o.status.success(), "a diverged run must fail:\n{said}");
-    assert!(said.contains("training diverged"), "{said}");
-    assert!(!said.contains("does not parse"), "{said}");
-    let left: Vec<String> = lowcomm::util::fsio::dir_entries(&out.join("checkpoints"))
-        .unwrap()
-        .into_iter()
-        .filter(|n| n.contains(".tmp"))
-        .collect();
-    assert!(left.is_empty(), "temp checkpoint directories left behind: {left:?}");
-    lowcomm::checkpoint::load(&out).expect("the last finite checkpoint loads");
-}
-
-#[test]
-fn a_rank_that_crashes_ends_the_job_with_an_error() {
-    let (o, took) = failing_job("abort:1:1.5");
-    assert!(!o.status.success());
-    assert!(took < Duration::from_secs(60), "took {took:?}");
-    let out = text(&o);
-    assert!(out.contains("rank 1") && out.contains("abort now"), "{out}");
-}
-
-#[test]
-fn a_rank_that_hangs_ends_the_job_at_the_collective_timeout() {
-    let (o, took) = failing_job("hang:1:1.5");
-    assert_ended_at_the_timeout(&o, took);
-}
-
-#[test]
-fn a_rank_that_hangs_before_a_group_is_made_ends_the_job_at_the_timeout() {
-    // Rank 1 stops just before it makes its first group's communicator (the
-    // World group's, on the first collective), as in a CI run whose startup
-    // took longer than the 1.5 s above: making one (MPI_Comm_dup) waits on
-    // every member and has no non-blocking form, so only the deadline
-    // around it (comm/mpi/failure.rs `bounded`) ends the job. Without it,
-    // rank 0 waited inside MPI_Comm_dup until hydra's limit.
-    let (o, took) = failing_job("hang:1:group");
-    assert_ended_at_the_timeout(&o, took);
-    assert!(text(&o).contains("making the communicator of ranks"), "{}", text(&o));
-}
-
-/// The job failed, within a minute, with rank 0's line naming the 5 s timeout.
-fn assert_ended_at_the_timeout(o: &Output, took: Duration) {
-    let out = text(o);
-    assert!(!o.status.success(), "{out}");
-    // The fault + the 5 s timeout, with room for a loaded machine.
-    assert!(took < Duration::from_secs(60), "took {took:?}: {out}");
-    assert!(out.contains("did not complete in 5 s") && out.contains("aborting all ranks"), "{out}");
-}
-
-#[test]
-fn a_rank_whose_mpi_abort_never_returns_still_ends_the_job() {
-    // Seen once under load: MPI_Abort stayed inside MPICH for minutes. The
-    // fault stands in for it; the watchdog must end the rank (10 s), and
-    // the launcher the others. Before the watchdog, hydra's own timeout
-    // (90 s here) ended the job, without the watchdog's line.
-    let (o, took) = failing_job_with(&[
-        ("LOWCOMM_FAULT", "hang:1:1.5"),
-        ("LOWCOMM_FAULT_ABORT_HANGS", "1"),
-        ("MPIEXEC_TIMEOUT", "90"),
-    ]);
-    assert!(!o.status.success());
-    let out = text(&o);
-    assert!(
-        out.contains("did not complete in 5 s") && out.contains("MPI_Abort did not end this rank in 10 s"),
-        "{out}"
-    );
-    assert!(took < Duration::from_secs(85), "took {took:?}: {out}");
-}
-
-#[test]
-fn mpi_backend_rejects_sim_runtime_and_wrong_worker_count() {
-    let tmp = tempdir();
-    let cfg = tmp.path().join("run.toml");
-    std::fs::write(&cfg, tiny_toml(corpus(), &tmp.path().join("run"))).unwrap();
-    let cfg = cfg.display().to_string();
-    for (extra, needle) in [(["--runtime", "sim"], "--runtime sim"), (["--workers", "3"], "mpirun -np 3")] {
-        let o = mpirun(
-            2,
-            &[],
-            &[&["train", "--config", &cfg, "--backend", "mpi", "--method", "zero1"][..], &extra[..]].concat(),
-            tmp.path(),
-        );
-        assert!(!o.status.success());
-        assert!(text(&o).contains(needle), "{}", text(&o));
-    }
-}
-
-#[test]
-fn mpi_backend_refuses_a_fault_plan_before_writing_anything() {
-    // MPI has no recovery (a dead rank ends the job): workers that leave and join run in-process only.
-    let tmp = tempdir();
-    let cfg = tiny_toml_file(tmp.path());
-    let args = ["train", "--config", &cfg, "--backend", "mpi", "--method", "async-diloco", "--workers", "2"];
-    let o = mpirun(3, &[], &[&args[..], &["--faults", "1:crash@1,1:join@2"]].concat(), tmp.path());
-    assert!(!o.status.success());
-    assert!(
-        text(&o).contains("--faults / [faults] plan: not under --backend mpi: MPI has no recovery"),
-        "{}",
-        text(&o)
-    );
-    assert!(!tmp.path().join("run").exists(), "nothing written");
-}
-
 #[test]
 fn compare_over_mpi_matches_the_in_process_compare_and_reuses_finished_methods() {
     // Rank 0 writes the report; every rank decides reuse from the same
@@ -490,80 +351,5 @@ fn calibrate_under_mpirun_measures_the_link_between_ranks() {
         let link = p.link_model().unwrap();
         let t = if tier == "intra" { link.intra } else { link.inter.unwrap() };
         assert!(t.bandwidth_bytes_per_s > 0.0 && t.latency_s >= 0.0, "{t:?}");
-    }
-}
-
-/// Starts `mpirun -np np lowcomm ARGS` in `cwd` without waiting.
-fn spawn_mpirun(np: usize, args: &[&str], cwd: &Path) -> std::process::Child {
-    mpirun_command(np, &[], args, cwd)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .expect("spawn mpirun")
-}
-
-#[test]
-fn ctrl_c_under_mpirun_stops_every_rank_at_one_round_and_the_resumed_run_has_the_uninterrupted_bits() {
-    // hydra forwards SIGINT to every rank; the ranks vote on it at each
-    // boundary (strategy/stop.rs) and all stop at the same one with a
-    // checkpoint, exit 130 and the mpirun command that continues the run.
-    // async-diloco: the server decides alone and tells the workers (SAVE_STOP).
-    for (method, np, extra) in
-        [("zero1", 2, vec![]), ("diloco", 2, vec!["--h", "3"]), ("async-diloco", 3, vec!["--workers", "2", "--h", "3"])]
-    {
-        let tmp = tempdir();
-        let steps = "300";
-        let (whole, cut) = (tmp.path().join("whole"), tmp.path().join("cut"));
-        let cfg = tmp.path().join("run.toml");
-        std::fs::write(&cfg, tiny_toml(corpus(), &whole)).unwrap();
-        let cfg = cfg.display().to_string();
-        let args = |out: &Path| {
-            let mut a =
-                vec!["train", "--config", &cfg, "--method", method, "--steps", steps, "--quiet", "--backend", "mpi"];
-            a.extend(["--checkpoint-every", "5", "--out"]);
-            a.push(out.to_str().unwrap());
-            a.extend(&extra);
-            a.iter().map(|s| s.to_string()).collect::<Vec<_>>()
-        };
-        let child = spawn_mpirun(np, &args(&cut).iter().map(String::as_str).collect::<Vec<_>>(), tmp.path());
-        let start = Instant::now();
-        while !cut.join("checkpoints/latest").exists() {
-            assert!(start.elapsed() < Duration::from_secs(120), "{method}: no first checkpoint");
-            std::thread::sleep(Duration::from_millis(20));
-        }
-        let ok = Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap().success();
-        assert!(ok);
-        let o = child.wait_with_output().unwrap();
-        let said = text(&o);
-        // Every rank exits 130, but hydra's own status after a forwarded Ctrl-C is not reliable: it
-        // returned 0 in about 1 of 3 interrupts on this machine (docs/mpi.md). So: never a failure,
-        // and the stop is checked by what the ranks print and write below.
-        assert!(
-            matches!(o.status.code(), Some(130) | Some(0)),
-            "{method}: exit status of an interrupted MPI run:\n{said}"
-        );
-        let resume = format!("continue the run with `mpirun -np {np} lowcomm train --resume {}`", cut.display());
-        assert!(said.contains("interrupted: stopped at step ") && said.contains(&resume), "{method}:\n{said}");
-        // Rank 0's watcher thread announces the stop every 50 ms at most, so a stop reached sooner may
-        // end before it speaks; no other rank ever does.
-        assert!(said.matches("interrupt: stopping at the end").count() <= 1, "{method}: one rank speaks:\n{said}");
-        let at: u64 = said.split("stopped at step ").nth(1).unwrap().split(' ').next().unwrap().parse().unwrap();
-        assert!(at < 300, "{method}: the run ended before the signal: the test checked nothing");
-        assert_eq!(lowcomm::checkpoint::load(&cut).unwrap().state.step, at, "{method}");
-        let cut_s = cut.display().to_string();
-        let o = mpirun(np, &[], &["train", "--resume", &cut_s, "--backend", "mpi", "--quiet"], tmp.path());
-        assert!(o.status.success(), "{method}: resume: {}", text(&o));
-        let resumed = lowcomm::checkpoint::load(&cut).unwrap();
-        assert_eq!(resumed.state.step, 300, "{method}");
-        // Workers under a server race by design (real runtime): only the synchronous methods are bit-exact.
-        if method != "async-diloco" {
-            let o = mpirun(np, &[], &args(&whole).iter().map(String::as_str).collect::<Vec<_>>(), tmp.path());
-            assert!(o.status.success(), "{method}: uninterrupted: {}", text(&o));
-            let whole = lowcomm::checkpoint::load(&whole).unwrap();
-            assert!(
-                whole.params == resumed.params,
-                "{method}: interrupted at {at} and resumed differs from uninterrupted"
-            );
-        }
     }
 }

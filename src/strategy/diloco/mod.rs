@@ -12,6 +12,7 @@
 //! server_state.rs    what the server checkpoints and resumes from
 //! membership.rs      the fault plan (strategy/faults.rs) injected into the worker and the server
 //! streaming.rs       Streaming DiLoCo (arXiv 2501.18512): fragments on their own offsets, overlap, mixing
+//! streaming_eager.rs its eager updates (arXiv 2502.12996): a stand-in while the average travels
 //! fragments.rs       its fragments: blocks dealt strided or sequential
 //! settings.rs        [methods.diloco]
 //! streaming_settings.rs  [methods.streaming-diloco]
@@ -32,6 +33,7 @@ pub mod server_state;
 pub mod settings;
 pub mod shards;
 pub mod streaming;
+pub mod streaming_eager;
 pub mod streaming_settings;
 
 #[cfg(test)]

@@ -14,6 +14,8 @@ pub mod checkpoint;
 pub mod log;
 #[cfg(feature = "mpi")]
 pub mod mpi;
+#[cfg(feature = "mpi")]
+mod mpi_sink;
 pub mod report;
 mod setup;
 

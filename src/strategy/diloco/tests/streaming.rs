@@ -181,7 +181,7 @@ fn eager_with_one_worker_is_the_run_whose_average_lands_at_once() {
 #[test]
 fn one_eager_round_with_two_workers_by_hand() {
     use crate::optim::OuterConfig;
-    use crate::strategy::diloco::streaming::{correct, standin};
+    use crate::strategy::diloco::streaming_eager::{correct, standin};
     // A fragment of 2 values, outer SGD at lr 1 (theta -= g), alpha 0.5, k = 2.
     let sgd = OuterConfig { kind: OuterKind::Sgd, lr: 1.0, ..OuterConfig::default() };
     let theta_old = [1.0, 2.0];
