@@ -13,6 +13,8 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo test --locked
+# The planner-accuracy script's arithmetic (floor, steady state, pooled curve).
+python3 -m unittest discover -s scripts -p 'test_*.py'
 # Issue 27's probes (bad input, races, Ctrl-C, a full disk...) against the binary
 # the tests just built: ok/FAILED per probe.
 LOWCOMM=target/debug/lowcomm bash scripts/probe.sh
