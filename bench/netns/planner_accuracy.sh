@@ -31,7 +31,11 @@ OVERLAPPED=${OVERLAPPED:-acco,co2,streaming-diloco:h=12}   # the methods whose t
 cargo build --release --locked --features mpi -q
 B=$PWD/target/release/lowcomm
 export RAYON_NUM_THREADS=1
-# --budget rounds: acco runs STEPS rounds like the rest (it applies to acco only)
+# --budget rounds: acco runs STEPS rounds like the rest (it applies to the acco
+# family only, and compare refuses it without one: METHODS without acco, e.g. a
+# longer run of the local-update methods, runs without it)
+budget=()
+case ",$METHODS," in *,acco*|*,dpu*) budget=(--budget rounds) ;; esac
 common=(--preset nano --steps "$STEPS" --batch-size 16 --eval-every 0)
 
 dir_of() {   # the folder of a setting: RATE or RATE-jitterPCT
@@ -55,7 +59,7 @@ dir_of() {   # the folder of a setting: RATE or RATE-jitterPCT
     shaped 2 "$B" calibrate --backend mpi --preset nano --batch-size 16 --max-bytes 4194304 \
         --out "$dir/profile.toml" --force --name "netns-$rate-jitter$jitter"
     echo "== $dir: real runs (MPI, 2 ranks; $ASYNC on 3)" >&2
-    shaped 2 "$B" compare --backend mpi --methods "$METHODS" "${common[@]}" --budget rounds --results "$dir/real" --fresh >/dev/null
+    shaped 2 "$B" compare --backend mpi --methods "$METHODS" "${common[@]}" "${budget[@]}" --results "$dir/real" --fresh >/dev/null
     shaped 3 "$B" compare --backend mpi --workers 2 --methods "$ASYNC" "${common[@]}" --results "$dir/real-async" --fresh >/dev/null
     echo "== $dir: $(( $(date +%s) - start )) s" >&2
 done
@@ -68,7 +72,7 @@ straggle() {
         cp "$dir/profile.toml" "$dir/profile-straggle.toml"
         python3 scripts/profile_from_comments.py "$dir/profile-straggle.toml" >/dev/null
         "$B" compare --runtime sim --cluster "$dir/profile-straggle.toml" --methods "$METHODS,$ASYNC" "${common[@]}" \
-            --budget rounds --results "$dir/sim-straggle" --fresh >/dev/null
+            "${budget[@]}" --results "$dir/sim-straggle" --fresh >/dev/null
         "$B" plan --model nano --cluster "$dir/profile-straggle.toml" --batch 16x64 --methods "$METHODS,$ASYNC" \
             --json "$dir/plan-straggle.json" > /dev/null
     done
@@ -81,7 +85,7 @@ fi
 for setting in $SETTINGS; do
     dir=$(dir_of "$setting")
     echo "== $dir: simulator and plan on the calibrated profile" >&2
-    "$B" compare --runtime sim --cluster "$dir/profile.toml" --methods "$METHODS,$ASYNC" "${common[@]}" --budget rounds \
+    "$B" compare --runtime sim --cluster "$dir/profile.toml" --methods "$METHODS,$ASYNC" "${common[@]}" "${budget[@]}" \
         --results "$dir/sim" --fresh >/dev/null
     "$B" plan --model nano --cluster "$dir/profile.toml" --batch 16x64 --methods "$METHODS,$ASYNC" \
         --json "$dir/plan.json" > "$dir/plan.txt"
