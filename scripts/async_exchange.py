@@ -22,14 +22,14 @@ the spans of events.jsonl (workers 0 and 1, the server is participant 2):
   their first receive): the hand-out before any update.
 
 Medians over the run's updates (the first round's hand-out, before any
-update, is left out).
+update, is left out). docs/results/planner-accuracy.md, finding 12,
+quotes the table this prints.
 
 A second table, for the real runs: the workers' micro-batch (median ms)
 while the server is sending a model and while it is not, beside the same
 setting's synchronous DiLoCo (real/runs/diloco*, two ranks and no server):
 what the server's share of the two cores costs the workers' computation
-(docs/results/planner-accuracy.md, finding 19). docs/results/planner-accuracy.md, finding 12,
-quotes the table this prints.
+(docs/results/planner-accuracy.md, finding 19).
 The runs/ folders it reads are not committed (.gitignore keeps summaries
 only): bench/netns/planner_accuracy.sh and async_server_wait.sh make them.
 """
@@ -42,10 +42,15 @@ SERVER = 2
 BIG = 1 << 20  # a model or an update, not a hello or a stop
 
 
-def spans(run: Path) -> list:
+def all_spans(run: Path) -> list:
+    """Every span of a run's events.jsonl."""
     with open(run / "events.jsonl") as f:
-        ev = [e for e in map(json.loads, f) if e.get("record") == "span" and e["lane"] == "comm"]
-    return sorted(ev, key=lambda e: e["start_s"])
+        return [e for e in map(json.loads, f) if e.get("record") == "span"]
+
+
+def spans(run: Path, ev: list | None = None) -> list:
+    """The communication spans (of `ev` where given, else read from `run`), in start order."""
+    return sorted((e for e in (all_spans(run) if ev is None else ev) if e["lane"] == "comm"), key=lambda e: e["start_s"])
 
 
 def exchanges(ev: list) -> dict:
@@ -88,10 +93,9 @@ def exchanges(ev: list) -> dict:
     }
 
 
-def micro_batches(run: Path) -> list:
-    """The micro-batch spans of a run's events.jsonl."""
-    with open(run / "events.jsonl") as f:
-        return [e for e in map(json.loads, f) if e.get("record") == "span" and e["name"] == "micro-batch"]
+def micro_batches(ev: list) -> list:
+    """The micro-batch spans among `ev`."""
+    return [e for e in ev if e["name"] == "micro-batch"]
 
 
 def beside_server(setting: Path) -> str | None:
@@ -100,13 +104,14 @@ def beside_server(setting: Path) -> str | None:
     sync = sorted((setting / "real" / "runs").glob("diloco*"))
     if not runs or not sync or not (runs[0] / "events.jsonl").exists() or not (sync[0] / "events.jsonl").exists():
         return None
-    sends = [(e["start_s"], e["end_s"]) for e in spans(runs[0]) if e["worker"] == SERVER and e["name"] == "send" and e["bytes"] >= BIG]
+    ev = all_spans(runs[0])
+    sends = [(e["start_s"], e["end_s"]) for e in spans(runs[0], ev) if e["worker"] == SERVER and e["name"] == "send" and e["bytes"] >= BIG]
     during, apart = [], []
-    for m in micro_batches(runs[0]):
+    for m in micro_batches(ev):
         overlaps = any(a < m["end_s"] and m["start_s"] < b for a, b in sends)
         (during if overlaps else apart).append(m["end_s"] - m["start_s"])
     ms = lambda xs: f"{1000 * statistics.median(xs):.1f} ({len(xs)})" if xs else "-"
-    sync_ms = [m["end_s"] - m["start_s"] for m in micro_batches(sync[0])]
+    sync_ms = [m["end_s"] - m["start_s"] for m in micro_batches(all_spans(sync[0]))]
     return f"| {ms(during)} | {ms(apart)} | {ms(sync_ms)} |"
 
 

@@ -114,10 +114,9 @@ def walls(folder):
         for r in csv.DictReader(path.open()):
             if seeds.setdefault(r["method"], r["seed"]) == r["seed"]:
                 out.setdefault(r["method"], []).append(float(r["wall_s"]))
-    for f in sorted(folder.glob("runs/*/result.json")):
-        spec = json.loads(f.read_text())["spec"]
-        if spec.startswith("async-diloco") and (f.parent / "metrics.jsonl").exists():
-            out[spec] = pooled_walls(f.parent / "metrics.jsonl")
+    for f in sorted(folder.glob("runs/async-diloco*/result.json")):
+        if (f.parent / "metrics.jsonl").exists():
+            out[json.loads(f.read_text())["spec"]] = pooled_walls(f.parent / "metrics.jsonl")
     for spec, wall in list(out.items()):
         if any(b < a for a, b in zip(wall, wall[1:])):
             # A curve written a rank at a time (pooled_walls): no steady state from it.
@@ -134,9 +133,10 @@ def pooled_walls(metrics):
     time (worker 0's rounds paired, then worker 1's), so their curves.csv
     cannot give it."""
     lines = [json.loads(l) for l in metrics.open()]
-    server = max(l["worker"] for l in lines if l.get("kind") == "server")
-    ends = sorted(l["end_s"] for l in lines if l.get("kind") == "worker" and l["worker"] < server)
-    return [max(ends[i:i + server]) for i in range(0, len(ends) - server + 1, server)]
+    # The server is participant `workers`, after the workers.
+    workers = max(l["worker"] for l in lines if l.get("kind") == "server")
+    ends = sorted(l["end_s"] for l in lines if l.get("kind") == "worker" and l["worker"] < workers)
+    return [max(ends[i:i + workers]) for i in range(0, len(ends) - workers + 1, workers)]
 
 
 def steady(wall, per):
