@@ -13,7 +13,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo test --locked
-# The planner-accuracy script's arithmetic (floor, steady state, pooled curve).
+# The planner-accuracy scripts' arithmetic (floor, steady state, pooled curve, all-reduce cover).
 python3 -m unittest discover -s scripts -p 'test_*.py'
 # Issue 27's probes (bad input, races, Ctrl-C, a full disk...) against the binary
 # the tests just built: ok/FAILED per probe.

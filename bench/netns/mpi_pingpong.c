@@ -9,7 +9,10 @@
  * Build (binary goes to /tmp, never committed):
  *   mpicc -O2 -o /tmp/mpi_pingpong bench/netns/mpi_pingpong.c
  * Usage:
- *   mpi_pingpong [MiB=4] [reps=5]
+ *   mpi_pingpong [MiB=4] [reps=5] [gap_s=0]
+ * gap_s: seconds every rank sleeps before each timed all-reduce, so the link
+ * idles that long between them (a method that computes between its
+ * collectives) instead of carrying them back to back.
  *
  * Also prints the hostname-independent identity of each rank (its network
  * namespace inode) so one can check that every rank lives in its own netns.
@@ -19,6 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 #include <sys/stat.h>
+#include <time.h>
 
 static int cmp_double(const void *a, const void *b)
 {
@@ -35,8 +39,9 @@ int main(int argc, char **argv)
 
     double mib = argc > 1 ? atof(argv[1]) : 4.0;
     int reps = argc > 2 ? atoi(argv[2]) : 5;
-    if (mib <= 0 || reps < 1) {
-        if (rank == 0) fprintf(stderr, "usage: %s [MiB>0] [reps>=1]\n", argv[0]);
+    double gap = argc > 3 ? atof(argv[3]) : 0.0;
+    if (mib <= 0 || reps < 1 || gap < 0) {
+        if (rank == 0) fprintf(stderr, "usage: %s [MiB>0] [reps>=1] [gap_s>=0]\n", argv[0]);
         MPI_Abort(MPI_COMM_WORLD, 2);
     }
     size_t n = (size_t)(mib * 1024 * 1024 / sizeof(float));
@@ -63,6 +68,10 @@ int main(int argc, char **argv)
 
     double *t = malloc(sizeof(double) * reps);
     for (int r = 0; r < reps; r++) {
+        if (gap > 0) {
+            struct timespec ts = {(time_t)gap, (long)((gap - (double)(time_t)gap) * 1e9)};
+            nanosleep(&ts, NULL);
+        }
         MPI_Barrier(MPI_COMM_WORLD);
         double t0 = MPI_Wtime();
         MPI_Allreduce(buf, out, (int)n, MPI_FLOAT, MPI_SUM, MPI_COMM_WORLD);
@@ -85,9 +94,11 @@ int main(int argc, char **argv)
         double factor = size > 1 ? 2.0 * (size - 1) / size : 0.0;
         double bus_med = factor * bytes * 8 / med / 1e6;
         double bus_best = factor * bytes * 8 / best / 1e6;
-        printf("allreduce %.2f MiB x%d over %d ranks: median %.3f s (min %.3f s)"
+        double mean = 0;
+        for (int r = 0; r < reps; r++) mean += t[r] / reps;
+        printf("allreduce %.2f MiB x%d over %d ranks, %.2f s apart: median %.3f s (min %.3f s, mean %.3f s)"
                " busbw median %.1f Mbit/s (best %.1f Mbit/s) check=%s\n",
-               bytes / 1048576.0, reps, size, med, best, bus_med, bus_best,
+               bytes / 1048576.0, reps, size, gap, med, best, mean, bus_med, bus_best,
                any_bad ? "FAIL" : "ok");
     }
     free(t);

@@ -380,6 +380,20 @@ link_bytes() {
         | awk '/RX:/ { getline; rx = $1 } /TX:/ { getline; tx = $1 } END { print rx, tx }'
 }
 
+# "retransmitted dropped-out dropped-in" of rank $1 since its namespace was
+# made: TCP segments its kernel sent again (/proc/net/snmp is per network
+# namespace) and packets its two tbf queues dropped (rank -> hub, hub ->
+# rank). A transfer slower than the rate allows with drops here is TCP
+# recovering from losses at the queue, not the rank waiting.
+link_losses() {
+    local ns
+    ns=$(rank_ns "$1")
+    echo "$(ip netns exec "$ns" awk '$1 == "Tcp:" { if (!h) { for (i = 2; i <= NF; i++) col[$i] = i; h = 1 }
+                                                     else print $col["RetransSegs"] }' /proc/net/snmp)" \
+         "$(tc -s -n "$ns" qdisc show dev "$RANK_IF" | awk '/dropped/ { sub(",", "", $7); print $7; exit }')" \
+         "$(tc -s -n "$prefix-hub" qdisc show dev "r$1" | awk '/dropped/ { sub(",", "", $7); print $7; exit }')"
+}
+
 # ---------------------------------------------------------------- launcher
 # Hydra's ssh launcher runs: <exec> [ssh options, e.g. -x] <host> <command words...>
 # where the words form a shell command line (the proxy path comes quoted), as
@@ -464,7 +478,8 @@ run_job() {
         log "$(awk -v r="$r" -v ns="$(rank_ns "$r")" -v b="${before[r]}" -v a="${after[r]}" 'BEGIN {
             split(b, x, " "); split(a, y, " ");
             printf "rank %d (%s/%s): tx %.1f MB, rx %.1f MB during the job", r, ns, "'"$RANK_IF"'",
-                   (y[2] - x[2]) / 1e6, (y[1] - x[1]) / 1e6 }')"
+                   (y[2] - x[2]) / 1e6, (y[1] - x[1]) / 1e6 }'); $(link_losses "$r" | awk '{
+            printf "TCP segments retransmitted %s, tbf drops out %s, in %s", $1, $2, $3 }')"
     done
     (( rc == 0 )) || log "MPI job exited with status $rc"
     job_rc=$rc
