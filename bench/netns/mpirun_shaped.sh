@@ -16,28 +16,12 @@
 #                  hub-side veth r<i> per rank, tbf on its egress (hub -> rank i)
 #   <prefix>-<i> : veth mpi0 with 10.77.0.(10+i)/24, tbf on its egress (rank i -> hub)
 #
-# How TCP is forced (see run_job): hydra's "ssh" launcher is replaced by a
-# generated wrapper that maps the host (a rank IP) to its namespace and does
-# `ip netns exec <ns> sh -c "<proxy command>"`; `-localhost 10.77.0.1` makes
-# the proxies connect back to mpiexec over the bridge (the hostname "vm"
-# resolves to 127.0.0.1, which inside a rank namespace is that namespace's own
-# loopback). All namespaces share hostname and /dev/shm, so without help UCX
-# would pick shared memory. What was needed, found by experiment:
-#   UCX_TLS=tcp,self      REQUIRED: without it UCX uses shm/cma and the veth
-#                         byte counters do not move (4 MiB all-reduce at ~3-9 Gbit/s).
-#   MPIR_CVAR_NOLOCAL=1   not needed with Debian's ch4:ucx build (same result
-#                         without it); kept so MPICH never treats the ranks as
-#                         node-local.
-#   UCX_NET_DEVICES=mpi0  worked without it here, but on the host UCX opens a
-#                         tcp/lo lane next to eth0, and 127.0.0.1 means a
-#                         different place in every namespace: kept on purpose.
-# Plus MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=68719476736 (defaults, the
-# caller's values win) for MPI temporaries on these VMs, and LD_PRELOAD of
-# finalize_guard.c (see there: MPICH 4.0.2 + UCX TCP hangs in MPI_Finalize in
-# about half of the runs with >= 4 ranks, also outside namespaces). The rest
-# of the caller's environment is passed too (-genvall), e.g. UCX_* settings.
-# After the job, the script prints each rank's veth tx/rx bytes, which show
-# that the traffic crossed the shaped links.
+# How TCP is forced: hydra's "ssh" launcher is replaced by a generated
+# wrapper (run_job) that runs each proxy in its rank's namespace, with
+# UCX_TLS=tcp,self, UCX_NET_DEVICES=mpi0 and MPIR_CVAR_NOLOCAL=1 (why each:
+# bench/netns/README.md), the caller's environment passed too (-genvall).
+# After the job, the script prints each rank's veth tx/rx bytes (the traffic
+# crossed the shaped links), its TCP retransmits and its tbf queues' drops.
 #
 # Jitter (--jitter PCT[,PERIOD_MS]): netem (delay, jitter, loss) is not built
 # into this kernel; only tbf, htb and pfifo are. So the jitter here is in
@@ -46,47 +30,11 @@
 # rate is RATE; a transfer's mean time is longer than at RATE (1/rate is
 # convex), which is what `lowcomm calibrate` is there to measure.
 #
-# tbf parameters: burst = max(32kbit, 1 ms at the rate), latency 400ms.
-# Measured with a single TCP stream (python sockets) between two rank
-# namespaces, both directions shaped: 10mbit -> 9.5, 100mbit -> 95.5
-# (burst 32/64/256kbit alike), 1gbit -> 429 (burst 32kbit), 666 (256kbit),
-# 950 Mbit/s (1mbit). ~95.5% is the TCP/IP+Ethernet header overhead
-# (1448 payload bytes per 1514 byte frame; tbf counts whole frames), i.e.
-# tbf delivers the nominal rate.
-#
-# Validation (2-core shared VM, Debian MPICH 4.0.2 ch4:ucx, UCX 1.13.1):
-# 4 MiB float MPI_Allreduce, 5 reps after one warm-up, median over reps,
-# two runs per line. Ring model t = 2(p-1)/p * N*8/rate: 0.336 s at p=2 and
-# 0.503 s at p=4 on 100mbit (0.351 / 0.527 s at the 95.5% TCP goodput).
-#   mpicc -O2 -o /tmp/mpi_pingpong bench/netns/mpi_pingpong.c
-#   bench/netns/mpirun_shaped.sh --ranks 2 --rate 100mbit -- /tmp/mpi_pingpong 4 5
-#   bench/netns/mpirun_shaped.sh --ranks 2 --rate none    -- /tmp/mpi_pingpong 4 5
-#   bench/netns/mpirun_shaped.sh --ranks 4 --rate 100mbit -- /tmp/mpi_pingpong 4 5
-#   bench/netns/mpirun_shaped.sh --ranks 4 --rate none    -- /tmp/mpi_pingpong 4 5
-#   (same with --eager added)
-#
-#   ranks rate     flags     t median        busbw (Mbit/s)  veth tx/rx per rank
-#   2     100mbit  -         0.364-0.372 s   90-92           26.9 MB (6 x 4 MiB + hdrs)
-#   2     100mbit  --eager   0.371-0.375 s   90
-#   2     none     -         0.004 s         8700-9000
-#   4     100mbit  -         1.01-1.10 s     46-50 (!)       39.9 MB (6 x 1.5 x 4 MiB + hdrs)
-#   4     100mbit  --eager   0.59-0.65 s     78-85
-#   4     none     -         0.054-0.068 s   740-940
-#   4     none     --eager   0.018-0.025 s   2000-2900
-#
-# So 2 ranks reach ~95% of the tbf rate. 4 ranks on 2 cores, with the default
-# rendezvous protocol, reach only about half. The byte counts match the
-# algorithm exactly, and the ratio was the same at 50mbit (2.16 s), so it is
-# not tbf. Four busy-polling ranks share 2 cores, and each rendezvous
-# handshake waits for a descheduled peer. A larger tbf burst (up to 2mbit) or
-# `nice` did not help; eager (--eager = UCX_RNDV_THRESH=inf) mostly does.
-# Expect nominal rates only when ranks <= cores, or with --eager.
-#
-# Caveats: the bridge hop adds one more store-and-forward but no extra limit;
-# hydra's control traffic and the program's stdout share the shaped links
-# (negligible). With hydra, ranks other than 0 never see EOF on stdin. The
-# unshaped numbers are CPU-bound (TCP over veth on 2 cores) and vary a lot on
-# this shared VM.
+# tbf parameters: burst = max(32kbit, 1 ms at the rate), latency 400ms;
+# what they deliver (TCP streams, MPI all-reduces on 2 and 4 ranks, eager
+# against rendezvous): bench/netns/README.md. In short, 2 ranks reach ~95% of
+# the rate; 4 ranks on 2 cores with the rendezvous protocol about half
+# (--eager helps).
 
 set -Eeuo pipefail
 

@@ -33,6 +33,8 @@ pub mod setup;
 pub mod streaming;
 pub mod table;
 #[cfg(test)]
+mod tests_fixtures;
+#[cfg(test)]
 mod tests_hetero;
 #[cfg(test)]
 mod tests_sim;

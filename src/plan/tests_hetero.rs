@@ -4,7 +4,7 @@
 //! the proportional estimate above, 5% slack) for the cluster's tokens/s of
 //! the methods that compute while communicating.
 
-use super::tests_sim::{profile, tiny, workers};
+use super::tests_fixtures::{profile, tiny, workers};
 use super::{hetero, plan_method, Costing};
 use crate::strategy::{
     run_cluster, Co2Settings, DilocoSettings, DpuSettings, Hooks, LocalSgdSettings, Method, Runtime,
@@ -38,7 +38,7 @@ fn heterogeneous_plan_matches_the_simulator_or_its_bounds() {
         ];
         for method in methods {
             let per = method.local_tau().unwrap_or(1);
-            let plan = super::tests_sim::sim_plan(ROUNDS * per, wire, &layout);
+            let plan = super::tests_fixtures::sim_plan(ROUNDS * per, wire, &layout);
             let reports =
                 run_cluster(&method, &Runtime::Sim(spec.clone()), workers(world, batch), &plan, &Hooks::default())
                     .unwrap();

@@ -4,7 +4,7 @@
 //! plan adds that wait's expectation. The simulator's mean over many rounds
 //! must match the plan's added time within its sampling error.
 
-use super::tests_sim::{profile, sim_costing, sim_plan, tiny, workers};
+use super::tests_fixtures::{profile, sim_costing, sim_plan, tiny, workers};
 use super::{plan_method, Costing};
 use crate::runtime::cluster::ClusterProfile;
 use crate::strategy::detonation::settings::DemoSettings;

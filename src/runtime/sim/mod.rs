@@ -26,6 +26,7 @@
 
 mod comm;
 mod jobs;
+mod math;
 mod spec;
 mod state;
 pub mod straggle;

@@ -4,6 +4,7 @@ mod diverged;
 mod llama;
 mod parallel_sim;
 mod resume;
+mod resume_async;
 mod stop;
 
 use super::*;
