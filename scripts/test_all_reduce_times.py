@@ -5,6 +5,7 @@ import unittest
 from pathlib import Path
 
 from all_reduce_times import covered, spans
+from link_timeline import interpolate
 
 
 class CoveredTest(unittest.TestCase):
@@ -32,6 +33,15 @@ class SpansTest(unittest.TestCase):
             path.write_text("".join(json.dumps(e) + "\n" for e in events))
             self.assertEqual(spans(path, "all_reduce"), [(1.0, 2.5)])
             self.assertEqual(spans(path, "micro-batch"), [(0.0, 0.05)])
+
+
+class InterpolateTest(unittest.TestCase):
+    def test_a_counter_between_two_samples_lies_on_the_line(self):
+        times, counts = [0.0, 0.01, 0.02], [0, 100, 300]
+        self.assertAlmostEqual(interpolate(times, counts, 0.015), 200.0)
+        self.assertEqual(interpolate(times, counts, 0.01), 100)
+        # Past the last sample: the last segment's slope goes on.
+        self.assertAlmostEqual(interpolate(times, counts, 0.03), 500.0)
 
 
 if __name__ == "__main__":

@@ -9,6 +9,7 @@
 #
 #   bash bench/netns/co2_all_reduce.sh                  # 20 Mbit/s, 3 reps, ~10 min
 #   RATE=100mbit REPS=2 OUT=/tmp/x bash bench/netns/co2_all_reduce.sh
+#   LATENCY=50ms TAUS=12 OUT=/tmp/y bash bench/netns/co2_all_reduce.sh   # a shorter tbf queue
 #
 # Needs `lowcomm data prepare --preset nano`, MPICH and mpicc.
 set -euo pipefail
@@ -16,6 +17,7 @@ cd "$(dirname "$0")/../.."
 RATE=${RATE:-20mbit}
 REPS=${REPS:-3}
 TAUS=${TAUS:-"6 12 24"}
+LATENCY=${LATENCY:-400ms}   # tbf's queue, as mpirun_shaped.sh's default
 OUT=${OUT:-docs/results/planner-accuracy/co2-all-reduce/$RATE}
 cargo build --release --locked --features mpi -q
 B=$PWD/target/release/lowcomm
@@ -23,7 +25,7 @@ probe=$(mktemp -d)/mpi_pingpong
 mpicc -O2 -o "$probe" bench/netns/mpi_pingpong.c
 export RAYON_NUM_THREADS=1   # one core a rank, as planner_accuracy.sh
 mkdir -p "$OUT"
-shaped() { bench/netns/mpirun_shaped.sh --ranks 2 --rate "$RATE" --prefix lcco -- "$@"; }
+shaped() { bench/netns/mpirun_shaped.sh --ranks 2 --rate "$RATE" --latency "$LATENCY" --prefix lcco -- "$@"; }
 # The model's f32 parameters (nano: 667136), in MiB.
 mib=$(awk 'BEGIN { printf "%.6f", 667136 * 4 / 1048576 }')
 : > "$OUT/mpi.txt"
