@@ -2,11 +2,12 @@
 """Samples a network interface's byte counters every 10 ms, for a look
 inside one transfer (docs/results/planner-accuracy.md, finding 20).
 
-    ip netns exec lcco-0 python3 bench/netns/link_sampler.py /tmp/rank0.txt   # while a job runs
+    bench/netns/mpirun_shaped.sh ... --sample DIR -- PROGRAM   # one per rank, DIR/rank-<i>.txt
+    ip netns exec lcco-0 python3 bench/netns/link_sampler.py /tmp/rank0.txt [mpi0]   # by hand
 
 Writes `unix_seconds tx_bytes rx_bytes` lines until the interface is gone
-(mpirun_shaped.sh removes the namespace after the job). Start it once the
-rank's namespace exists; scripts/link_timeline.py lines it up with a run.
+(mpirun_shaped.sh removes the namespace after the job);
+scripts/link_timeline.py lines them up with a run.
 """
 import sys
 import time

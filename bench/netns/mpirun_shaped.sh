@@ -21,7 +21,8 @@
 # UCX_TLS=tcp,self, UCX_NET_DEVICES=mpi0 and MPIR_CVAR_NOLOCAL=1 (why each:
 # bench/netns/README.md), the caller's environment passed too (-genvall).
 # After the job, the script prints each rank's veth tx/rx bytes (the traffic
-# crossed the shaped links), its TCP retransmits and its tbf queues' drops.
+# crossed the shaped links), its TCP retransmits and its tbf queues' drops;
+# --sample DIR records each rank's byte counters every 10 ms during it.
 #
 # Jitter (--jitter PCT[,PERIOD_MS]): netem (delay, jitter, loss) is not built
 # into this kernel; only tbf, htb and pfifo are. So the jitter here is in
@@ -66,6 +67,8 @@ eager=0              # 1 = UCX_RNDV_THRESH=inf
 jitter=0             # percent of the rate; 0 = a steady rate
 jitter_ms=100        # how often the rates are redrawn
 jitter_pid=""        # background loop that redraws them
+sample_dir=""        # --sample: where each rank's link counters go
+sampler_pids=()      # link_sampler.py per rank
 do_cleanup=0
 cmd=()
 
@@ -89,6 +92,9 @@ rank's veth link is shaped in both directions with tc tbf. Must run as root.
                    shaped link direction gets a rate drawn uniformly from
                    RATE x [1-PCT/100, 1+PCT/100] (netem, for delay jitter, is not
                    in this kernel); PCT in 1..90
+  --sample DIR     sample each rank's link (tx/rx bytes) every 10 ms into
+                   DIR/rank-<i>.txt for the whole job (bench/netns/link_sampler.py;
+                   scripts/link_timeline.py lines it up with a run)
   --eager          set UCX_RNDV_THRESH=inf (eager protocol for every size). With
                    more ranks than cores, the rendezvous handshakes wait for
                    descheduled peers; eager keeps the shaped link busier
@@ -124,6 +130,7 @@ parse_args() {
             --timeout)  timeout_s=${2:?--timeout needs a value}; shift 2 ;;
             --finalize-guard) guard_s=${2:?--finalize-guard needs a value}; shift 2 ;;
             --eager)    eager=1; shift ;;
+            --sample)   sample_dir=${2:?--sample needs a folder}; shift 2 ;;
             --jitter)   jitter=${2:?--jitter needs a value}; shift 2 ;;
             --cleanup)  do_cleanup=1; shift ;;
             -h|--help)  usage; exit 0 ;;
@@ -229,6 +236,7 @@ cleanup() {
     fi
     [[ -z $jitter_pid ]] || kill "$jitter_pid" 2>/dev/null
     local i
+    for i in "${sampler_pids[@]}"; do kill "$i" 2>/dev/null; done
     for (( i = ${#created_ns[@]} - 1; i >= 0; i-- )); do   # ranks first, hub last
         delete_ns "${created_ns[i]}"
     done
@@ -442,6 +450,20 @@ print_header() {
     done
 }
 
+# --sample: one link_sampler.py per rank namespace, from before the job
+# starts until the namespace goes (it stops when its interface is gone).
+start_samplers() {
+    [[ -n $sample_dir ]] || return 0
+    mkdir -p "$sample_dir"
+    local r here
+    here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+    for (( r = 0; r < ranks; r++ )); do
+        ip netns exec "$(rank_ns "$r")" python3 "$here/link_sampler.py" "$sample_dir/rank-$r.txt" "$RANK_IF" &
+        sampler_pids+=("$!")
+    done
+    log "sampling each rank's $RANK_IF every 10 ms into $sample_dir/rank-<i>.txt"
+}
+
 # ---------------------------------------------------------------- main
 main() {
     parse_args "$@"
@@ -463,6 +485,7 @@ main() {
     setup_network
     print_header
     start_jitter
+    start_samplers
     run_job
     exit "$job_rc"
 }
