@@ -126,12 +126,28 @@ fn world(rt: &Runtime) -> usize {
 }
 
 /// The runtime with each participant's clock restored from `parts`.
-pub(super) fn restarted(rt: &Runtime, parts: &[SavedPart]) -> Runtime {
+fn restarted(rt: &Runtime, parts: &[SavedPart]) -> Runtime {
     let clocks = parts.iter().map(|p| p.clock.clone()).collect();
     match rt {
         Runtime::Sim(s) => Runtime::Sim(SimSpec { start: clocks, ..s.clone() }),
         Runtime::Real(s) => Runtime::Real(RealSpec { start: clocks, ..s.clone() }),
     }
+}
+
+/// `method` on `rt` from the checkpoint `parts` (a stopped run's of 6
+/// steps) to its end: the model assembled from the parts, each
+/// participant's state and clock restored.
+pub(super) fn resume_from(
+    cfg: &GptConfig,
+    method: &Method,
+    rt: &Runtime,
+    parts: Vec<SavedPart>,
+    budget: Option<u64>,
+) -> Vec<WorkerReport> {
+    let n = crate::model::ParamLayout::new(cfg).len;
+    let model = assemble_model(n, parts.iter().filter_map(|p| p.state.model.clone())).unwrap();
+    let rt = restarted(rt, &parts);
+    run_to(cfg, method, &rt, 6, 6, 0, parts.into_iter().map(Some).collect(), Some(&model), budget).0
 }
 
 fn check_resume(method: &Method, rt: &Runtime, budget: Option<u64>) {
@@ -147,8 +163,6 @@ pub(super) fn check_resume_of(cfg: &GptConfig, method: &Method, rt: &Runtime, bu
     let (_, first) = run_to(cfg, method, rt, 6, 3, 0, vec![], None, budget);
     let parts = first.round(3);
     assert_eq!(parts.len(), world(rt), "{method}: a part per worker at the stop");
-    let n = crate::model::ParamLayout::new(cfg).len;
-    let model = assemble_model(n, parts.iter().filter_map(|p| p.state.model.clone())).unwrap();
     let mid = whole_sink.round(3);
     for (a, b) in mid.iter().zip(&parts) {
         assert_eq!(
@@ -156,17 +170,7 @@ pub(super) fn check_resume_of(cfg: &GptConfig, method: &Method, rt: &Runtime, bu
             "{method}: the stopped run saved what the whole run saved at round 3"
         );
     }
-    let (resumed, _) = run_to(
-        cfg,
-        method,
-        &restarted(rt, &parts),
-        6,
-        6,
-        0,
-        parts.into_iter().map(Some).collect(),
-        Some(&model),
-        budget,
-    );
+    let resumed = resume_from(cfg, method, rt, parts, budget);
     for (a, b) in whole.iter().zip(&resumed) {
         assert_eq!(bits(&a.params), bits(&b.params), "{method}: resumed parameters differ");
         assert_eq!(a.optimizer_steps, b.optimizer_steps, "{method}");
@@ -307,18 +311,7 @@ fn local_methods_stopped_inside_a_round_save_at_its_end_and_resume_bit_identical
         for (a, b) in whole_sink.round(4).iter().zip(&parts) {
             assert_eq!(a.state.tensors, b.state.tensors, "{method}");
         }
-        let model = assemble_model(n as usize, parts.iter().filter_map(|p| p.state.model.clone())).unwrap();
-        let (resumed, _) = run_to(
-            &tiny(),
-            &method,
-            &restarted(&rt, &parts),
-            6,
-            6,
-            0,
-            parts.into_iter().map(Some).collect(),
-            Some(&model),
-            None,
-        );
+        let resumed = resume_from(&tiny(), &method, &rt, parts, None);
         for (a, b) in whole.iter().zip(&resumed) {
             assert_eq!(bits(&a.params), bits(&b.params), "{method}: resumed parameters differ");
             assert_eq!(a.times, b.times, "{method}: clocks continue exactly");
