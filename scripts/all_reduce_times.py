@@ -11,22 +11,19 @@ the mean ratio over the repeats. DIR/mpi.txt (plain C MPI, the same
 size) is quoted as it is. Writes DIR/all-reduce.md and prints it.
 The runs/ folders are not committed (.gitignore); the script makes them.
 """
-import json
 import statistics
 import sys
 from pathlib import Path
 
-BIG = 1 << 20  # bytes: the model's all-reduce, not a scalar vote
+from async_exchange import BIG, all_spans
 
 
-def spans(events, name, worker=0):
-    """(start, end) of every `name` span of `worker` in an events.jsonl."""
-    out = []
-    for line in events.open():
-        e = json.loads(line)
-        if e.get("name") == name and e.get("worker") == worker and (name != "all_reduce" or e.get("bytes", 0) > BIG):
-            out.append((e["start_s"], e["end_s"]))
-    return out
+def spans(ev, name, worker=0):
+    """(start, end) of every `name` span of `worker` among a run's spans
+    (async_exchange.all_spans); of the all-reduces, the model's (over BIG
+    bytes), not a scalar vote."""
+    return [(e["start_s"], e["end_s"]) for e in ev
+            if e["name"] == name and e["worker"] == worker and (name != "all_reduce" or e.get("bytes", 0) > BIG)]
 
 
 def covered(all_reduces, micro_batches):
@@ -42,8 +39,9 @@ def job(folder):
     """method -> (all-reduce seconds, share covered by micro-batches)."""
     out = {}
     for events in sorted(folder.glob("runs/*/events.jsonl")):
-        ars = spans(events, "all_reduce")
-        out[events.parent.name.split("_")[0]] = ([e - s for s, e in ars], covered(ars, spans(events, "micro-batch")))
+        ev = all_spans(events.parent)
+        ars = spans(ev, "all_reduce")
+        out[events.parent.name.split("_")[0]] = ([e - s for s, e in ars], covered(ars, spans(ev, "micro-batch")))
     return out
 
 

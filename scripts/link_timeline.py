@@ -18,6 +18,7 @@ import sys
 from pathlib import Path
 
 from all_reduce_times import spans
+from async_exchange import all_spans
 
 
 def interpolate(times, values, x):
@@ -31,7 +32,7 @@ def interpolate(times, values, x):
 def main(run, samples, lo, hi):
     rows = [tuple(map(float, l.split())) for l in Path(samples).open()]
     t, tx, rx = ([r[k] for r in rows] for k in range(3))
-    ars = spans(Path(run) / "events.jsonl", "all_reduce")
+    ars = spans(all_spans(Path(run)), "all_reduce")
 
     def inside(off):
         return sum(interpolate(t, v, e + off) - interpolate(t, v, s + off) for s, e in ars for v in (tx, rx))

@@ -5,6 +5,7 @@ import unittest
 from pathlib import Path
 
 from all_reduce_times import covered, spans
+from async_exchange import all_spans
 from link_timeline import interpolate
 
 
@@ -30,9 +31,10 @@ class SpansTest(unittest.TestCase):
         ]
         with tempfile.TemporaryDirectory() as d:
             path = Path(d) / "events.jsonl"
-            path.write_text("".join(json.dumps(e) + "\n" for e in events))
-            self.assertEqual(spans(path, "all_reduce"), [(1.0, 2.5)])
-            self.assertEqual(spans(path, "micro-batch"), [(0.0, 0.05)])
+            path.write_text("".join(json.dumps({"record": "span", **e}) + "\n" for e in events))
+            ev = all_spans(Path(d))
+            self.assertEqual(spans(ev, "all_reduce"), [(1.0, 2.5)])
+            self.assertEqual(spans(ev, "micro-batch"), [(0.0, 0.05)])
 
 
 class InterpolateTest(unittest.TestCase):
