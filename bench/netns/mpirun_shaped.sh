@@ -346,8 +346,12 @@ link_losses() {
     ns=$(rank_ns "$1")
     echo "$(ip netns exec "$ns" awk '$1 == "Tcp:" { if (!h) { for (i = 2; i <= NF; i++) col[$i] = i; h = 1 }
                                                      else print $col["RetransSegs"] }' /proc/net/snmp)" \
-         "$(tc -s -n "$ns" qdisc show dev "$RANK_IF" | awk '/dropped/ { sub(",", "", $7); print $7; exit }')" \
-         "$(tc -s -n "$prefix-hub" qdisc show dev "r$1" | awk '/dropped/ { sub(",", "", $7); print $7; exit }')"
+         "$(qdisc_drops "$ns" "$RANK_IF")" "$(qdisc_drops "$prefix-hub" "r$1")"
+}
+
+# Packets the root qdisc of device $2 in namespace $1 dropped.
+qdisc_drops() {
+    tc -s -n "$1" qdisc show dev "$2" | awk '/dropped/ { sub(",", "", $7); print $7; exit }'
 }
 
 # ---------------------------------------------------------------- launcher
@@ -455,8 +459,7 @@ print_header() {
 start_samplers() {
     [[ -n $sample_dir ]] || return 0
     mkdir -p "$sample_dir"
-    local r here
-    here=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+    local r
     for (( r = 0; r < ranks; r++ )); do
         ip netns exec "$(rank_ns "$r")" python3 "$here/link_sampler.py" "$sample_dir/rank-$r.txt" "$RANK_IF" &
         sampler_pids+=("$!")
