@@ -26,8 +26,6 @@ mpicc -O2 -o "$probe" bench/netns/mpi_pingpong.c
 export RAYON_NUM_THREADS=1   # one core a rank, as planner_accuracy.sh
 mkdir -p "$OUT"
 shaped() { bench/netns/mpirun_shaped.sh --ranks 2 --rate "$RATE" --latency "$LATENCY" --prefix lcco -- "$@"; }
-# The model's f32 parameters (nano: 667136), in MiB.
-mib=$(awk 'BEGIN { printf "%.6f", 667136 * 4 / 1048576 }')
 : > "$OUT/mpi.txt"
 for rep in $(seq "$REPS"); do
     for tau in $TAUS; do
@@ -36,6 +34,9 @@ for rep in $(seq "$REPS"); do
             --steps $(( 12 * tau )) --batch-size 16 --eval-every 0 --results "$OUT/tau$tau-$rep" --fresh \
             2>&1 >/dev/null | grep -E '^\[mpirun_shaped.sh\] rank' >&2 || true
     done
+    # co2's all-reduce as its run measured it (the model's f32 parameters), in MiB.
+    mib=$(python3 -c 'import json, sys; print("%.6f" % (json.load(open(sys.argv[1]))["largest_transfer"] / 2**20))' \
+        "$(ls "$OUT"/tau*-"$rep"/runs/co2*/result.json | head -1)")
     for gap in 0 0.6; do
         echo "== rep $rep: plain MPI all-reduce of $mib MiB, $gap s apart" >&2
         shaped "$probe" "$mib" 12 "$gap" 2>&1 | grep -E '^allreduce' | tee -a "$OUT/mpi.txt"
