@@ -4,16 +4,21 @@
 # (bench/torch/gpt_reference.py), in one run, alternated A B B A, one process
 # per measurement, the faster of each side's runs kept. Prints a Markdown
 # table: tokens/s of both, the ratio, each step split into the forward +
-# backward (lowcomm's includes the parameters' upload) and the optimizer
-# (lowcomm's AdamW runs on the host buffers, after the gradient's download;
-# PyTorch's on the device), the model FLOPs utilisation of both when the
-# card's peak is known, and the peak memory.
+# backward and the optimizer (PyTorch's AdamW on the device; lowcomm's on
+# the device too, its steps one device round as a local-update method's
+# inner steps are, whose transfers of the model up before and back after
+# are the "round sync" column, once for all the steps; with
+# LOWCOMM_TORCH_HOST_OPTIMIZER=1 the host AdamW after the gradient's
+# download, the parameters' upload then inside forward + backward), the
+# model FLOPs utilisation of both when the card's peak is known, and the
+# peak memory.
 #
 #   bash scripts/bench_gpu.sh                              # cuda; micro, small, gpt2; f32 and bf16
 #   DEVICE=cpu PRESETS=nano bash scripts/bench_gpu.sh      # the same comparison on libtorch's CPU
 #   PRECISIONS=bf16 PRESETS=gpt2 BATCH=16 bash scripts/bench_gpu.sh
 #   LOWCOMM=path/to/lowcomm PYTHON=python3 bash scripts/bench_gpu.sh   # a binary built elsewhere
 #   LOWCOMM_COMMIT=...                                    # the commit it was built from, for the table's last line
+#   LOWCOMM_TORCH_HOST_OPTIMIZER=1 bash scripts/bench_gpu.sh   # lowcomm's AdamW on the host, as before device rounds
 #
 # Needs a lowcomm built with `--features torch` (docs/torch.md) and a Python
 # with torch. On CUDA each step moves 8192 tokens by default (micro 64 x 128,
@@ -42,8 +47,8 @@ batch_of() {
 field() { sed -n "s/.*[ ]$1=\([^ ]*\).*/\1/p" | head -1; }
 best() { awk -v a="$1" -v b="$2" 'BEGIN { print (b == "" || a + 0 > b + 0) ? a : b }'; }
 
-echo "| preset | precision | batch | lowcomm tok/s | PyTorch tok/s | lowcomm / PyTorch | fwd+bwd ms lowcomm / PyTorch | fwd+bwd PyTorch / lowcomm | lowcomm download ms | AdamW ms lowcomm (host) / PyTorch | MFU lowcomm | MFU PyTorch | peak memory MB lowcomm RSS / PyTorch |"
-echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+echo "| preset | precision | batch | lowcomm tok/s | PyTorch tok/s | lowcomm / PyTorch | fwd+bwd ms lowcomm / PyTorch | fwd+bwd PyTorch / lowcomm | lowcomm download ms | AdamW ms lowcomm / PyTorch | lowcomm AdamW on | lowcomm round sync ms | MFU lowcomm | MFU PyTorch | peak memory MB lowcomm RSS / PyTorch |"
+echo "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
 card=""
 for preset in $PRESETS; do
   for prec in $PRECISIONS; do
@@ -68,10 +73,11 @@ for preset in $PRESETS; do
     awk -v p="$preset" -v q="$prec" -v bt="$(echo "$lres" | field batch)" -v lt="$lt" -v pt="$pt" \
         -v lfb="$(echo "$lres" | field fwd_bwd_s)" -v lh="$(echo "$lres" | field host_s)" -v ld="$(echo "$lres" | field download_s)" \
         -v ps="$(echo "$pres" | field median_step_s)" -v pfb="$(echo "$pres" | field fwd_bwd_s)" -v pm="$pmfu" \
+        -v lo="$(echo "$lres" | field optimizer)" -v lr="$(echo "$lres" | field round_sync_s)" \
         -v lm="$(echo "$lres" | field peak_rss_mb)" -v tm="$(echo "$pres" | field peak_mem_mb)" 'BEGIN {
       lmfu = (pm == "nan") ? "n/a" : sprintf("%.3f", pm * lt / pt)
       tmfu = (pm == "nan") ? "n/a" : sprintf("%.3f", pm)
-      printf "| %s | %s | %s | %.0f | %.0f | %.2f | %.1f / %.1f | %.2f | %.1f | %.1f / %.1f | %s | %s | %s / %s |\n", p, q, bt, lt, pt, lt / pt, lfb * 1e3, pfb * 1e3, pfb / lfb, ld * 1e3, (lh - ld) * 1e3, (ps - pfb) * 1e3, lmfu, tmfu, lm, tm
+      printf "| %s | %s | %s | %.0f | %.0f | %.2f | %.1f / %.1f | %.2f | %.1f | %.1f / %.1f | %s | %.1f | %s | %s | %s / %s |\n", p, q, bt, lt, pt, lt / pt, lfb * 1e3, pfb * 1e3, pfb / lfb, ld * 1e3, (lh - ld) * 1e3, (ps - pfb) * 1e3, lo, lr * 1e3, lmfu, tmfu, lm, tm
     }'
   done
 done

@@ -31,8 +31,9 @@ pub struct BenchResult {
     /// Median forward + backward (on libtorch: the parameters' upload
     /// and the device's work, waited for).
     pub median_fwd_bwd_s: f64,
-    /// Median of the rest, the host's work: the gradient's download (on
-    /// libtorch) and the AdamW step on the host buffers.
+    /// Median of the rest: the gradient's download (on libtorch) and the
+    /// AdamW step on the host buffers; or, where AdamW runs on the device
+    /// (`optimizer` "device"), its step there, waited for.
     pub median_host_s: f64,
     /// Median of the download alone (the gradient summed on the device
     /// brought into the host's; nothing natively).
@@ -44,6 +45,12 @@ pub struct BenchResult {
     pub peak_rss_mb: f64,
     pub loss_first: f32,
     pub loss_last: f32,
+    /// Where AdamW ran: "host" (after the gradient's download), or
+    /// "device" (libtorch: the steps were one device round).
+    pub optimizer: &'static str,
+    /// A device round's transfers, once for all the steps: the parameters
+    /// and moments up before them and back after (0 on the host).
+    pub round_sync_s: f64,
 }
 
 /// The benchmark's shapes, 2048 tokens per step: `micro` at 16 x 128,
@@ -96,16 +103,29 @@ pub fn run(step: &StepConfig, steps: usize, warmup: usize) -> Result<BenchResult
     let decay = DecaySegments::new(model.layout.decay_ranges());
     let (mut times, mut fwd_bwd, mut host, mut download) = (Vec::new(), Vec::new(), Vec::new(), Vec::new());
     let mut losses = Vec::new();
+    // On libtorch the steps are one device round (model/device_adamw.rs),
+    // as a local-update method's inner steps are: AdamW on the device, no
+    // transfer of the model per step; the round's transfers are timed apart.
+    let t_begin = Instant::now();
+    let on_device = model.begin_device_adamw(&mut opt);
+    let mut round_sync_s = t_begin.elapsed().as_secs_f64();
     for s in 0..warmup + steps {
         let t0 = Instant::now();
         model.zero_grads();
         // The loss is a host value: on a GPU, reading it waits for the backward.
         let loss = model.forward_backward(&x, &y, b, t, 1.0);
         let t1 = Instant::now();
-        model.grads();
-        let dd = t1.elapsed().as_secs_f64();
-        let (params, grads) = model.params_and_grads();
-        opt.step(params, grads, 1e-3, &decay);
+        let dd = if on_device {
+            model.device_adamw_step(&mut opt, 1e-3, &decay);
+            model.wait_for_device();
+            0.0
+        } else {
+            model.grads();
+            let dd = t1.elapsed().as_secs_f64();
+            let (params, grads) = model.params_and_grads();
+            opt.step(params, grads, 1e-3, &decay);
+            dd
+        };
         let (dt, dh) = (t0.elapsed().as_secs_f64(), t1.elapsed().as_secs_f64());
         losses.push(loss);
         if s >= warmup {
@@ -115,6 +135,11 @@ pub fn run(step: &StepConfig, steps: usize, warmup: usize) -> Result<BenchResult
             download.push(dd);
         }
         eprintln!("step {s} loss {loss:.4} time {dt:.3}s");
+    }
+    if on_device {
+        let t_end = Instant::now();
+        model.end_device_adamw(&mut opt);
+        round_sync_s += t_end.elapsed().as_secs_f64();
     }
     let median = |v: &mut Vec<f64>| {
         v.sort_by(f64::total_cmp);
@@ -136,6 +161,8 @@ pub fn run(step: &StepConfig, steps: usize, warmup: usize) -> Result<BenchResult
         peak_rss_mb: peak_rss_mb(),
         loss_first: losses[0],
         loss_last: *losses.last().unwrap_or(&f32::NAN),
+        optimizer: if on_device { "device" } else { "host" },
+        round_sync_s: if on_device { round_sync_s } else { 0.0 },
     })
 }
 

@@ -361,8 +361,8 @@ pub fn bench(a: BenchArgs) -> Result<()> {
     let r = crate::bench::run(&step, a.steps, warmup)?;
     println!("{}", host.line(r.gflops));
     println!(
-        "RESULT lib=lowcomm device={device} precision={} preset={} batch={}x{} params={} median_step_s={:.4} fwd_bwd_s={:.4} host_s={:.4} download_s={:.4} tok_per_s={:.0} gflops={:.1} peak_rss_mb={:.0} loss_first={:.4} loss_last={:.4}",
-        step.precision, r.preset, r.batch, r.seq, r.params, r.median_step_s, r.median_fwd_bwd_s, r.median_host_s, r.median_download_s, r.tokens_per_s, r.gflops, r.peak_rss_mb, r.loss_first, r.loss_last
+        "RESULT lib=lowcomm device={device} precision={} preset={} batch={}x{} params={} median_step_s={:.4} fwd_bwd_s={:.4} host_s={:.4} download_s={:.4} optimizer={} round_sync_s={:.4} tok_per_s={:.0} gflops={:.1} peak_rss_mb={:.0} loss_first={:.4} loss_last={:.4}",
+        step.precision, r.preset, r.batch, r.seq, r.params, r.median_step_s, r.median_fwd_bwd_s, r.median_host_s, r.median_download_s, r.optimizer, r.round_sync_s, r.tokens_per_s, r.gflops, r.peak_rss_mb, r.loss_first, r.loss_last
     );
     Ok(())
 }

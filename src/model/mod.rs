@@ -4,6 +4,7 @@
 pub mod activations;
 pub mod config;
 pub mod device;
+mod device_adamw;
 pub mod gpt;
 pub mod isa;
 pub mod layout;

@@ -59,18 +59,20 @@ pub struct AdamW {
     exp_avg_sq: Vec<f32>,
 }
 
-/// Per-step constants shared by every element.
-struct Coefs {
-    lr: f32,
-    beta1: f32,
-    beta2: f32,
-    eps: f32,
+/// Per-step constants shared by every element (public for the libtorch
+/// backend's copy of the same update, `model/torch/resident.rs`).
+#[derive(Clone, Copy, Debug)]
+pub struct Coefs {
+    pub lr: f32,
+    pub beta1: f32,
+    pub beta2: f32,
+    pub eps: f32,
     /// 1 - beta1^t
-    bc1: f32,
+    pub bc1: f32,
     /// 1 - beta2^t
-    bc2: f32,
+    pub bc2: f32,
     /// 1 - lr * weight_decay (for decayed elements; 1 otherwise)
-    decay_mul: f32,
+    pub decay_mul: f32,
 }
 
 impl Coefs {
@@ -122,6 +124,20 @@ impl AdamW {
     /// The hyper-parameters.
     pub fn config(&self) -> &AdamWConfig {
         &self.cfg
+    }
+
+    /// Counts a step taken elsewhere (on a libtorch device, whose copy of
+    /// the moments comes back through [`AdamW::moments_mut`]) and returns
+    /// its constants: those [`Optimizer::step`] would have used.
+    pub fn count_step(&mut self, lr: f32) -> Coefs {
+        self.steps += 1;
+        Coefs::new(&self.cfg, lr, self.steps)
+    }
+
+    /// The first and second moments, writable (a device's copy of them
+    /// goes up before its steps and comes back after).
+    pub fn moments_mut(&mut self) -> (&mut [f32], &mut [f32]) {
+        (&mut self.exp_avg, &mut self.exp_avg_sq)
     }
 }
 
@@ -190,6 +206,10 @@ impl Optimizer for AdamW {
 
     fn state_len(&self) -> usize {
         self.exp_avg.len() + self.exp_avg_sq.len()
+    }
+
+    fn as_adamw_mut(&mut self) -> Option<&mut AdamW> {
+        Some(self)
     }
 }
 

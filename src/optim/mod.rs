@@ -21,7 +21,7 @@ mod outer;
 mod schedule;
 mod sgd;
 
-pub use adamw::{AdamW, AdamWConfig};
+pub use adamw::{AdamW, AdamWConfig, Coefs};
 pub use clip::{clip_global_norm, global_norm, scale_to_norm, sum_of_squares};
 pub use outer::{OuterConfig, OuterKind, OuterOpt};
 pub use schedule::LrSchedule;
@@ -143,6 +143,12 @@ pub trait Optimizer: Send {
 
     /// Number of f32 values of state held (for memory accounting).
     fn state_len(&self) -> usize;
+
+    /// This optimizer as AdamW, if it is one: the libtorch backend can take
+    /// AdamW's steps on its device (strategy/inner.rs, `Inner::round`).
+    fn as_adamw_mut(&mut self) -> Option<&mut AdamW> {
+        None
+    }
 }
 
 /// Which optimizer to use, and its hyper-parameters. The learning rate is

@@ -129,6 +129,63 @@ impl Inner {
         j.step(ctx, step + 1, loss, plan.grad_accum as u64)
     }
 
+    /// Inner steps `steps` of one round: [`Inner::step`] each, or, with the
+    /// model on libtorch and AdamW inside, a device round (model/
+    /// device_adamw.rs): the parameters and moments go to the device once,
+    /// the steps run there with no transfer of the model, and both come
+    /// back once at the end, where the host is the truth again (a loss that
+    /// is not finite ends the round there too). The same steps, so the same
+    /// floats up to the device's rounding (tests/torch_backend.rs).
+    pub async fn round<C: Ctx>(
+        &mut self,
+        ctx: &mut C,
+        w: &mut Worker,
+        plan: &Plan,
+        steps: std::ops::Range<u64>,
+        j: &mut Journal,
+    ) -> Result<()> {
+        let on_device = self.opt.as_adamw_mut().is_some_and(|opt| w.model.begin_device_adamw(opt));
+        if !on_device {
+            for step in steps {
+                self.step(ctx, w, plan, step, j).await?;
+            }
+            return Ok(());
+        }
+        let mut out = Ok(());
+        for step in steps {
+            out = self.device_step(ctx, w, plan, step, j).await;
+            if out.is_err() {
+                break;
+            }
+        }
+        let opt = self.opt.as_adamw_mut().expect("the round began with AdamW");
+        w.model.end_device_adamw(opt);
+        out
+    }
+
+    /// [`Inner::step_at`] inside a device round: the clip and AdamW's step
+    /// on the model's device, costed as the host's are.
+    async fn device_step<C: Ctx>(
+        &mut self,
+        ctx: &mut C,
+        w: &mut Worker,
+        plan: &Plan,
+        step: u64,
+        j: &mut Journal,
+    ) -> Result<()> {
+        ctx.mark_round(step);
+        let loss = accumulate(ctx, w, plan.grad_accum).await;
+        let m = &mut w.model;
+        if plan.grad_clip > 0.0 {
+            ctx.compute(Work::grad_clip(m.params.len()), || m.device_clip(plan.grad_clip)).await;
+        }
+        let opt = self.opt.as_adamw_mut().expect("the round began with AdamW");
+        let lr = plan.schedule.lr(step);
+        ctx.compute(Work::Optimizer { params: m.params.len() }, || m.device_adamw_step(opt, lr, &plan.decay)).await;
+        self.steps += 1;
+        j.step(ctx, step + 1, loss, plan.grad_accum as u64)
+    }
+
     /// The inner optimizer's state, for a checkpoint (`inner.NAME` tensors).
     pub fn save(&self, into: &mut StrategyState) {
         for (name, t) in self.opt.state_tensors() {

@@ -18,6 +18,7 @@
 //! libtorch is refused before it starts.
 
 mod blocks;
+mod resident;
 
 use super::device::{ComputeDevice, ComputePrecision};
 use super::layout::ParamLayout;
@@ -71,6 +72,12 @@ pub struct TorchGpt {
     /// ran since the last [`Self::take_grads_into`]): `Gpt::zero_grads`
     /// leaves clearing it to the next read.
     host_grads_zero: bool,
+    /// Whether a device round is under way (resident.rs): `params` are the
+    /// truth and the host's are stale until it ends, so nothing uploads.
+    resident: bool,
+    /// AdamW's moments on the device during a device round (allocated by
+    /// the first, kept for the next).
+    moments: Option<(Tensor, Tensor)>,
 }
 
 impl TorchGpt {
@@ -118,6 +125,8 @@ impl TorchGpt {
             logits: Vec::new(),
             staging,
             host_grads_zero: false,
+            resident: false,
+            moments: None,
         })
     }
 
@@ -148,7 +157,9 @@ impl TorchGpt {
         (b, t): (usize, usize),
         loss_scale: f32,
     ) -> f32 {
-        if self.params_current {
+        if self.resident {
+            // The device's parameters are the truth (resident.rs).
+        } else if self.params_current {
             self.check_unchanged(params);
         } else {
             self.upload(params);
@@ -194,28 +205,39 @@ impl TorchGpt {
     /// been cleared: the sum is copied over it (or zeros written, when no
     /// micro-batch ran), which saves a pass over the whole model each step.
     pub fn take_grads_into(&mut self, grads: &mut [f32]) {
+        self.refuse_in_round("read the host gradient");
         let overwrite = std::mem::take(&mut self.host_grads_zero);
-        if self.grads.is_empty() {
-            if overwrite {
-                grads.fill(0.0);
-            }
-        } else {
-            assert_eq!(grads.len(), self.layout.len, "gradient buffer of another shape");
-            let _guard = tch::no_grad_guard();
-            // A tensor no pass used has no gradient: zeros in its place.
-            let flat: Vec<Tensor> = (self.grads.drain(..).zip(&self.leaves))
-                .map(|(g, leaf)| if g.defined() { g.view(-1) } else { leaf.zeros_like().view(-1) })
-                .collect();
-            let sum = self.staged(&Tensor::cat(&flat, 0));
-            // SAFETY: the view is used and dropped here, while `grads` is borrowed.
-            let mut host = unsafe { host_view(grads.as_mut_ptr(), grads.len()) };
-            if overwrite {
-                host.copy_(&sum);
-            } else {
-                host += sum.to_device(Device::Cpu);
+        match self.flat_grads() {
+            None if overwrite => grads.fill(0.0),
+            None => {}
+            Some(flat) => {
+                assert_eq!(grads.len(), self.layout.len, "gradient buffer of another shape");
+                let _guard = tch::no_grad_guard();
+                let sum = self.staged(&flat);
+                // SAFETY: the view is used and dropped here, while `grads` is borrowed.
+                let mut host = unsafe { host_view(grads.as_mut_ptr(), grads.len()) };
+                if overwrite {
+                    host.copy_(&sum);
+                } else {
+                    host += sum.to_device(Device::Cpu);
+                }
             }
         }
         self.params_current = false;
+    }
+
+    /// The window's gradient as one flat device tensor in layout order
+    /// (None when no micro-batch ran); the device's pending sum is taken.
+    fn flat_grads(&mut self) -> Option<Tensor> {
+        if self.grads.is_empty() {
+            return None;
+        }
+        let _guard = tch::no_grad_guard();
+        // A tensor no pass used has no gradient: zeros in its place.
+        let flat: Vec<Tensor> = (self.grads.drain(..).zip(&self.leaves))
+            .map(|(g, leaf)| if g.defined() { g.view(-1) } else { leaf.zeros_like().view(-1) })
+            .collect();
+        Some(Tensor::cat(&flat, 0))
     }
 
     /// Drops the device's pending gradient, marks the host gradient as
@@ -240,6 +262,7 @@ impl TorchGpt {
     }
 
     fn forward(&mut self, params: &[f32], inputs: &[u32], b: usize, t: usize) -> Tensor {
+        self.refuse_in_round("evaluate the host parameters");
         self.upload(params);
         self.graph(inputs, b, t)
     }
@@ -262,11 +285,8 @@ impl TorchGpt {
 
     /// The host parameters into the device tensor, one copy.
     fn upload(&mut self, params: &[f32]) {
-        assert_eq!(params.len(), self.layout.len, "parameter buffer of another shape");
-        let _guard = tch::no_grad_guard();
-        // SAFETY: the view is only read, and dropped before `params` is released.
-        let host = self.staged(&unsafe { host_view(params.as_ptr().cast_mut(), params.len()) });
-        self.params.copy_(&host);
+        let mut device = self.params.shallow_clone();
+        self.copy_up(params, &mut device);
         #[cfg(debug_assertions)]
         {
             self.uploaded.clear();

@@ -145,9 +145,7 @@ pub async fn run<C: Ctx>(
     while rounds.range(t).0 < end {
         let (lo, hi) = rounds.range(t);
         // Lines 8-12: H inner steps from theta (the replica holds theta here).
-        for step in lo..hi {
-            inner.step(ctx, w, plan, step, j).await?;
-        }
+        inner.round(ctx, w, plan, lo..hi, j).await?;
         // Line 13, then line 15: the mean pseudo-gradient.
         let mut delta = std::mem::take(&mut w.model.params);
         ctx.compute(Work::Elementwise { name: "diloco pseudo-gradient", elems: n }, || {

@@ -65,9 +65,7 @@ pub(crate) async fn run_form<C: Ctx>(
     let mut t = first;
     while rounds.range(t).0 < end {
         let (lo, hi) = rounds.range(t);
-        for step in lo..hi {
-            inner.step(ctx, w, plan, step, j).await?;
-        }
+        inner.round(ctx, w, plan, lo..hi, j).await?;
         // x_{t+1} = mean_i x_{t,tau}^(i): the replica goes out and comes back averaged.
         let r = synced.as_deref().unwrap_or(&[]);
         let mut x = std::mem::take(&mut w.model.params);

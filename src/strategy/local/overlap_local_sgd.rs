@@ -69,9 +69,7 @@ pub async fn run<C: Ctx>(
     }
     while rounds.range(t).0 < end {
         let (lo, hi) = rounds.range(t);
-        for step in lo..hi {
-            inner.step(ctx, w, plan, step, j).await?;
-        }
+        inner.round(ctx, w, plan, lo..hi, j).await?;
         // z_t = the average of round t-1 (waits only if it is still in flight).
         if let Some(h) = pending.take() {
             let mut avg = ctx.wait(h).await;

@@ -68,9 +68,7 @@ pub async fn run<C: Ctx>(
     let form = Form::Delta;
     while rounds.range(t).0 < end {
         let (lo, hi) = rounds.range(t);
-        for step in lo..hi {
-            inner.step(ctx, w, plan, step, j).await?;
-        }
+        inner.round(ctx, w, plan, lo..hi, j).await?;
         // x_avg = mean_i x_{t,tau}^(i) (bf16 wire: the difference to x_0 travels).
         let mut x = std::mem::take(&mut w.model.params);
         form.encode(plan.wire, &mut x, &x0);
