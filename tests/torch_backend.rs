@@ -57,6 +57,7 @@ fn data_parallel_runs_match_native_on(device: &str, tol: f64) {
         ("acco", "sim", &[][..]),
         ("diloco", "sim", &["--h", "2"][..]),
         ("local-sgd", "real", &["--tau", "2"][..]),
+        ("async-diloco", "sim", &["--h", "2"][..]),
         ("demo", "sim", &[][..]),
     ] {
         let common =

@@ -1,5 +1,5 @@
 //! AdamW's steps on the model's libtorch device, for a round of inner steps
-//! (torch/resident.rs holds the device side; `strategy::inner::Inner::round`
+//! (torch/resident.rs holds the device side; `strategy::inner::Inner::round_at`
 //! is the one caller that takes steps). Natively, and with
 //! `LOWCOMM_TORCH_HOST_OPTIMIZER=1` (to measure the difference), no round
 //! begins and the host optimizer takes the steps as before.

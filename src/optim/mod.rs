@@ -145,7 +145,7 @@ pub trait Optimizer: Send {
     fn state_len(&self) -> usize;
 
     /// This optimizer as AdamW, if it is one: the libtorch backend can take
-    /// AdamW's steps on its device (strategy/inner.rs, `Inner::round`).
+    /// AdamW's steps on its device (strategy/inner.rs, `Inner::round_at`).
     fn as_adamw_mut(&mut self) -> Option<&mut AdamW> {
         None
     }

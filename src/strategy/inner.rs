@@ -129,13 +129,7 @@ impl Inner {
         j.step(ctx, step + 1, loss, plan.grad_accum as u64)
     }
 
-    /// Inner steps `steps` of one round: [`Inner::step`] each, or, with the
-    /// model on libtorch and AdamW inside, a device round (model/
-    /// device_adamw.rs): the parameters and moments go to the device once,
-    /// the steps run there with no transfer of the model, and both come
-    /// back once at the end, where the host is the truth again (a loss that
-    /// is not finite ends the round there too). The same steps, so the same
-    /// floats up to the device's rounding (tests/torch_backend.rs).
+    /// Inner steps `steps` of one round at the schedule's lr: [`Inner::round_at`].
     pub async fn round<C: Ctx>(
         &mut self,
         ctx: &mut C,
@@ -144,22 +138,53 @@ impl Inner {
         steps: std::ops::Range<u64>,
         j: &mut Journal,
     ) -> Result<()> {
+        let first = steps.start;
+        let lr = |k: u64| plan.schedule.lr(first + k);
+        self.round_at(ctx, w, plan, steps, lr, |_: &C| false, j).await.map(|_| ())
+    }
+
+    /// Inner steps `steps` of one round, the k-th (from 0) at `lr(k)`,
+    /// before each of which `stop` may end the round (async DiLoCo: a
+    /// crash); returns whether it did. [`Inner::step_at`] each, or, with
+    /// the model on libtorch and AdamW inside, a device round (model/
+    /// device_adamw.rs): the parameters and moments go to the device once,
+    /// the steps run there with no transfer of the model, and both come
+    /// back once at the end, where the host is the truth again (also when
+    /// `stop` or a loss that is not finite ends the round). The same steps,
+    /// so the same floats up to the device's rounding (tests/torch_backend.rs).
+    #[allow(clippy::too_many_arguments)]
+    pub async fn round_at<C: Ctx>(
+        &mut self,
+        ctx: &mut C,
+        w: &mut Worker,
+        plan: &Plan,
+        steps: std::ops::Range<u64>,
+        lr: impl Fn(u64) -> f32,
+        mut stop: impl FnMut(&C) -> bool,
+        j: &mut Journal,
+    ) -> Result<bool> {
         let on_device = self.opt.as_adamw_mut().is_some_and(|opt| w.model.begin_device_adamw(opt));
-        if !on_device {
-            for step in steps {
-                self.step(ctx, w, plan, step, j).await?;
-            }
-            return Ok(());
-        }
-        let mut out = Ok(());
+        let first = steps.start;
+        let mut out = Ok(false);
         for step in steps {
-            out = self.device_step(ctx, w, plan, step, j).await;
+            if stop(ctx) {
+                out = Ok(true);
+                break;
+            }
+            let lr = lr(step - first);
+            out = match on_device {
+                false => self.step_at(ctx, w, plan, step, lr, j).await,
+                true => self.device_step(ctx, w, plan, step, lr, j).await,
+            }
+            .map(|()| false);
             if out.is_err() {
                 break;
             }
         }
-        let opt = self.opt.as_adamw_mut().expect("the round began with AdamW");
-        w.model.end_device_adamw(opt);
+        if on_device {
+            let opt = self.opt.as_adamw_mut().expect("the round began with AdamW");
+            w.model.end_device_adamw(opt);
+        }
         out
     }
 
@@ -171,6 +196,7 @@ impl Inner {
         w: &mut Worker,
         plan: &Plan,
         step: u64,
+        lr: f32,
         j: &mut Journal,
     ) -> Result<()> {
         ctx.mark_round(step);
@@ -180,7 +206,6 @@ impl Inner {
             ctx.compute(Work::grad_clip(m.params.len()), || m.device_clip(plan.grad_clip)).await;
         }
         let opt = self.opt.as_adamw_mut().expect("the round began with AdamW");
-        let lr = plan.schedule.lr(step);
         ctx.compute(Work::Optimizer { params: m.params.len() }, || m.device_adamw_step(opt, lr, &plan.decay)).await;
         self.steps += 1;
         j.step(ctx, step + 1, loss, plan.grad_accum as u64)

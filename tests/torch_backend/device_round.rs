@@ -1,4 +1,4 @@
-//! A device round (model/device_adamw.rs, `Inner::round`): AdamW's steps
+//! A device round (model/device_adamw.rs, `Inner::round_at`): AdamW's steps
 //! on libtorch's device, the parameters and moments going up once before
 //! the steps and back once after, against the host AdamW on a twin model
 //! on the same device (so the forward and backward are the same floats and

@@ -14,7 +14,7 @@
 //! Between `begin` and `end` the host parameters and moments are stale, so
 //! everything that would read or upload them (an evaluation, a read of the
 //! host gradient) panics naming the call: a round is one call of
-//! `Inner::round`, which nothing else runs inside.
+//! `Inner::round_at`, which nothing else runs inside.
 
 use super::{host_view, TorchGpt};
 use crate::optim::Coefs;
@@ -112,7 +112,7 @@ impl TorchGpt {
     pub(super) fn refuse_in_round(&self, what: &str) {
         assert!(
             !self.resident,
-            "cannot {what} during a device round: the parameters and AdamW's moments live on the device until Inner::round ends it (Gpt::end_device_adamw)"
+            "cannot {what} during a device round: the parameters and AdamW's moments live on the device until Inner::round_at ends it (Gpt::end_device_adamw)"
         );
     }
 

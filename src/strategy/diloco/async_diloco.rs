@@ -190,16 +190,11 @@ pub async fn worker<C: Ctx>(
             if life.next_crash().is_some() {
                 j.hold();
             }
-            let mut lost = false;
-            for k in 0..steps {
-                // A crash stops the round between inner steps; its delta is never sent.
-                lost = life.crashed(ctx.now());
-                if lost {
-                    break;
-                }
-                // The rate follows the shard's own step count (shards.rs), not this worker's.
-                inner.step_at(ctx, w, plan, inner.steps, order.lr(&plan.schedule, k), j).await?;
-            }
+            // A crash stops the round between inner steps; its delta is never sent.
+            // The rate follows the shard's own step count (shards.rs), not this worker's.
+            let (from, lr) = (inner.steps, |k: u64| order.lr(&plan.schedule, k));
+            let crashed = |ctx: &C| life.crashed(ctx.now());
+            let lost = inner.round_at(ctx, w, plan, from..from + steps, lr, crashed, j).await?;
             if !(lost || life.crashed(ctx.now())) {
                 let per_step = (ctx.now() - start) / steps.max(1) as f64;
                 let round = &j.points()[first..];
