@@ -102,29 +102,41 @@ impl Inner {
         step: u64,
         j: &mut Journal,
     ) -> Result<()> {
-        self.step_at(ctx, w, plan, step, plan.schedule.lr(step), j).await
+        self.step_at(ctx, w, plan, step, plan.schedule.lr(step), false, j).await
     }
 
-    /// Inner step `step` at learning rate `lr` (async DiLoCo: the lr of
-    /// the round's data shard, whose schedule is not the worker's own).
-    pub async fn step_at<C: Ctx>(
+    /// Inner step `step` at learning rate `lr`; `on_device`: inside a
+    /// device round ([`Inner::round_at`]), where the clip and AdamW's step
+    /// run on the model's device, costed as the host's are.
+    #[allow(clippy::too_many_arguments)]
+    async fn step_at<C: Ctx>(
         &mut self,
         ctx: &mut C,
         w: &mut Worker,
         plan: &Plan,
         step: u64,
         lr: f32,
+        on_device: bool,
         j: &mut Journal,
     ) -> Result<()> {
         ctx.mark_round(step);
         let loss = accumulate(ctx, w, plan.grad_accum).await;
-        clip_grads(ctx, w.model.grads_mut(), plan.grad_clip).await;
         let (m, opt) = (&mut w.model, &mut self.opt);
-        ctx.compute(Work::Optimizer { params: m.params.len() }, || {
-            let (params, grads) = m.params_and_grads();
-            opt.step(params, grads, lr, &plan.decay)
-        })
-        .await;
+        let params = m.params.len();
+        if !on_device {
+            clip_grads(ctx, m.grads_mut(), plan.grad_clip).await;
+            ctx.compute(Work::Optimizer { params }, || {
+                let (params, grads) = m.params_and_grads();
+                opt.step(params, grads, lr, &plan.decay)
+            })
+            .await;
+        } else {
+            if plan.grad_clip > 0.0 {
+                ctx.compute(Work::grad_clip(params), || m.device_clip(plan.grad_clip)).await;
+            }
+            let opt = opt.as_adamw_mut().expect("a device round runs AdamW");
+            ctx.compute(Work::Optimizer { params }, || m.device_adamw_step(opt, lr, &plan.decay)).await;
+        }
         self.steps += 1;
         j.step(ctx, step + 1, loss, plan.grad_accum as u64)
     }
@@ -145,9 +157,9 @@ impl Inner {
 
     /// Inner steps `steps` of one round, the k-th (from 0) at `lr(k)`,
     /// before each of which `stop` may end the round (async DiLoCo: a
-    /// crash); returns whether it did. [`Inner::step_at`] each, or, with
-    /// the model on libtorch and AdamW inside, a device round (model/
-    /// device_adamw.rs): the parameters and moments go to the device once,
+    /// crash); returns whether it did. Each step as [`Inner::step`] takes
+    /// it, or, with the model on libtorch and AdamW inside, a device round
+    /// (model/device_adamw.rs): the parameters and moments go to the device once,
     /// the steps run there with no transfer of the model, and both come
     /// back once at the end, where the host is the truth again (also when
     /// `stop` or a loss that is not finite ends the round). The same steps,
@@ -172,11 +184,7 @@ impl Inner {
                 break;
             }
             let lr = lr(step - first);
-            out = match on_device {
-                false => self.step_at(ctx, w, plan, step, lr, j).await,
-                true => self.device_step(ctx, w, plan, step, lr, j).await,
-            }
-            .map(|()| false);
+            out = self.step_at(ctx, w, plan, step, lr, on_device, j).await.map(|()| false);
             if out.is_err() {
                 break;
             }
@@ -186,29 +194,6 @@ impl Inner {
             w.model.end_device_adamw(opt);
         }
         out
-    }
-
-    /// [`Inner::step_at`] inside a device round: the clip and AdamW's step
-    /// on the model's device, costed as the host's are.
-    async fn device_step<C: Ctx>(
-        &mut self,
-        ctx: &mut C,
-        w: &mut Worker,
-        plan: &Plan,
-        step: u64,
-        lr: f32,
-        j: &mut Journal,
-    ) -> Result<()> {
-        ctx.mark_round(step);
-        let loss = accumulate(ctx, w, plan.grad_accum).await;
-        let m = &mut w.model;
-        if plan.grad_clip > 0.0 {
-            ctx.compute(Work::grad_clip(m.params.len()), || m.device_clip(plan.grad_clip)).await;
-        }
-        let opt = self.opt.as_adamw_mut().expect("the round began with AdamW");
-        ctx.compute(Work::Optimizer { params: m.params.len() }, || m.device_adamw_step(opt, lr, &plan.decay)).await;
-        self.steps += 1;
-        j.step(ctx, step + 1, loss, plan.grad_accum as u64)
     }
 
     /// The inner optimizer's state, for a checkpoint (`inner.NAME` tensors).
