@@ -22,9 +22,20 @@ one, from the profile's own comment lines:
   (the long upper tails of those lines) do not reach. An estimate from two
   order statistics, rougher than calibrate's.
 
+- with `--shared-cores` (the caller knows every rank ran on one machine's
+  cores, as bench/netns's namespaces do): `[device] shared_cores_compute_factor`,
+  1 + (overlap_compute_factor - 1) / M, M the members of the overlap's
+  all-reduce in
+
+      # Overlap (sim/spec.rs Interference): the model's gradient all-reduce (2606 KiB over 2),
+
+  as calibrate/overlap.rs's `one_transfer_factor` computes it where calibrate
+  sees the ranks' boot ids agree.
+
 Rewrites the file in place (atomically); what a profile already has is left as it is.
 
     python3 scripts/profile_from_comments.py docs/results/planner-accuracy/*/profile.toml
+    python3 scripts/profile_from_comments.py --shared-cores PROFILE.toml
 """
 import math
 import os
@@ -104,6 +115,25 @@ def add_micro_batch_cv(text):
             f"# (scripts/profile_from_comments.py).\nmicro_batch_cv = {cv:.4e}\n" + text[end:])
 
 
+OVERLAP_MEMBERS = r"# Overlap \(sim/spec.rs Interference\): the model's gradient all-reduce \(.* over (\d+)\)"
+
+
+def add_shared_cores(text):
+    """The profile with `shared_cores_compute_factor` after `overlap_comm_factor`
+    (module docs), or as it is (already there, or no overlap measured)."""
+    factor = re.search(r"^overlap_compute_factor = ([\d.eE+-]+)$", text, re.M)
+    members = re.search(OVERLAP_MEMBERS, text)
+    comm = re.search(r"^overlap_comm_factor = .*$", text, re.M)
+    if "shared_cores_compute_factor" in text or not (factor and members and comm):
+        return text
+    m = int(members[1])
+    b = 1.0 + (float(factor[1]) - 1.0) / m
+    line = (f"\n# The ranks shared one machine's cores (given: --shared-cores): one transfer of the {m}\n"
+            f"# above, 1 + (overlap_compute_factor - 1) / {m} (scripts/profile_from_comments.py).\n"
+            f"shared_cores_compute_factor = {b!r}")
+    return text[:comm.end()] + line + text[comm.end():]
+
+
 def write_atomically(path, text):
     tmp = f"{path}.tmp-sweep"
     open(tmp, "w").write(text)
@@ -111,8 +141,15 @@ def write_atomically(path, text):
 
 
 def main(paths):
-    for path in paths:
+    shared = "--shared-cores" in paths
+    for path in (p for p in paths if p != "--shared-cores"):
         text = open(path).read()
+        if shared:
+            with_shared = add_shared_cores(text)
+            if with_shared != text:
+                write_atomically(path, with_shared)
+                print(f"{path}: added shared_cores_compute_factor")
+                text = with_shared
         with_cv = add_micro_batch_cv(text)
         if with_cv != text:
             write_atomically(path, with_cv)

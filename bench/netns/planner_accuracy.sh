@@ -13,6 +13,9 @@
 #                                                       # (a cost-model change; no root), ~10 min
 #   SIM_ONLY=straggle bash bench/netns/planner_accuracy.sh   # only the kept profiles with their
 #                                                       # micro-batch spread added (sim-straggle/), ~5 min
+#   SIM_ONLY=shared bash bench/netns/planner_accuracy.sh     # the kept profiles of a calibrate older than
+#                                                       # its boot-id check, with the factor it writes for ranks on one
+#                                                       # machine's cores added (sim-shared/, plan-shared.json)
 #
 # Each rank computes on one thread (RAYON_NUM_THREADS=1): two ranks on this
 # 2-core machine then stand for two one-core machines, and calibrate measures
@@ -78,8 +81,27 @@ straggle() {
     done
     python3 scripts/planner_accuracy.py "$OUT" straggle
 }
+# Every rank here runs on this VM's cores: a profile from a calibrate that did
+# not yet check the ranks' boot ids gets the factor it now writes for that
+# (calibrate/overlap.rs, one_transfer_factor), in a copy.
+shared() {
+    for setting in $SETTINGS; do
+        dir=$(dir_of "$setting")
+        cp "$dir/profile.toml" "$dir/profile-shared.toml"
+        python3 scripts/profile_from_comments.py --shared-cores "$dir/profile-shared.toml" >/dev/null
+        "$B" compare --runtime sim --cluster "$dir/profile-shared.toml" --methods "$METHODS,$ASYNC" "${common[@]}" \
+            "${budget[@]}" --results "$dir/sim-shared" --fresh >/dev/null
+        "$B" plan --model nano --cluster "$dir/profile-shared.toml" --batch 16x64 --methods "$METHODS,$ASYNC" \
+            --json "$dir/plan-shared.json" > /dev/null
+    done
+    python3 scripts/planner_accuracy.py "$OUT" shared
+}
 if [[ ${SIM_ONLY:-0} == straggle ]]; then
     straggle
+    exit
+fi
+if [[ ${SIM_ONLY:-0} == shared ]]; then
+    shared
     exit
 fi
 for setting in $SETTINGS; do

@@ -143,8 +143,11 @@ pub fn run_mpi(
     if root {
         progress(2, &format!("overlap: all-reduce of {} over {size} ranks, alone, while each rank computes micro-batches on a second thread, then the micro-batches alone, in turn", size_text(bytes)));
     }
-    let overlap =
+    let mut overlap =
         overlap::measure(fabric.group(&ranks), &opts.model, (opts.batch, opts.seq), bytes, opts.repeats.clamp(3, 10));
+    // Ranks on one kernel share its cores: others' transfers slow this
+    // rank's computation too (Overlap::one_transfer_factor).
+    overlap.shared_cores = mpi.gather_bytes(&overlap::boot_id()).is_some_and(|ids| overlap::one_kernel(&ids));
     if root {
         progress(
             2,

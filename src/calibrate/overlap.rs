@@ -41,6 +41,9 @@ pub struct Overlap {
     /// as long as it took, with no all-reduce running: what
     /// `compute_overlapped` is held against.
     pub compute_alone: Samples,
+    /// Every rank ran on one kernel (the same boot id): the ranks share one
+    /// machine's cores, as network namespaces on one VM do (bench/netns).
+    pub shared_cores: bool,
 }
 
 impl Overlap {
@@ -58,6 +61,30 @@ impl Overlap {
         }
         (self.compute_overlapped.median() / self.compute_alone.median()).max(1.0)
     }
+
+    /// `shared_cores_compute_factor` when the ranks share one machine's
+    /// cores, else `None`: a micro-batch beside one transfer of another
+    /// rank. The timed all-reduce ran `members` transfers at once (each
+    /// member sends its stream and drives MPI's progress for it), a
+    /// message is one, so it takes one member's share of the slowdown:
+    /// `1 + (compute_factor - 1) / members`. A model of the cause, not a
+    /// fit: finding 19 of docs/results/planner-accuracy.md measured a
+    /// micro-batch beside async DiLoCo's server's sends at 0.95-1.13x.
+    pub fn one_transfer_factor(&self) -> Option<f64> {
+        self.shared_cores.then(|| 1.0 + (self.compute_factor() - 1.0) / self.members.max(1) as f64)
+    }
+}
+
+/// This kernel's boot id (`/proc/sys/kernel/random/boot_id`): ranks that
+/// read the same one share a machine's cores, whatever their network
+/// namespace or MPI's idea of a node. Empty where it cannot be read.
+pub fn boot_id() -> Vec<u8> {
+    std::fs::read("/proc/sys/kernel/random/boot_id").map(|b| b.trim_ascii().to_vec()).unwrap_or_default()
+}
+
+/// Whether every rank's boot id ([`boot_id`]) is the same known one.
+pub fn one_kernel(ids: &[Vec<u8>]) -> bool {
+    ids.first().is_some_and(|first| !first.is_empty() && ids.iter().all(|id| id == first))
 }
 
 /// One all-reduce of `buf` on `comm` after a barrier: when it started and ended.
@@ -155,6 +182,7 @@ pub fn measure(
         comm_overlapped: Samples(windows.iter().map(secs).collect()),
         compute_overlapped: within(&windows),
         compute_alone: within(&blocks),
+        shared_cores: false,
     }
 }
 
@@ -171,6 +199,7 @@ mod tests {
             comm_overlapped: Samples(vec![2.5, 2.0, 3.0]),
             compute_overlapped: Samples(vec![0.3, 0.2, 0.1]),
             compute_alone: Samples(vec![0.1, 0.1, 0.2]),
+            shared_cores: false,
         };
         // Medians: comm 2.5 / 2 = 1.25; compute 0.2 / 0.1 = 2.
         assert_eq!(o.comm_factor(), 1.25);
@@ -179,8 +208,25 @@ mod tests {
         let faster = Overlap { compute_alone: Samples(vec![1.0]), ..o.clone() };
         assert_eq!(faster.compute_factor(), 1.0);
         // No micro-batch fitted inside a block: nothing to hold the overlapped ones against.
-        let none = Overlap { compute_alone: Samples(vec![]), ..o };
+        let none = Overlap { compute_alone: Samples(vec![]), ..o.clone() };
         assert_eq!(none.compute_factor(), 1.0);
+        // On separate machines no factor for others' transfers; on one
+        // machine's cores one transfer of the two: 1 + (2 - 1) / 2.
+        assert_eq!(o.one_transfer_factor(), None);
+        assert_eq!(Overlap { shared_cores: true, ..o.clone() }.one_transfer_factor(), Some(1.5));
+        assert_eq!(Overlap { shared_cores: true, members: 4, ..o }.one_transfer_factor(), Some(1.25));
+    }
+
+    #[test]
+    fn ranks_share_cores_only_when_every_boot_id_is_the_same_known_one() {
+        let id = |s: &str| s.as_bytes().to_vec();
+        assert!(one_kernel(&[id("a1"), id("a1"), id("a1")]));
+        assert!(!one_kernel(&[id("a1"), id("b2")]));
+        // Unreadable (empty) ids say nothing: separate machines assumed.
+        assert!(!one_kernel(&[id(""), id("")]));
+        assert!(!one_kernel(&[]));
+        // This process reads its own kernel's id, the same each time.
+        assert_eq!(boot_id(), boot_id());
     }
 
     #[test]

@@ -163,6 +163,13 @@ fn overlap_lines(w: &mut String, o: &Overlap, alone: &Samples) {
     let _ = writeln!(w, "# `plan` stretch work that overlaps by it.");
     let _ = writeln!(w, "overlap_compute_factor = {}", o.compute_factor());
     let _ = writeln!(w, "overlap_comm_factor = {}", o.comm_factor());
+    if let Some(f) = o.one_transfer_factor() {
+        let _ = writeln!(w, "# Every rank ran on one kernel (the same boot id): the ranks share this machine's");
+        let _ = writeln!(w, "# cores, so another rank's transfer slows a micro-batch too (async DiLoCo's server");
+        let _ = writeln!(w, "# sending to the other worker). One transfer of the {} above:", o.members);
+        let _ = writeln!(w, "# 1 + (overlap_compute_factor - 1) / {} (calibrate/overlap.rs).", o.members);
+        let _ = writeln!(w, "shared_cores_compute_factor = {f}");
+    }
 }
 
 /// The profile's TOML text, with provenance comments.

@@ -71,13 +71,23 @@ fn measured_overlap_factors_reach_the_simulator() {
         comm_overlapped: Samples(vec![0.625]),
         compute_overlapped: Samples(vec![0.02]),
         compute_alone: Samples(vec![0.016]),
+        shared_cores: false,
     });
     let text = render(&c);
     let p = ClusterProfile::from_toml(&text).unwrap_or_else(|e| panic!("{e:#}\n{text}"));
     // 0.625 / 0.5; 20 ms over the 16 ms timed alone beside it, not over
     // the [timing] median of 10 ms (which the profile shows: 2.000).
     let spec = p.sim_spec(&GptConfig::nano(), 1000, 1024, vec![1.0; 2]).unwrap();
-    assert_eq!(spec.interference, crate::runtime::sim::Interference { compute: 1.25, comm: 1.25 });
+    assert_eq!(spec.interference, crate::runtime::sim::Interference { compute: 1.25, comm: 1.25, beside: 1.0 });
+    assert!(!text.contains("shared_cores"), "{text}");
+    // Ranks on one kernel: one transfer of the two, 1 + 0.25 / 2.
+    if let Some(o) = c.overlap.as_mut() {
+        o.shared_cores = true;
+    }
+    let shared = render(&c);
+    let p = ClusterProfile::from_toml(&shared).unwrap_or_else(|e| panic!("{e:#}\n{shared}"));
+    let spec = p.sim_spec(&GptConfig::nano(), 1000, 1024, vec![1.0; 2]).unwrap();
+    assert_eq!(spec.interference, crate::runtime::sim::Interference { compute: 1.25, comm: 1.25, beside: 1.125 });
     assert!(text.contains("minutes away: 2.000"), "{text}");
     assert!(text.contains("while the rank computes"), "{text}");
     // Without the measurement (one process), no factors are written.

@@ -10,16 +10,22 @@
 //!
 //! ```text
 //! H_w     = H, or with DyLU floor(s_w / max s x H) (eq. 6, the engine's dylu_steps)
-//! T_w     = msg (model fetch) + [H_w (K mb + opt(n)) + pg(n) + enc] / s_w + upd (pseudo-gradient send) + dec + out
+//! T_w     = msg (model fetch) + L_w + upd (pseudo-gradient send) + dec + out
+//! L_w     = [H_w (K mb + opt(n)) + pg(n) + enc] / s_w, its local work; on cores every rank shares
+//!           (`shared_cores_compute_factor` b > 1) the others' (N - 1)(upd + msg) of exchanges
+//!           run beside it in a staggered steady state: L_w b if they cover it, else
+//!           L_w + (N - 1)(upd + msg)(1 - 1/b)
 //! serve   = dec + out + msg                the server's work per update (its sends are serial)
 //! upd     = msg, or with a compressed outer_wire one message of wire_bytes(n) packed bytes;
 //! enc, dec = ew(2n) each with a compressed outer_wire (the worker encodes, the server decodes), else 0
-//! lower:  cycle_w >= T_w                   nobody queues
+//! lower:  cycle_w >= T_w                   nobody queues (on shared cores: with L_w unslowed)
 //! server: sum_w 1 / cycle_w <= 1 / max(serve, upd)   it applies and answers one update at a time,
 //!                                          and its link takes in one update at a time
 //! upper:  cycle_w <= T_w + grace + (N - 1) (upd + serve)   its group waits out the grace period,
 //!                                          its update lands after every other, which is served first
-//! tokens/s <= min(sum_w H_w K tokens / T_w, max_w H_w K tokens / max(serve, upd))   (the row: this best case)
+//!                                          (on shared cores: with L_w b)
+//! tokens/s <= min(sum_w H_w K tokens / T_w, max_w H_w K tokens / max(serve, upd))   (the row: this best case,
+//!                                          T_w staggered as above on shared cores: `Cycles::steady`)
 //! ```
 //!
 //! The row's time per round is the workers' cycle at that best throughput,
@@ -98,6 +104,10 @@ pub fn memory(s: &DilocoSettings, c: &Costing) -> Result<(MemoryBytes, MemoryByt
 pub struct Cycles {
     /// Per worker: (lower, upper) seconds of one cycle.
     pub bounds: Vec<(f64, f64)>,
+    /// Per worker: the cycle the row predicts, staggered and unqueued: the
+    /// lower bound, or on shared cores with the others' exchanges beside
+    /// its local work (module docs).
+    pub steady: Vec<f64>,
     /// The server's seconds per update (outer step + model send).
     pub serve: f64,
     /// One message of the model (and of an uncompressed pseudo-gradient).
@@ -138,15 +148,22 @@ pub fn cycles(s: &AsyncDilocoSettings, c: &Costing) -> Cycles {
     let local: Vec<f64> = steps.iter().map(|&h| h as f64 * step + pg + enc).collect();
     // `grace = "auto"` with DyLU: one inner step of the slowest worker.
     let grace = s.grace_s(Some(step / speeds.iter().cloned().fold(f64::INFINITY, f64::min)));
+    let b = c.spec.interference;
+    let others = (world as f64 - 1.0) * (upd + msg);
+    let cycle = |local: f64| msg + local + upd + dec + out;
     let bounds = speeds
         .iter()
         .zip(&local)
         .map(|(sp, local)| {
-            let t_w = msg + local / sp + upd + dec + out;
-            (t_w, t_w + grace + (world as f64 - 1.0) * (upd + serve))
+            // On shared cores the local work may be slowed all through.
+            (cycle(local / sp), cycle(local / sp * b.beside) + grace + (world as f64 - 1.0) * (upd + serve))
         })
         .collect();
-    Cycles { bounds, serve, msg, upd, local, steps, speeds, grace }
+    // On cores every rank shares (an emulated cluster), the other workers'
+    // exchanges run beside this one's local work in the steady state
+    // (staggered by one exchange each) and slow it.
+    let steady = speeds.iter().zip(&local).map(|(sp, local)| cycle(b.beside_others(local / sp, others))).collect();
+    Cycles { bounds, steady, serve, msg, upd, local, steps, speeds, grace }
 }
 
 /// The async DiLoCo row under `c` (module docs): its time, tokens/s and
@@ -154,10 +171,10 @@ pub fn cycles(s: &AsyncDilocoSettings, c: &Costing) -> Cycles {
 pub fn plan(s: &AsyncDilocoSettings, c: &Costing) -> Result<MethodPlan> {
     let n = c.params;
     let k = c.grad_accum.max(1) as f64;
-    let Cycles { bounds, serve, msg, upd, local, steps, speeds, grace } = cycles(s, c);
+    let Cycles { bounds, steady, serve, msg, upd, local, steps, speeds, grace } = cycles(s, c);
     let tokens: Vec<f64> = steps.iter().map(|&h| h as f64 * k * c.tokens_per_micro_batch as f64).collect();
     let most = tokens.iter().cloned().fold(0.0, f64::max);
-    let best = bounds.iter().zip(&tokens).map(|((lo, _), t)| t / lo).sum::<f64>().min(most / serve.max(upd));
+    let best = steady.iter().zip(&tokens).map(|(cycle, t)| t / cycle).sum::<f64>().min(most / serve.max(upd));
     let worst: f64 = bounds.iter().zip(&tokens).map(|((_, hi), t)| t / hi).sum();
     let world = bounds.len() as f64;
     let round_s = tokens.iter().sum::<f64>() / best;
@@ -286,6 +303,37 @@ mod tests {
         let p = plan(&s, &costing(64, Precision::F32)).unwrap();
         let msg = 1e-3 + (16.0 + 8.0 + 4e6) / 1.25e8;
         assert!((p.time.round_s - 64.0 * msg).abs() < 1e-9, "{}", p.time.round_s);
+    }
+
+    #[test]
+    fn on_shared_cores_the_other_workers_exchanges_slow_the_local_work_by_hand() {
+        // 2 workers, H = 10 of 0.5 s: 5 s of local work; the other worker's
+        // upload and model, 2 msg = 0.066 s, run beside it at 1.5x: 2 msg
+        // seconds of wall do 2 msg / 1.5 of work, so it ends 2 msg (1 - 1/1.5) later.
+        let s = AsyncDilocoSettings { h: 10, ..AsyncDilocoSettings::default() };
+        let mut c = costing(2, Precision::F32);
+        let msg = 1e-3 + (16.0 + 8.0 + 4e6) / 1.25e8;
+        let alone = cycles(&s, &c);
+        assert!((alone.steady[0] - (2.0 * msg + 5.0)).abs() < 1e-12);
+        assert_eq!(alone.steady[0], alone.bounds[0].0);
+        c.spec.interference.beside = 1.5;
+        let shared = cycles(&s, &c);
+        let want = 2.0 * msg + 5.0 + 2.0 * msg * (1.0 - 1.0 / 1.5);
+        assert!((shared.steady[0] - want).abs() < 1e-12, "{} vs {want}", shared.steady[0]);
+        // The row follows the staggered cycle; the bounds stay bounds: the
+        // lower unslowed, the upper with all the local work at 1.5x.
+        let p = plan(&s, &c).unwrap();
+        assert!((p.time.round_s - want).abs() < 1e-12, "{}", p.time.round_s);
+        assert_eq!(shared.bounds[0].0, alone.bounds[0].0);
+        let hi = 2.0 * msg + 5.0 * 1.5 + 2.0 * msg;
+        assert!((shared.bounds[0].1 - hi).abs() < 1e-12, "{:?}", shared.bounds[0]);
+        // Local work shorter than the exchanges beside it: all of it at 1.5x.
+        let short = AsyncDilocoSettings { h: 1, ..s.clone() };
+        c.spec.micro_batch_s = 0.01;
+        let local = 0.01;
+        assert!(local * 1.5 <= 2.0 * msg);
+        let got = cycles(&short, &c).steady[0];
+        assert!((got - (2.0 * msg + local * 1.5)).abs() < 1e-12, "{got}");
     }
 
     #[test]

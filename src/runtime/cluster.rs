@@ -75,6 +75,14 @@ pub struct DeviceProfile {
     /// `lowcomm calibrate --backend mpi` measures it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub overlap_comm_factor: Option<f64>,
+    /// Factor (at least 1) on computation while other ranks' transfers run,
+    /// for a cluster whose ranks all share one machine's cores (network
+    /// namespaces on one VM, bench/netns): async DiLoCo's server sending
+    /// to one worker slows the other's micro-batches. Default 1 (separate
+    /// machines). `lowcomm calibrate --backend mpi` writes it when every
+    /// rank runs on one kernel: one stream's share of `overlap_compute_factor`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shared_cores_compute_factor: Option<f64>,
 }
 
 impl DeviceProfile {
@@ -89,6 +97,7 @@ impl DeviceProfile {
         Interference {
             compute: self.overlap_compute_factor.unwrap_or(1.0),
             comm: self.overlap_comm_factor.unwrap_or(1.0),
+            beside: self.shared_cores_compute_factor.unwrap_or(1.0),
         }
     }
 }
@@ -198,6 +207,7 @@ impl ClusterProfile {
             for (field, v) in [
                 ("device.overlap_compute_factor", d.overlap_compute_factor),
                 ("device.overlap_comm_factor", d.overlap_comm_factor),
+                ("device.shared_cores_compute_factor", d.shared_cores_compute_factor),
             ] {
                 if let Some(x) = v.filter(|x| !(*x >= 1.0 && x.is_finite())) {
                     bail!("{field} must be >= 1 (1 = overlapped work is not slowed), got {x} (e.g. 1.2)");

@@ -43,7 +43,7 @@ fn overlap_factors_reach_the_simulator_and_must_be_at_least_one() {
         "utilization = 0.5\noverlap_compute_factor = 1.25\noverlap_comm_factor = 1.5\n",
     );
     let spec = profile(&with).unwrap().sim_spec(&GptConfig::nano(), 1000, 64, vec![1.0; 2]).unwrap();
-    assert_eq!(spec.interference, Interference { compute: 1.25, comm: 1.5 });
+    assert_eq!(spec.interference, Interference { compute: 1.25, comm: 1.5, beside: 1.0 });
     let none = profile(DEV).unwrap().sim_spec(&GptConfig::nano(), 1000, 64, vec![1.0; 2]).unwrap();
     assert_eq!(none.interference, Interference::NONE);
     let e = profile(&DEV.replace("utilization = 0.5\n", "utilization = 0.5\noverlap_comm_factor = 0.9\n")).unwrap_err();

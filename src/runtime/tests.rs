@@ -206,7 +206,7 @@ fn sim_overlapped_compute_and_communication_slow_each_other_by_the_spec() {
     // micro-batch 1 s alone. Factors: compute 1.5, comm 1.25.
     let spec = SimSpec {
         link: Some(LinkModel::flat(tier(1e3, 0.0))),
-        interference: sim::Interference { compute: 1.5, comm: 1.25 },
+        interference: sim::Interference { compute: 1.5, comm: 1.25, beside: 1.0 },
         ..SimSpec::flat(2, 1.0, None)
     };
     let out = sim_run(spec, |mut ctx| {
@@ -230,7 +230,7 @@ fn sim_overlapped_compute_and_communication_slow_each_other_by_the_spec() {
     assert_eq!(out[0], (vec![1.5, 3.0, 4.0], 2.0));
     // The planner's closed form of the same pair, 3 micro-batches of 1 s
     // behind a 2 s transfer: two start inside it -> 3 + 2 x 0.5 = 4 s.
-    let f = sim::Interference { compute: 1.5, comm: 1.25 };
+    let f = sim::Interference { compute: 1.5, comm: 1.25, beside: 1.0 };
     assert_eq!(f.overlapped(3.0, 2.0, 1.0), 4.0);
     // Every piece starts inside: the slower of the two decides.
     assert_eq!(f.overlapped(1.0, 2.0, 1.0), 2.5);
@@ -243,6 +243,51 @@ fn sim_overlapped_compute_and_communication_slow_each_other_by_the_spec() {
     assert_eq!(f.overlapped_with_tail(3.0, 2.0, 1.0, 1.0), 5.0);
     // Without interference: max(c + tail, m).
     assert_eq!(sim::Interference::NONE.overlapped_with_tail(1.0, 2.5, 1.0, 1.0), 2.5);
+}
+
+#[test]
+fn sim_on_shared_cores_others_transfers_slow_a_computation_by_beside() {
+    // 3 workers and a server on one machine's cores (beside 1.5), 1000 B/s:
+    // the server waits 0.5 s, then sends worker 0 a 2000 B message (16 B
+    // header + 496 f32): a transfer from 0.5 to 2.5 s. Worker 1 computes
+    // three 1 s micro-batches: at 0 (no transfer: 1 s), at 1 (inside it:
+    // 1.5 s, to 2.5) and at 2.5 (over: 1 s), so 1.0, 2.5, 3.5. On separate
+    // machines (beside 1) nothing slows it: 1, 2, 3.
+    let run = |beside: f64| {
+        let spec = SimSpec {
+            link: Some(LinkModel::flat(tier(1e3, 0.0))),
+            flops_per_s: Some(1.0),
+            interference: sim::Interference { beside, ..sim::Interference::NONE },
+            ..sim_workers_3_and_a_server()
+        };
+        sim_run(spec, |mut ctx| {
+            Box::pin(async move {
+                let mut ends = Vec::new();
+                match ctx.rank() {
+                    0 => {
+                        ctx.run(Recv { from: 3 }).await;
+                        ends.push(ctx.now());
+                    }
+                    1 => {
+                        for _ in 0..3 {
+                            ctx.compute(Work::MicroBatch, || ()).await;
+                            ends.push(ctx.now());
+                        }
+                    }
+                    2 => {}
+                    _ => {
+                        ctx.compute(Work::Flops { name: "wait", flops: 0.5 }, || ()).await;
+                        ctx.run(Send { to: 0, msg: floats(0, 496) }).await;
+                    }
+                }
+                Ok(ends)
+            })
+        })
+    };
+    let shared = run(1.5);
+    assert_eq!(shared[1], vec![1.0, 2.5, 3.5]);
+    assert_eq!(shared[0], vec![2.5]);
+    assert_eq!(run(1.0)[1], vec![1.0, 2.0, 3.0]);
 }
 
 #[test]

@@ -88,6 +88,7 @@ impl SimComm {
             // Slower while a member computes (spec.rs, Interference).
             let computing = members.iter().any(|&m| st.parts[m].computing_until > last);
             let done = last + if computing { cost * st.spec.interference.comm } else { cost };
+            st.note_transfer(last, done);
             let ops = st.groups.get_mut(&members).expect("exists");
             let op = ops.ops.get_mut(&seq).expect("exists");
             op.results = results.into_iter().map(Some).collect();
@@ -253,6 +254,7 @@ impl CommSide for SimComm {
             let begin = st.now.max(st.parts[to].receiving_until);
             let arrival = begin + if computing { cost * st.spec.interference.comm } else { cost };
             st.parts[to].receiving_until = arrival;
+            st.note_transfer(begin, arrival);
             let seq = st.mail_seq;
             st.mail_seq += 1;
             st.parts[to].mailbox.push(Mail { arrival, seq, from: self.rank, msg });

@@ -81,8 +81,15 @@ impl Ctx for SimCtx {
     async fn compute<R: Send>(&mut self, work: Work, f: impl FnOnce() -> R + Send) -> R {
         let (until, parallel) = {
             let mut st = self.state.borrow_mut();
-            // Slower while this worker's communication runs (spec.rs, Interference).
-            let slowdown = if st.parts[self.rank].comm_idle { 1.0 } else { st.spec.interference.compute };
+            // Slower while this worker's communication runs, or on shared
+            // cores while another's transfer does (spec.rs, Interference).
+            let slowdown = if !st.parts[self.rank].comm_idle {
+                st.spec.interference.compute
+            } else if st.spec.interference.beside != 1.0 && st.transfer_running() {
+                st.spec.interference.beside
+            } else {
+                1.0
+            };
             let mut dt = st.spec.cost(work, st.parts[self.rank].speed) * slowdown;
             if work == Work::MicroBatch {
                 // Micro-batches vary in time (straggle.rs): drawn from (rank, index), not from the order of events.
@@ -293,6 +300,7 @@ where
         pool: Vec::new(),
         mail_seq: 0,
         jobs,
+        transfers: Vec::new(),
     }));
     let mut compute: Vec<Option<Actor<'a, T>>> =
         (0..n).map(|rank| Some(Box::pin(make(SimCtx { rank, state: state.clone() })) as Actor<'a, T>)).collect();

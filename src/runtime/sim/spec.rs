@@ -91,17 +91,41 @@ impl SimSpec {
 /// a computation started while its worker's communication lane is busy
 /// takes `compute` times as long; a collective (or message) that starts
 /// while a member computes takes `comm` times as long.
+///
+/// `beside` is for ranks that share one machine's cores (an emulated
+/// cluster: network namespaces on one VM, bench/netns): a computation
+/// started while this worker's communication is idle but another
+/// participant's transfer runs (async DiLoCo's server sending a model to
+/// the other worker) takes `beside` times as long, the transfer's MPI
+/// progress and kernel work taking a share of the same cores (finding 19
+/// of docs/results/planner-accuracy.md). 1 on separate machines.
 #[derive(Clone, Copy, Debug, PartialEq)]
 pub struct Interference {
     /// Factor on computation started while the worker's communication runs.
     pub compute: f64,
     /// Factor on communication started while a member computes.
     pub comm: f64,
+    /// Factor on computation started while only other participants'
+    /// transfers run, on cores all participants share (1: not shared).
+    pub beside: f64,
 }
 
 impl Interference {
     /// No interference: overlapped work takes what it takes alone.
-    pub const NONE: Interference = Interference { compute: 1.0, comm: 1.0 };
+    pub const NONE: Interference = Interference { compute: 1.0, comm: 1.0, beside: 1.0 };
+
+    /// Wall seconds of `c` seconds of computation (alone) with `m` seconds
+    /// of others' transfers running beside it from its start, on shared
+    /// cores: it runs `beside` times slower inside that window. `plan`'s
+    /// form of the simulator's rule (which stretches whole pieces).
+    pub fn beside_others(&self, c: f64, m: f64) -> f64 {
+        let b = self.beside;
+        if c * b <= m {
+            c * b
+        } else {
+            c + m * (1.0 - 1.0 / b)
+        }
+    }
 
     /// Wall seconds of computation `c` and communication `m` (seconds
     /// alone) started together, by the simulator's rule above, the

@@ -92,11 +92,29 @@ pub(super) struct State {
     /// The job threads computes run on (jobs.rs); `None`: every compute
     /// runs on the executor's thread.
     pub jobs: Option<super::jobs::Pool>,
+    /// (begin, end) of the transfers not yet over, kept only when the
+    /// participants share cores (`Interference::beside` > 1).
+    pub transfers: Vec<(f64, f64)>,
 }
 
 impl State {
     pub fn wake(&mut self, at: f64, lane: Lane, p: usize) {
         self.wakes.push(Reverse((Time(at), lane, p)));
+    }
+
+    /// Notes a transfer (a message, a collective's data) on the links from
+    /// `begin` to `end`, for the shared-cores rule (`Interference::beside`).
+    pub fn note_transfer(&mut self, begin: f64, end: f64) {
+        if self.spec.interference.beside != 1.0 && end > begin {
+            self.transfers.push((begin, end));
+        }
+    }
+
+    /// Whether a transfer runs now (and forgets those that ended).
+    pub fn transfer_running(&mut self) -> bool {
+        let now = self.now;
+        self.transfers.retain(|&(_, end)| end > now);
+        self.transfers.iter().any(|&(begin, _)| begin <= now)
     }
 
     /// A buffer of `n` zeros, from the pool when it has one.

@@ -1,0 +1,38 @@
+#!/usr/bin/env python3
+"""Tests of scripts/profile_from_comments.py's additions, by hand:
+
+    python3 -m unittest discover -s scripts -p 'test_*.py'   # scripts/test.sh runs it
+"""
+import re
+import unittest
+
+import profile_from_comments as pfc
+
+DEVICE = """[device]
+# Overlap (sim/spec.rs Interference): the model's gradient all-reduce (2606 KiB over 2),
+overlap_compute_factor = 1.25
+overlap_comm_factor = 1.0
+memory = 2.5e10
+
+[links]
+"""
+
+
+class SharedCores(unittest.TestCase):
+    def test_is_one_transfer_of_the_overlaps_members(self):
+        text = pfc.add_shared_cores(DEVICE)
+        # 1 + (1.25 - 1) / 2, right after overlap_comm_factor, inside [device].
+        self.assertEqual(float(re.search(r"^shared_cores_compute_factor = (.*)$", text, re.M)[1]), 1.125)
+        self.assertLess(text.index("shared_cores"), text.index("memory ="))
+        four = DEVICE.replace("over 2)", "over 4)")
+        self.assertIn("shared_cores_compute_factor = 1.0625", pfc.add_shared_cores(four))
+
+    def test_leaves_a_profile_without_the_overlap_or_with_the_factor_as_it_is(self):
+        done = pfc.add_shared_cores(DEVICE)
+        self.assertEqual(pfc.add_shared_cores(done), done)
+        plain = "\n".join(l for l in DEVICE.splitlines() if not l.startswith("overlap_")) + "\n"
+        self.assertEqual(pfc.add_shared_cores(plain), plain)
+
+
+if __name__ == "__main__":
+    unittest.main()
