@@ -348,6 +348,11 @@ fn calibrate_under_mpirun_measures_the_link_between_ranks() {
         );
         // Both ranks computed at once on this machine, however they are grouped.
         assert_eq!(profile.contains("Here 2 ranks shared this machine"), per_node.is_some(), "{profile}");
+        // Both ranks on one kernel (the same boot id): the shared-cores
+        // factor, one transfer of the two of the overlap's all-reduce.
+        let d = p.device.as_ref().expect("calibrate writes [device]");
+        let (overlap, shared) = (d.overlap_compute_factor.unwrap(), d.shared_cores_compute_factor);
+        assert_eq!(shared, Some(1.0 + (overlap - 1.0) / 2.0), "{profile}");
         let link = p.link_model().unwrap();
         let t = if tier == "intra" { link.intra } else { link.inter.unwrap() };
         assert!(t.bandwidth_bytes_per_s > 0.0 && t.latency_s >= 0.0, "{t:?}");
