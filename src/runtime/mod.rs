@@ -25,6 +25,8 @@ pub mod sim;
 pub mod tasks;
 #[cfg(test)]
 mod tests;
+#[cfg(test)]
+mod tests_interference;
 mod topology;
 
 use crate::comm::{CommStats, LinkModel, Message, ReduceOp, WireDtype};
