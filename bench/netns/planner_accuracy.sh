@@ -66,42 +66,35 @@ dir_of() {   # the folder of a setting: RATE or RATE-jitterPCT
     shaped 3 "$B" compare --backend mpi --workers 2 --methods "$ASYNC" "${common[@]}" --results "$dir/real-async" --fresh >/dev/null
     echo "== $dir: $(( $(date +%s) - start )) s" >&2
 done
-# A profile from a calibrate older than `micro_batch_cv` gets the spread
-# from its comment lines, in a copy: the stragglers' wait (sim/straggle.rs)
-# against the same profile without it.
-straggle() {
+# A variant of the kept profiles, in copies profile-NAME.toml, simulated and
+# planned into sim-NAME/ and plan-NAME.json: `variant NAME [FLAG]` runs
+# scripts/profile_from_comments.py [FLAG] on each copy.
+#   straggle: a profile from a calibrate older than `micro_batch_cv` gets the
+#     spread from its comment lines: the stragglers' wait (sim/straggle.rs)
+#     against the same profile without it;
+#   shared --shared-cores: every rank here runs on this VM's cores, so a
+#     profile from a calibrate that did not yet check the ranks' boot ids
+#     gets the factor it now writes for that (calibrate/overlap.rs,
+#     one_transfer_factor).
+variant() {
+    local name=$1; shift
     for setting in $SETTINGS; do
         dir=$(dir_of "$setting")
-        cp "$dir/profile.toml" "$dir/profile-straggle.toml"
-        python3 scripts/profile_from_comments.py "$dir/profile-straggle.toml" >/dev/null
-        "$B" compare --runtime sim --cluster "$dir/profile-straggle.toml" --methods "$METHODS,$ASYNC" "${common[@]}" \
-            "${budget[@]}" --results "$dir/sim-straggle" --fresh >/dev/null
-        "$B" plan --model nano --cluster "$dir/profile-straggle.toml" --batch 16x64 --methods "$METHODS,$ASYNC" \
-            --json "$dir/plan-straggle.json" > /dev/null
+        cp "$dir/profile.toml" "$dir/profile-$name.toml"
+        python3 scripts/profile_from_comments.py "$@" "$dir/profile-$name.toml" >/dev/null
+        "$B" compare --runtime sim --cluster "$dir/profile-$name.toml" --methods "$METHODS,$ASYNC" "${common[@]}" \
+            "${budget[@]}" --results "$dir/sim-$name" --fresh >/dev/null
+        "$B" plan --model nano --cluster "$dir/profile-$name.toml" --batch 16x64 --methods "$METHODS,$ASYNC" \
+            --json "$dir/plan-$name.json" > /dev/null
     done
-    python3 scripts/planner_accuracy.py "$OUT" straggle
-}
-# Every rank here runs on this VM's cores: a profile from a calibrate that did
-# not yet check the ranks' boot ids gets the factor it now writes for that
-# (calibrate/overlap.rs, one_transfer_factor), in a copy.
-shared() {
-    for setting in $SETTINGS; do
-        dir=$(dir_of "$setting")
-        cp "$dir/profile.toml" "$dir/profile-shared.toml"
-        python3 scripts/profile_from_comments.py --shared-cores "$dir/profile-shared.toml" >/dev/null
-        "$B" compare --runtime sim --cluster "$dir/profile-shared.toml" --methods "$METHODS,$ASYNC" "${common[@]}" \
-            "${budget[@]}" --results "$dir/sim-shared" --fresh >/dev/null
-        "$B" plan --model nano --cluster "$dir/profile-shared.toml" --batch 16x64 --methods "$METHODS,$ASYNC" \
-            --json "$dir/plan-shared.json" > /dev/null
-    done
-    python3 scripts/planner_accuracy.py "$OUT" shared
+    python3 scripts/planner_accuracy.py "$OUT" "$name"
 }
 if [[ ${SIM_ONLY:-0} == straggle ]]; then
-    straggle
+    variant straggle
     exit
 fi
 if [[ ${SIM_ONLY:-0} == shared ]]; then
-    shared
+    variant shared --shared-cores
     exit
 fi
 for setting in $SETTINGS; do
@@ -124,4 +117,4 @@ for setting in $SETTINGS; do
         --json "$dir/plan-plain.json" > /dev/null
 done
 python3 scripts/planner_accuracy.py "$OUT" plain
-straggle
+variant straggle
