@@ -108,14 +108,15 @@ pub struct Cycles {
     /// lower bound, or on shared cores with the others' exchanges beside
     /// its local work (module docs).
     pub steady: Vec<f64>,
+    /// Per worker: its local work's wall seconds in that cycle (L_w, slowed
+    /// on shared cores): the row's compute.
+    pub steady_local: Vec<f64>,
     /// The server's seconds per update (outer step + model send).
     pub serve: f64,
     /// One message of the model (and of an uncompressed pseudo-gradient).
     pub msg: f64,
     /// One pseudo-gradient message to the server (module docs: upd).
     pub upd: f64,
-    /// Per worker: its local work at speed 1 (H_w steps and the pseudo-gradient).
-    pub local: Vec<f64>,
     /// Per worker: inner steps per round, H_w.
     pub steps: Vec<u64>,
     /// Speed factors (>= 1 over the slowest, plan::hetero), or all 1.
@@ -162,8 +163,10 @@ pub fn cycles(s: &AsyncDilocoSettings, c: &Costing) -> Cycles {
     // On cores every rank shares (an emulated cluster), the other workers'
     // exchanges run beside this one's local work in the steady state
     // (staggered by one exchange each) and slow it.
-    let steady = speeds.iter().zip(&local).map(|(sp, local)| cycle(b.beside_others(local / sp, others))).collect();
-    Cycles { bounds, steady, serve, msg, upd, local, steps, speeds, grace }
+    let steady_local: Vec<f64> =
+        speeds.iter().zip(&local).map(|(sp, local)| b.beside_others(local / sp, others)).collect();
+    let steady = steady_local.iter().map(|&l| cycle(l)).collect();
+    Cycles { bounds, steady, steady_local, serve, msg, upd, steps, speeds, grace }
 }
 
 /// The async DiLoCo row under `c` (module docs): its time, tokens/s and
@@ -171,7 +174,7 @@ pub fn cycles(s: &AsyncDilocoSettings, c: &Costing) -> Cycles {
 pub fn plan(s: &AsyncDilocoSettings, c: &Costing) -> Result<MethodPlan> {
     let n = c.params;
     let k = c.grad_accum.max(1) as f64;
-    let Cycles { bounds, steady, serve, msg, upd, local, steps, speeds, grace } = cycles(s, c);
+    let Cycles { bounds, steady, steady_local, serve, msg, upd, steps, speeds, grace } = cycles(s, c);
     let tokens: Vec<f64> = steps.iter().map(|&h| h as f64 * k * c.tokens_per_micro_batch as f64).collect();
     let most = tokens.iter().cloned().fold(0.0, f64::max);
     let best = steady.iter().zip(&tokens).map(|(cycle, t)| t / cycle).sum::<f64>().min(most / serve.max(upd));
@@ -179,8 +182,10 @@ pub fn plan(s: &AsyncDilocoSettings, c: &Costing) -> Result<MethodPlan> {
     let world = bounds.len() as f64;
     let round_s = tokens.iter().sum::<f64>() / best;
     let upper_s = bounds[0].1;
-    // The compute part of that mean cycle (the same harmonic mean of each worker's local time).
-    let compute_s = world / speeds.iter().zip(&local).map(|(sp, local)| sp / local).sum::<f64>();
+    // The compute part of that mean cycle (the same harmonic mean of each
+    // worker's local time, as slowed in it: on shared cores the slowdown is
+    // computation, as the runs measure it, not exposed communication).
+    let compute_s = world / steady_local.iter().map(|l| 1.0 / l).sum::<f64>();
     let (worker, server) = memory(&s.diloco(), c)?;
     let total = worker.total() as f64;
     // What a worker sends per round: its pseudo-gradient, as values or packed by the codec.
@@ -324,6 +329,8 @@ mod tests {
         // lower unslowed, the upper with all the local work at 1.5x.
         let p = plan(&s, &c).unwrap();
         assert!((p.time.round_s - want).abs() < 1e-12, "{}", p.time.round_s);
+        // Its compute is the slowed local work; only the two messages are exposed.
+        assert!((p.time.exposed_s - 2.0 * msg).abs() < 1e-12, "{}", p.time.exposed_s);
         assert_eq!(shared.bounds[0].0, alone.bounds[0].0);
         let hi = 2.0 * msg + 5.0 * 1.5 + 2.0 * msg;
         assert!((shared.bounds[0].1 - hi).abs() < 1e-12, "{:?}", shared.bounds[0]);
