@@ -19,7 +19,12 @@ the spans of events.jsonl (workers 0 and 1, the server is participant 2):
 - together: how often the server sends two models within 10 ms of each
   other, which then share its link;
 - first model: when workers 0 and 1 had their first model (the end of
-  their first receive): the hand-out before any update.
+  their first receive): the hand-out before any update;
+- beside the other way: the share of an upload that the server's sending
+  the other worker a model overlaps, and of a download that the other
+  worker's upload does (the server's link carrying data both ways,
+  finding 22; sim-duplex/ where bench/netns/planner_accuracy.sh's
+  SIM_ONLY=duplex made one).
 
 Medians over the run's updates (the first round's hand-out, before any
 update, is left out). docs/results/planner-accuracy.md, finding 12,
@@ -58,6 +63,7 @@ def exchanges(ev: list) -> dict:
     server_recvs = [e for e in ev if e["worker"] == SERVER and e["name"] == "recv"]
     server_sends = [e for e in ev if e["worker"] == SERVER and e["name"] == "send" and e["bytes"] >= BIG]
     up, hold, down, whole = [], [], [], []
+    ups, downs = [], []  # (start, end) of every upload and download, for `reverse`
     for w in (0, 1):
         mine = [e for e in ev if e["worker"] == w]
         for i, s in enumerate(mine):
@@ -74,6 +80,8 @@ def exchanges(ev: list) -> dict:
             if not sends:
                 continue
             out = min(sends, key=lambda x: abs(x["start_s"] - arrived["end_s"]))
+            ups.append((s["start_s"], arrived["end_s"], w))
+            downs.append((out["start_s"], reply["end_s"], w))
             up.append(arrived["end_s"] - s["start_s"])
             hold.append(out["start_s"] - arrived["end_s"])
             down.append(reply["end_s"] - out["start_s"])
@@ -83,6 +91,7 @@ def exchanges(ev: list) -> dict:
     together = sum(1 for a, b in zip(starts, starts[1:]) if b - a < 0.01)
     med = statistics.median
     return {
+        "reverse": f"{100 * med(reverse(ups, downs)):.0f}% / {100 * med(reverse(downs, ups)):.0f}%",
         "n": len(whole),
         "upload": med(up),
         "hold": med(hold),
@@ -91,6 +100,18 @@ def exchanges(ev: list) -> dict:
         "together": f"{together} of {max(len(starts) - 1, 0)}",
         "first": " / ".join(f"{t:.2f}" for t in first),
     }
+
+
+def reverse(mine: list, theirs: list) -> list:
+    """Per transfer of `mine` ((start, end, worker)), the share of it that the
+    other worker's transfers of `theirs` overlap: uploads beside the server
+    sending the other worker its model, or downloads beside the other
+    worker's upload: the server's link carrying data both ways (finding 22)."""
+    out = []
+    for a, b, w in mine:
+        met = sum(max(0.0, min(b, d) - max(a, c)) for c, d, v in theirs if v != w)
+        out.append(min(1.0, met / (b - a)) if b > a else 0.0)
+    return out
 
 
 def micro_batches(ev: list) -> list:
@@ -116,12 +137,13 @@ def beside_server(setting: Path) -> str | None:
 
 
 # The runs of a setting folder, and what the table calls them.
-KINDS = {"real-async": "real", "real-async-concurrent": "real, models sent at once", "sim": "sim"}
+KINDS = {"real-async": "real", "real-async-concurrent": "real, models sent at once", "sim": "sim",
+         "sim-duplex": "sim, duplex (finding 22)"}
 
 
 def main() -> None:
-    print("| setting | run | updates | upload (s) | hold (s) | download (s) | exchange (s) | server's model sends back to back | first model, worker 0 / 1 (s) |")
-    print("|---|---|---|---|---|---|---|---|---|")
+    print("| setting | run | updates | upload (s) | hold (s) | download (s) | exchange (s) | server's model sends back to back | first model, worker 0 / 1 (s) | upload / download beside the other way |")
+    print("|---|---|---|---|---|---|---|---|---|---|")
     for top in map(Path, sys.argv[1:]):
         for setting in sorted(p for p in top.iterdir() if (p / "real-async").is_dir()):
             for kind, label in KINDS.items():
@@ -131,7 +153,7 @@ def main() -> None:
                 x = exchanges(spans(runs[0]))
                 print(
                     f"| {top.name}/{setting.name} | {label} | {x['n']} | {x['upload']:.3f} | {x['hold']:.3f} "
-                    f"| {x['download']:.3f} | {x['exchange']:.3f} | {x['together']} | {x['first']} |"
+                    f"| {x['download']:.3f} | {x['exchange']:.3f} | {x['together']} | {x['first']} | {x['reverse']} |"
                 )
     print()
     print("| setting | async DiLoCo's micro-batch while the server sends a model, ms (count) | while it does not | sync DiLoCo's, same setting |")

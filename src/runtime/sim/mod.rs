@@ -25,6 +25,7 @@
 //! the communication side (comm.rs) both work on.
 
 mod comm;
+mod duplex;
 mod jobs;
 mod math;
 mod spec;
@@ -301,6 +302,7 @@ where
         mail_seq: 0,
         jobs,
         transfers: Vec::new(),
+        flights: Vec::new(),
     }));
     let mut compute: Vec<Option<Actor<'a, T>>> =
         (0..n).map(|rank| Some(Box::pin(make(SimCtx { rank, state: state.clone() })) as Actor<'a, T>)).collect();
