@@ -16,8 +16,6 @@
 #   SIM_ONLY=shared bash bench/netns/planner_accuracy.sh     # the kept profiles of a calibrate older than
 #                                                       # its boot-id check, with the factor it writes for ranks on one
 #                                                       # machine's cores added (sim-shared/, plan-shared.json)
-#   SIM_ONLY=duplex bash bench/netns/planner_accuracy.sh     # the same after a simulator change (sim-duplex/,
-#                                                       # plan-duplex.json), against sim-shared/ from before it
 #
 # Each rank computes on one thread (RAYON_NUM_THREADS=1): two ranks on this
 # 2-core machine then stand for two one-core machines, and calibrate measures
@@ -97,13 +95,6 @@ if [[ ${SIM_ONLY:-0} == straggle ]]; then
 fi
 if [[ ${SIM_ONLY:-0} == shared ]]; then
     variant shared --shared-cores
-    exit
-fi
-# duplex: the same profiles (with the shared-cores factor) on the simulator
-# that slows messages running opposite ways on a link (runtime/sim/duplex.rs,
-# finding 22), against sim-shared/ from before it.
-if [[ ${SIM_ONLY:-0} == duplex ]]; then
-    variant duplex --shared-cores
     exit
 fi
 for setting in $SETTINGS; do

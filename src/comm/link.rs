@@ -34,10 +34,7 @@
 //! between the two participants (intra within a node, else inter), or the
 //! measured ping-pong's time when calibrate wrote one. The
 //! runtimes hold the sender for it, and the receiver's link takes one
-//! message at a time (runtime/sim/comm.rs, `send`). With both sweeps the
-//! simulator also slows a message while its link carries data the other
-//! way, by the tier's duplex factor (`Tier::duplex_factor`,
-//! runtime/sim/duplex.rs); the collectives' sweep has that in it already.
+//! message at a time (runtime/sim/comm.rs, `send`).
 //!
 //! A tier calibrate measured may carry its sweep's message times
 //! (link_measured.rs): every formula above is then built from one message's
@@ -80,20 +77,6 @@ impl Tier {
         match (&self.p2p, &self.measured) {
             (Some(m), _) | (None, Some(m)) => m.at(bytes),
             (None, None) => self.latency_s + bytes / self.bandwidth_bytes_per_s,
-        }
-    }
-
-    /// How many times slower a point-to-point message of `bytes` runs while
-    /// the link carries data the other way too (its ACKs queue behind that
-    /// data): the all-reduce sweep's message, each rank sending and
-    /// receiving at once, over the ping-pong's, one direction at a time, at
-    /// that size; at least 1. Without both sweeps, 1: a line is ideal full
-    /// duplex. On the 20 Mbit/s netns links, 1.17-1.29 at 2 MiB
-    /// (docs/results/planner-accuracy.md, finding 22).
-    pub fn duplex_factor(&self, bytes: f64) -> f64 {
-        match (&self.p2p, &self.measured) {
-            (Some(one_way), Some(both_ways)) => (both_ways.at(bytes) / one_way.at(bytes)).max(1.0),
-            _ => 1.0,
         }
     }
 
@@ -271,21 +254,8 @@ impl LinkModel {
     /// Seconds a message of `bytes` takes between two participants,
     /// `same_node` or not.
     pub fn message_s(&self, bytes: usize, same_node: bool) -> f64 {
-        self.message_tier(same_node).message_time_s(bytes as f64)
-    }
-
-    /// How much slower that message runs while its link carries data the
-    /// other way too ([`Tier::duplex_factor`]).
-    pub fn message_duplex_factor(&self, bytes: usize, same_node: bool) -> f64 {
-        self.message_tier(same_node).duplex_factor(bytes as f64)
-    }
-
-    fn message_tier(&self, same_node: bool) -> &Tier {
-        if same_node {
-            &self.intra
-        } else {
-            self.network()
-        }
+        let t = if same_node { &self.intra } else { self.network() };
+        t.message_time_s(bytes as f64)
     }
 }
 

@@ -191,14 +191,6 @@ mod tests {
         assert!(close(p2p.at(600.0), 1e-3) && close(p2p.at(2100.0), 2.5e-3));
         // The collectives' message stays the all-reduce's: 100 B in 1 ms.
         assert!(close(sweep.message_times().unwrap().at(100.0), 1e-3));
-        // Sending and receiving at once (the all-reduce's message) takes 2x
-        // one way at 600 B (2 ms / 1 ms): the messages' duplex factor. Without
-        // the ping-pong, or where both ways are the faster, 1.
-        let tier = |measured, p2p| super::super::Tier { measured, p2p, ..super::super::Tier::line(0.0, 1e3) };
-        let both = Some(sweep.message_times().unwrap());
-        assert!(close(tier(both, Some(p2p)).duplex_factor(600.0), 2.0));
-        assert_eq!(tier(both, None).duplex_factor(600.0), 1.0);
-        assert_eq!(tier(Some(p2p), both).duplex_factor(600.0), 1.0);
         let none = AllReduceSweep { ping_pong: vec![], ..sweep.clone() };
         assert_eq!(none.point_to_point_times(), Ok(None));
         let bad = AllReduceSweep { ping_pong: vec![[100.0, 1e-3]], ..sweep };

@@ -23,14 +23,9 @@
 //!                                          and its link takes in one update at a time
 //! upper:  cycle_w <= T_w + grace + (N - 1) (upd + serve)   its group waits out the grace period,
 //!                                          its update lands after every other, which is served first
-//!                                          (on shared cores: with L_w b; every message at r times:
-//!                                          r_m, r_u the link's duplex factors at the model's and the
-//!                                          update's size, a message beside data the other way)
+//!                                          (on shared cores: with L_w b)
 //! tokens/s <= min(sum_w H_w K tokens / T_w, max_w H_w K tokens / max(serve, upd))   (the row: this best case,
 //!                                          T_w staggered as above on shared cores: `Cycles::steady`)
-//! steady: msg' = msg (1 + (r_m - 1) min(1, (N - 1) upd' / T_w)), upd' likewise with msg'   in the
-//!                                          staggered cycle each message meets the others' going the
-//!                                          other way for their share of it (a fixed point; runtime/sim/duplex.rs)
 //! ```
 //!
 //! The row's time per round is the workers' cycle at that best throughput,
@@ -63,15 +58,10 @@ use anyhow::Result;
 /// The name the row carries (`--methods async-diloco`).
 pub const NAME: &str = "async-diloco";
 
-/// Seconds of a message of `bytes` to or from the server, and how many
-/// times that beside the other direction's data (the link's duplex factor).
-fn on_link(c: &Costing, bytes: usize) -> (f64, f64) {
-    c.spec.link.as_ref().map_or((0.0, 1.0), |l| (l.message_s(bytes, false), l.message_duplex_factor(bytes, false)))
-}
-
-/// One message of `n` values (and one scalar, the step count) to or from the server ([`on_link`]).
-fn message_s(c: &Costing, n: usize) -> (f64, f64) {
-    on_link(c, MESSAGE_HEADER + 8 + (n as f64 * c.spec.comm_scale).round() as usize * c.wire.bytes_per_elem())
+/// Seconds of one message of `n` values (and one scalar, the step count) to or from the server.
+fn message_s(c: &Costing, n: usize) -> f64 {
+    let bytes = MESSAGE_HEADER + 8 + (n as f64 * c.spec.comm_scale).round() as usize * c.wire.bytes_per_elem();
+    c.spec.link.as_ref().map_or(0.0, |l| l.message_s(bytes, false))
 }
 
 /// Bytes of one pseudo-gradient message of `n` values before the simulator's
@@ -83,16 +73,10 @@ fn update_body(c: &Costing, wire: Option<OuterWire>, n: usize) -> f64 {
     }
 }
 
-/// One pseudo-gradient message to the server (module docs: upd; [`on_link`]).
-fn update_s(c: &Costing, wire: Option<OuterWire>, n: usize) -> (f64, f64) {
-    on_link(c, MESSAGE_HEADER + 8 + update_body(c, wire, n) as usize)
-}
-
-/// A message of `s` seconds alone beside the other direction of its link
-/// carrying data for `busy` of every `cycle` seconds, spread evenly: slowed
-/// by the duplex factor `r` for that share of it (module docs).
-fn beside_reverse(s: f64, r: f64, busy: f64, cycle: f64) -> f64 {
-    s * (1.0 + (r - 1.0) * (busy / cycle).min(1.0))
+/// Seconds of one pseudo-gradient message to the server (module docs: upd).
+fn update_s(c: &Costing, wire: Option<OuterWire>, n: usize) -> f64 {
+    let bytes = MESSAGE_HEADER + 8 + update_body(c, wire, n) as usize;
+    c.spec.link.as_ref().map_or(0.0, |l| l.message_s(bytes, false))
 }
 
 /// Worker and server memory (module docs), in `c.precision` (mixed: as memory.rs, values in bf16, K = 4 + 4 s).
@@ -146,8 +130,8 @@ pub fn cycles(s: &AsyncDilocoSettings, c: &Costing) -> Cycles {
     let (n, world) = (c.params, c.workers());
     let k = c.grad_accum.max(1) as f64;
     let cost = |w: Work| c.spec.cost(w, 1.0);
-    let (msg, msg_duplex) = message_s(c, n);
-    let (upd, upd_duplex) = if s.outer_wire.is_some() { update_s(c, s.outer_wire, n) } else { (msg, msg_duplex) };
+    let msg = message_s(c, n);
+    let upd = if s.outer_wire.is_some() { update_s(c, s.outer_wire, n) } else { msg };
     let out = cost(Work::Elementwise { name: "async-diloco outer step", elems: 3 * n });
     let step = k * cost(Work::MicroBatch) + super::net::Net { c }.update(n);
     let pg = cost(Work::Elementwise { name: "diloco pseudo-gradient", elems: n });
@@ -166,35 +150,22 @@ pub fn cycles(s: &AsyncDilocoSettings, c: &Costing) -> Cycles {
     // `grace = "auto"` with DyLU: one inner step of the slowest worker.
     let grace = s.grace_s(Some(step / speeds.iter().cloned().fold(f64::INFINITY, f64::min)));
     let b = c.spec.interference;
-    let others = world as f64 - 1.0;
-    // Slowed all through: every message beside the other direction's data.
-    let (msg_slow, upd_slow) = (msg * msg_duplex, upd * upd_duplex);
+    let others = (world as f64 - 1.0) * (upd + msg);
+    let cycle = |local: f64| msg + local + upd + dec + out;
     let bounds = speeds
         .iter()
         .zip(&local)
         .map(|(sp, local)| {
             // On shared cores the local work may be slowed all through.
-            let hi = msg_slow + local / sp * b.beside + upd_slow + dec + out;
-            (msg + local / sp + upd + dec + out, hi + grace + others * (upd_slow + dec + out + msg_slow))
+            (cycle(local / sp), cycle(local / sp * b.beside) + grace + (world as f64 - 1.0) * (upd + serve))
         })
         .collect();
-    // The steady state, staggered: the other workers' exchanges run beside
-    // this one's local work (on cores every rank shares, an emulated
-    // cluster, they slow it) and beside its own messages the other way
-    // round (the server's link then carries both directions: each slowed
-    // for the share of the cycle the others' take, a fixed point).
-    let mut steady = Vec::with_capacity(world);
-    let mut steady_local = Vec::with_capacity(world);
-    for (sp, local) in speeds.iter().zip(&local) {
-        let (mut m, mut u, mut l) = (msg, upd, local / sp);
-        for _ in 0..8 {
-            l = b.beside_others(local / sp, others * (u + m));
-            let t = m + l + u + dec + out;
-            (m, u) = (beside_reverse(msg, msg_duplex, others * u, t), beside_reverse(upd, upd_duplex, others * m, t));
-        }
-        steady.push(m + l + u + dec + out);
-        steady_local.push(l);
-    }
+    // On cores every rank shares (an emulated cluster), the other workers'
+    // exchanges run beside this one's local work in the steady state
+    // (staggered by one exchange each) and slow it.
+    let steady_local: Vec<f64> =
+        speeds.iter().zip(&local).map(|(sp, local)| b.beside_others(local / sp, others)).collect();
+    let steady = steady_local.iter().map(|&l| cycle(l)).collect();
     Cycles { bounds, steady, steady_local, serve, msg, upd, steps, speeds, grace }
 }
 
@@ -272,5 +243,136 @@ pub fn plan(s: &AsyncDilocoSettings, c: &Costing) -> Result<MethodPlan> {
 }
 
 #[cfg(test)]
-#[path = "async_diloco_tests.rs"]
-mod tests;
+mod tests {
+    use super::*;
+    use crate::comm::link::{LinkModel, Tier};
+    use crate::runtime::sim::SimSpec;
+    use crate::runtime::Topology;
+
+    fn costing(workers: usize, precision: Precision) -> Costing {
+        let mut spec = SimSpec::flat(workers, 0.5, Some(LinkModel::flat("1gbit,1ms".parse::<Tier>().unwrap())));
+        spec.topology = Topology { workers, per_node: 1, server: false };
+        let f32 = crate::comm::WireDtype::F32;
+        Costing { tokens_per_micro_batch: 1000, ..Costing::for_test(1_000_000, spec, f32, precision) }
+    }
+
+    #[test]
+    fn cycle_bounds_and_memory_by_hand() {
+        let s = AsyncDilocoSettings { h: 10, ..AsyncDilocoSettings::default() };
+        let c = costing(4, Precision::F32);
+        let p = plan(&s, &c).unwrap();
+        // One message: (16 + 8 + 4e6) bytes at 1 Gbit/s (1.25e8 B/s) + 1 ms.
+        let msg = 1e-3 + (16.0 + 8.0 + 4e6) / 1.25e8;
+        // No costed local work besides micro-batches here: T = 2 msg + 10 x 0.5.
+        let t = 2.0 * msg + 5.0;
+        assert!((p.time.round_s - t).abs() < 1e-12, "{} vs {t}", p.time.round_s);
+        // Best: 4 workers x 10 x 1000 tokens per cycle; the worst cycle adds 3 other updates taken in
+        // by the server's link first and 3 serves (one message each).
+        assert!((p.tokens_per_s - 4.0 * 1e4 / t).abs() < 1e-6);
+        assert!(p.time.rule.contains(&format!("{:.4} s when every other", t + 6.0 * msg)), "{}", p.time.rule);
+        assert!(!p.time.exact);
+        // Memory (f32, AdamW s = 2): worker 4n + 4n + 8n + theta_old 4n; server theta + Nesterov momentum.
+        let (w, sv) = memory(&s.diloco(), &c).unwrap();
+        assert_eq!((w.params, w.grads, w.optimizer, w.outer), (4_000_000, 4_000_000, 8_000_000, 4_000_000));
+        assert_eq!((sv.params, sv.outer), (4_000_000, 4_000_000));
+        // Mixed: bf16 values, K = 12 bytes of optimizer state per parameter.
+        let (w, _) = memory(&s.diloco(), &costing(4, Precision::Mixed)).unwrap();
+        assert_eq!((w.params, w.optimizer), (2_000_000, 12_000_000));
+    }
+
+    #[test]
+    fn a_compressed_update_sends_the_codecs_bytes_and_holds_its_buffers() {
+        // int8 on 1e6 values: 245 chunks of 4096 (the last 576), 4 bytes of scale each.
+        let s = AsyncDilocoSettings { h: 10, outer_wire: Some(OuterWire::Int8), ..AsyncDilocoSettings::default() };
+        let c = costing(4, Precision::F32);
+        let packed = 1_000_000 + 4 * 245;
+        assert_eq!(OuterWire::Int8.wire_bytes(1_000_000), packed);
+        let p = plan(&s, &c).unwrap();
+        assert_eq!(p.time.bytes_inter, (16 + 8 + packed) as f64);
+        // The cycle: the model fetch dense, the update packed (no costed elementwise work here).
+        let msg = 1e-3 + (16.0 + 8.0 + 4e6) / 1.25e8;
+        let upd = 1e-3 + (16.0 + 8.0 + packed as f64) / 1.25e8;
+        assert!((p.time.round_s - (msg + 5.0 + upd)).abs() < 1e-12, "{}", p.time.round_s);
+        assert!(p.label.contains("outer_wire int8 + error feedback"), "{}", p.label);
+        // Worker: theta_old, the staged message and the residual; without feedback no residual.
+        let (w, sv) = memory(&s.diloco(), &c).unwrap();
+        assert_eq!((w.outer, sv.outer), (3 * 4_000_000, 4_000_000));
+        let plain = AsyncDilocoSettings { error_feedback: false, ..s };
+        assert_eq!(memory(&plain.diloco(), &c).unwrap().0.outer, 2 * 4_000_000);
+    }
+
+    #[test]
+    fn the_server_bounds_the_cycle_when_updates_are_cheap_to_compute() {
+        // 64 workers, H = 1: the server's 64 model sends take longer than a worker's own cycle.
+        let s = AsyncDilocoSettings { h: 1, ..AsyncDilocoSettings::default() };
+        let p = plan(&s, &costing(64, Precision::F32)).unwrap();
+        let msg = 1e-3 + (16.0 + 8.0 + 4e6) / 1.25e8;
+        assert!((p.time.round_s - 64.0 * msg).abs() < 1e-9, "{}", p.time.round_s);
+    }
+
+    #[test]
+    fn on_shared_cores_the_other_workers_exchanges_slow_the_local_work_by_hand() {
+        // 2 workers, H = 10 of 0.5 s: 5 s of local work; the other worker's
+        // upload and model, 2 msg = 0.066 s, run beside it at 1.5x: 2 msg
+        // seconds of wall do 2 msg / 1.5 of work, so it ends 2 msg (1 - 1/1.5) later.
+        let s = AsyncDilocoSettings { h: 10, ..AsyncDilocoSettings::default() };
+        let mut c = costing(2, Precision::F32);
+        let msg = 1e-3 + (16.0 + 8.0 + 4e6) / 1.25e8;
+        let alone = cycles(&s, &c);
+        assert!((alone.steady[0] - (2.0 * msg + 5.0)).abs() < 1e-12);
+        assert_eq!(alone.steady[0], alone.bounds[0].0);
+        c.spec.interference.beside = 1.5;
+        let shared = cycles(&s, &c);
+        let want = 2.0 * msg + 5.0 + 2.0 * msg * (1.0 - 1.0 / 1.5);
+        assert!((shared.steady[0] - want).abs() < 1e-12, "{} vs {want}", shared.steady[0]);
+        // The row follows the staggered cycle; the bounds stay bounds: the
+        // lower unslowed, the upper with all the local work at 1.5x.
+        let p = plan(&s, &c).unwrap();
+        assert!((p.time.round_s - want).abs() < 1e-12, "{}", p.time.round_s);
+        // Its compute is the slowed local work; only the two messages are exposed.
+        assert!((p.time.exposed_s - 2.0 * msg).abs() < 1e-12, "{}", p.time.exposed_s);
+        assert_eq!(shared.bounds[0].0, alone.bounds[0].0);
+        let hi = 2.0 * msg + 5.0 * 1.5 + 2.0 * msg;
+        assert!((shared.bounds[0].1 - hi).abs() < 1e-12, "{:?}", shared.bounds[0]);
+        // Local work shorter than the exchanges beside it: all of it at 1.5x.
+        let short = AsyncDilocoSettings { h: 1, ..s.clone() };
+        c.spec.micro_batch_s = 0.01;
+        let local = 0.01;
+        assert!(local * 1.5 <= 2.0 * msg);
+        let got = cycles(&short, &c).steady[0];
+        assert!((got - (2.0 * msg + local * 1.5)).abs() < 1e-12, "{got}");
+    }
+
+    #[test]
+    fn dylu_and_the_grace_period_by_hand() {
+        // Speeds 1 and 0.5, H = 10: DyLU gives 10 and 5 steps of 0.5 s, 5 s of
+        // work for both (the point of eq. 6); without it the slow one works 10 s.
+        let mut c = costing(2, Precision::F32);
+        c.spec.speeds = vec![1.0, 0.5];
+        let msg = 1e-3 + (16.0 + 8.0 + 4e6) / 1.25e8;
+        let near = |got: &[f64], want: &[f64]| {
+            assert!(
+                got.len() == want.len() && got.iter().zip(want).all(|(a, b)| (a - b).abs() < 1e-12),
+                "{got:?} vs {want:?}"
+            )
+        };
+        let plain = AsyncDilocoSettings { h: 10, ..AsyncDilocoSettings::default() };
+        let lower = |s: &AsyncDilocoSettings| cycles(s, &c).bounds.iter().map(|b| b.0).collect::<Vec<_>>();
+        near(&lower(&plain), &[2.0 * msg + 5.0, 2.0 * msg + 10.0]);
+        let dylu = AsyncDilocoSettings { dylu: true, ..plain.clone() };
+        assert_eq!(cycles(&dylu, &c).steps, [10, 5]);
+        near(&lower(&dylu), &[2.0 * msg + 5.0; 2]);
+        // grace "auto": 0 without DyLU; with it one step of the slowest worker, 0.5 s / 0.5 = 1 s.
+        assert_eq!((cycles(&plain, &c).grace, cycles(&dylu, &c).grace), (0.0, 1.0));
+        // Tokens per cycle follow each worker's steps: (10 + 5) x 1000 over one cycle.
+        let p = plan(&dylu, &c).unwrap();
+        assert!((p.tokens_per_s - 15_000.0 / (2.0 * msg + 5.0)).abs() < 1e-6, "{}", p.tokens_per_s);
+        assert!(p.label.contains("dylu"), "{}", p.label);
+        // A grace period of 2 s: the upper end waits it out (then 1 other update, taken in and
+        // served first: 2 messages), the lower end is unchanged.
+        let graced = AsyncDilocoSettings { grace: Some(2.0), ..dylu };
+        let (lo, hi) = cycles(&graced, &c).bounds[1];
+        near(&[lo, hi], &[2.0 * msg + 5.0, 2.0 * msg + 5.0 + 2.0 + 2.0 * msg]);
+        assert!(plan(&graced, &c).unwrap().time.rule.contains("grace period"));
+    }
+}

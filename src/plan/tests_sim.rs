@@ -298,17 +298,7 @@ fn async_diloco_cycles_lie_within_the_plans_bounds_and_its_memory_is_exact() {
     // The same 4 workers on one machine's cores: others' exchanges slow the local work.
     let mut shared = profile("tcp-4x1-10g.toml");
     shared.device.as_mut().unwrap().shared_cores_compute_factor = Some(1.5);
-    // The same link measured, its two directions slowing each other by 1.3
-    // (the all-reduce's message 1.3x the ping-pong's at every size): the
-    // updates coming in and the models going out meet on the server's link.
-    let mut duplex = profile("tcp-4x1-10g.toml");
-    let one_way = |b: f64| 50e-6 + b / 1.25e9;
-    duplex.links.inter_sweep = Some(crate::comm::link_measured::AllReduceSweep {
-        members: 2,
-        all_reduce: [2e3, 2e9].iter().map(|&b| [b, 2.0 * 1.3 * one_way(b / 2.0)]).collect(),
-        ping_pong: [1e3, 1e9].iter().map(|&b| [b, one_way(b)]).collect(),
-    });
-    for prof in [profile("a100-4x8-100g.toml"), profile("tcp-4x1-10g.toml"), shared, duplex] {
+    for prof in [profile("a100-4x8-100g.toml"), profile("tcp-4x1-10g.toml"), shared] {
         let world = prof.workers();
         let uneven: Vec<f64> = (0..world).map(|w| [1.0, 0.5, 0.8][w % 3]).collect();
         for speeds in [vec![1.0; world], uneven] {

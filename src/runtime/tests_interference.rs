@@ -5,7 +5,7 @@
 use super::sim::{self, SimSpec};
 use super::tests::{floats, sim_run, sim_workers_3_and_a_server, tier};
 use super::*;
-use crate::comm::{LinkModel, Tier};
+use crate::comm::LinkModel;
 
 #[test]
 fn sim_overlapped_compute_and_communication_slow_each_other_by_the_spec() {
@@ -95,66 +95,4 @@ fn sim_on_shared_cores_others_transfers_slow_a_computation_by_beside() {
     assert_eq!(shared[1], vec![1.0, 2.5, 3.5]);
     assert_eq!(shared[0], vec![2.5]);
     assert_eq!(run(1.0)[1], vec![1.0, 2.0, 3.0]);
-}
-
-#[test]
-fn sim_messages_the_other_way_on_a_link_slow_each_other_by_its_duplex_factor() {
-    // One way 1 s per 1000 B (ping-pong); both ways at once 1.25 s (the
-    // all-reduce's message): duplex factor 1.25. Messages of 2000 B (16 B
-    // header + 496 f32), 2 s alone. Worker 0 sends the server one at 0,
-    // worker 2 one at 0.5 (queued behind it: the server's link takes one
-    // at a time); the server sends worker 1 one at 1.
-    // - at 1, worker 0's has 1 s left and the server's 2 s: both slowed
-    //   for min(1, 2) x 1.25 = 1.25 s; worker 0's lands at 2.25, and worker
-    //   2's, queued behind it, now starts at 2.25 (not 2.0);
-    // - at 2.25 the server's has 2 - 1 = 1 s left, worker 2's 2 s: both
-    //   slowed for 1.25 s; the server's lands at 3.5, worker 2's has 1 s
-    //   left then: it lands at 4.5.
-    // Without the factor: 2.0, 3.0 and 4.0.
-    let run = |both_ways_s: f64| {
-        let sweep = crate::comm::link_measured::AllReduceSweep {
-            members: 2,
-            all_reduce: vec![[2000.0, 2.0 * both_ways_s], [8000.0, 8.0 * both_ways_s]],
-            ping_pong: vec![[1000.0, 1.0], [4000.0, 4.0]],
-        };
-        let link = Tier {
-            measured: Some(sweep.message_times().unwrap()),
-            p2p: sweep.point_to_point_times().unwrap(),
-            ..tier(1e3, 0.0)
-        };
-        let spec =
-            SimSpec { link: Some(LinkModel::flat(link)), flops_per_s: Some(1.0), ..sim_workers_3_and_a_server() };
-        sim_run(spec, |mut ctx| {
-            Box::pin(async move {
-                let mut ends = Vec::new();
-                match ctx.rank() {
-                    0 => ctx.run(Send { to: 3, msg: floats(0, 496) }).await,
-                    1 => {
-                        ctx.run(Recv { from: 3 }).await;
-                    }
-                    2 => {
-                        ctx.compute(Work::Flops { name: "wait", flops: 0.5 }, || ()).await;
-                        ctx.run(Send { to: 3, msg: floats(2, 496) }).await;
-                    }
-                    _ => {
-                        ctx.compute(Work::Flops { name: "wait", flops: 1.0 }, || ()).await;
-                        ctx.run(Send { to: 1, msg: floats(1, 496) }).await;
-                        ends.push(ctx.now());
-                        ctx.run(Recv { from: 2 }).await;
-                    }
-                }
-                ends.push(ctx.now());
-                Ok(ends)
-            })
-        })
-    };
-    let close = |got: &[f64], want: &[f64]| got.iter().zip(want).all(|(g, w)| (g - w).abs() < 1e-9);
-    let both = run(1.25);
-    for (rank, want) in [(0, vec![2.25]), (1, vec![3.5]), (2, vec![4.5]), (3, vec![3.5, 4.5])] {
-        assert!(close(&both[rank], &want), "rank {rank}: {:?}, want {want:?}", both[rank]);
-    }
-    let alone = run(1.0);
-    for (rank, want) in [(0, vec![2.0]), (1, vec![3.0]), (2, vec![4.0]), (3, vec![3.0, 4.0])] {
-        assert!(close(&alone[rank], &want), "rank {rank}: {:?}, want {want:?}", alone[rank]);
-    }
 }

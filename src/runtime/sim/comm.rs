@@ -11,7 +11,6 @@
 //! lands in the receiver's mailbox stamped with its arrival time; a receive
 //! takes the earliest arrived message (ties: lower sender, then send order).
 
-use super::duplex::Flight;
 use super::math::execute;
 use super::state::{sleep_until, Data, Lane, Mail, PendingOp, SimComm, State, What};
 use crate::comm::{Message, ReduceOp, WireDtype};
@@ -242,40 +241,28 @@ impl CommSide for SimComm {
         msg.round_for_wire();
         let bytes = msg.wire_len();
         let same_node = topo.node_of(self.rank) == topo.node_of(to);
-        let (seq, mut arrival) = {
+        let arrival = {
             let mut st = self.state.borrow_mut();
             let scaled = crate::comm::payload::MESSAGE_HEADER
                 + ((bytes - crate::comm::payload::MESSAGE_HEADER) as f64 * st.spec.comm_scale).round() as usize;
-            let (cost, duplex) =
-                st.spec.link.as_ref().map_or((0.0, 1.0), |l| {
-                    (l.message_s(scaled, same_node), l.message_duplex_factor(scaled, same_node))
-                });
+            let cost = st.spec.link.as_ref().map_or(0.0, |l| l.message_s(scaled, same_node));
             let computing = st.parts[self.rank].computing_until > st.now;
             // The receiver's link takes one message at a time: one that
             // finds it busy (two workers' updates reaching one server)
             // starts when the message before it has landed, and its sender
             // is held until then, as TCP's window would hold it.
             let begin = st.now.max(st.parts[to].receiving_until);
-            let work = if computing { cost * st.spec.interference.comm } else { cost };
+            let arrival = begin + if computing { cost * st.spec.interference.comm } else { cost };
+            st.parts[to].receiving_until = arrival;
+            st.note_transfer(begin, arrival);
             let seq = st.mail_seq;
             st.mail_seq += 1;
-            // Slower while data runs the other way on its links (duplex.rs).
-            let arrival = st.fly(Flight::new(self.rank, to, seq, begin, work, duplex));
-            st.parts[to].receiving_until = arrival;
             st.parts[to].mailbox.push(Mail { arrival, seq, from: self.rank, msg });
             // A receiver waiting for mail looks again when this one lands.
             st.wake(arrival, Lane::Comm, to);
-            (seq, arrival)
+            arrival
         };
-        // Held until it lands, which a message sent the other way after it
-        // may put off (duplex.rs).
-        loop {
-            sleep_until(&self.state, self.rank, Lane::Comm, arrival).await;
-            match self.state.borrow().landing(seq) {
-                Some(later) if later > arrival => arrival = later,
-                _ => break,
-            }
-        }
+        sleep_until(&self.state, self.rank, Lane::Comm, arrival).await;
         let tier = if same_node { LinkTier::Intra } else { LinkTier::Inter };
         self.span("send", start, Traffic::on(tier, bytes as u64));
     }

@@ -25,7 +25,6 @@
 //! the communication side (comm.rs) both work on.
 
 mod comm;
-mod duplex;
 mod jobs;
 mod math;
 mod spec;
@@ -302,7 +301,6 @@ where
         mail_seq: 0,
         jobs,
         transfers: Vec::new(),
-        flights: Vec::new(),
     }));
     let mut compute: Vec<Option<Actor<'a, T>>> =
         (0..n).map(|rank| Some(Box::pin(make(SimCtx { rank, state: state.clone() })) as Actor<'a, T>)).collect();

@@ -92,11 +92,9 @@ pub(super) struct State {
     /// The job threads computes run on (jobs.rs); `None`: every compute
     /// runs on the executor's thread.
     pub jobs: Option<super::jobs::Pool>,
-    /// (begin, end) of the collectives' transfers not yet over, kept only
-    /// when the participants share cores (`Interference::beside` > 1).
+    /// (begin, end) of the transfers not yet over, kept only when the
+    /// participants share cores (`Interference::beside` > 1).
     pub transfers: Vec<(f64, f64)>,
-    /// Point-to-point messages on their way (duplex.rs).
-    pub flights: Vec<super::duplex::Flight>,
 }
 
 impl State {
@@ -104,7 +102,7 @@ impl State {
         self.wakes.push(Reverse((Time(at), lane, p)));
     }
 
-    /// Notes a collective's transfer on the links from
+    /// Notes a transfer (a message, a collective's data) on the links from
     /// `begin` to `end`, for the shared-cores rule (`Interference::beside`).
     pub fn note_transfer(&mut self, begin: f64, end: f64) {
         if self.spec.interference.beside != 1.0 && end > begin {
@@ -112,12 +110,11 @@ impl State {
         }
     }
 
-    /// Whether a transfer runs now, a collective's or a message (and
-    /// forgets the collectives' that ended).
+    /// Whether a transfer runs now (and forgets those that ended).
     pub fn transfer_running(&mut self) -> bool {
         let now = self.now;
         self.transfers.retain(|&(_, end)| end > now);
-        self.transfers.iter().any(|&(begin, _)| begin <= now) || self.message_running()
+        self.transfers.iter().any(|&(begin, _)| begin <= now)
     }
 
     /// A buffer of `n` zeros, from the pool when it has one.
