@@ -15,7 +15,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from async_exchange import BIG, all_spans
+from async_exchange import BIG, all_spans, share_beside
 
 
 def spans(ev, name, worker=0):
@@ -28,11 +28,7 @@ def spans(ev, name, worker=0):
 
 def covered(all_reduces, micro_batches):
     """The mean share of each all-reduce's time that micro-batches cover."""
-    shares = []
-    for s, e in all_reduces:
-        busy = sum(max(0.0, min(b, e) - max(a, s)) for a, b in micro_batches)
-        shares.append(busy / (e - s))
-    return statistics.mean(shares)
+    return statistics.mean(share_beside(s, e, micro_batches) for s, e in all_reduces)
 
 
 def job(folder):

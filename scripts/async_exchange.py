@@ -107,11 +107,15 @@ def reverse(mine: list, theirs: list) -> list:
     other worker's transfers of `theirs` overlap: uploads beside the server
     sending the other worker its model, or downloads beside the other
     worker's upload: the server's link carrying data both ways (finding 22)."""
-    out = []
-    for a, b, w in mine:
-        met = sum(max(0.0, min(b, d) - max(a, c)) for c, d, v in theirs if v != w)
-        out.append(min(1.0, met / (b - a)) if b > a else 0.0)
-    return out
+    return [min(1.0, share_beside(a, b, [(c, d) for c, d, v in theirs if v != w])) for a, b, w in mine]
+
+
+def share_beside(start: float, end: float, others: list) -> float:
+    """The share of start..end that the intervals `others` ((start, end),
+    not overlapping each other) cover."""
+    if end <= start:
+        return 0.0
+    return sum(max(0.0, min(end, b) - max(start, a)) for a, b in others) / (end - start)
 
 
 def micro_batches(ev: list) -> list:
