@@ -31,7 +31,8 @@ update, is left out). docs/results/planner-accuracy.md, finding 12,
 quotes the table this prints.
 
 A second table, for the real runs: the workers' micro-batch (median ms)
-while the server is sending a model and while it is not, beside the same
+while the server is sending a model, while it is not, and while neither
+it nor the other worker (its upload) sends anything, beside the same
 setting's synchronous DiLoCo (real/runs/diloco*, two ranks and no server):
 what the server's share of the two cores costs the workers' computation
 (docs/results/planner-accuracy.md, finding 19).
@@ -130,14 +131,19 @@ def beside_server(setting: Path) -> str | None:
     if not runs or not sync or not (runs[0] / "events.jsonl").exists() or not (sync[0] / "events.jsonl").exists():
         return None
     ev = all_spans(runs[0])
-    sends = [(e["start_s"], e["end_s"]) for e in spans(runs[0], ev) if e["worker"] == SERVER and e["name"] == "send" and e["bytes"] >= BIG]
-    during, apart = [], []
+    big = [e for e in spans(runs[0], ev) if e["name"] == "send" and e["bytes"] >= BIG]
+    sends = [(e["start_s"], e["end_s"]) for e in big if e["worker"] == SERVER]
+    uploads = {w: [(e["start_s"], e["end_s"]) for e in big if e["worker"] == w] for w in (0, 1)}
+    during, apart, quiet = [], [], []
     for m in micro_batches(ev):
-        overlaps = any(a < m["end_s"] and m["start_s"] < b for a, b in sends)
-        (during if overlaps else apart).append(m["end_s"] - m["start_s"])
+        beside = lambda spans: any(a < m["end_s"] and m["start_s"] < b for a, b in spans)
+        t = m["end_s"] - m["start_s"]
+        (during if beside(sends) else apart).append(t)
+        if not beside(sends) and not beside(uploads.get(1 - m["worker"], [])):
+            quiet.append(t)
     ms = lambda xs: f"{1000 * statistics.median(xs):.1f} ({len(xs)})" if xs else "-"
     sync_ms = [m["end_s"] - m["start_s"] for m in micro_batches(all_spans(sync[0]))]
-    return f"| {ms(during)} | {ms(apart)} | {ms(sync_ms)} |"
+    return f"| {ms(during)} | {ms(apart)} | {ms(quiet)} | {ms(sync_ms)} |"
 
 
 # The runs of a setting folder, and what the table calls them.
@@ -160,8 +166,8 @@ def main() -> None:
                     f"| {x['download']:.3f} | {x['exchange']:.3f} | {x['together']} | {x['first']} | {x['reverse']} |"
                 )
     print()
-    print("| setting | async DiLoCo's micro-batch while the server sends a model, ms (count) | while it does not | sync DiLoCo's, same setting |")
-    print("|---|---|---|---|")
+    print("| setting | async DiLoCo's micro-batch while the server sends a model, ms (count) | while it does not | beside no transfer at all | sync DiLoCo's, same setting |")
+    print("|---|---|---|---|---|")
     for top in map(Path, sys.argv[1:]):
         for setting in sorted(p for p in top.iterdir() if (p / "real-async").is_dir()):
             row = beside_server(setting)
