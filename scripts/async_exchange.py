@@ -59,6 +59,11 @@ def spans(run: Path, ev: list | None = None) -> list:
     return sorted((e for e in (all_spans(run) if ev is None else ev) if e["lane"] == "comm"), key=lambda e: e["start_s"])
 
 
+def model_sends(ev: list) -> list:
+    """The server's sends of a model (not a hello or a stop) among `ev`."""
+    return [e for e in ev if e["worker"] == SERVER and e["name"] == "send" and e["bytes"] >= BIG]
+
+
 def updates(ev: list) -> list:
     """Every update of workers 0 and 1 among the communication spans `ev`, as
     (worker, upload (start, end), download (start, end)): the worker's send
@@ -68,8 +73,8 @@ def updates(ev: list) -> list:
     land (1 ms against 1.1 s at 20 Mbit/s), so the server's receive dates
     the upload's end."""
     server_recvs = [e for e in ev if e["worker"] == SERVER and e["name"] == "recv"]
-    server_sends = [e for e in ev if e["worker"] == SERVER and e["name"] == "send" and e["bytes"] >= BIG]
-    out_ = []
+    server_sends = model_sends(ev)
+    found = []
     for w in (0, 1):
         mine = [e for e in ev if e["worker"] == w]
         for i, s in enumerate(mine):
@@ -86,13 +91,13 @@ def updates(ev: list) -> list:
             if not sends:
                 continue
             out = min(sends, key=lambda x: abs(x["start_s"] - arrived["end_s"]))
-            out_.append((w, (s["start_s"], arrived["end_s"]), (out["start_s"], reply["end_s"])))
-    return out_
+            found.append((w, (s["start_s"], arrived["end_s"]), (out["start_s"], reply["end_s"])))
+    return found
 
 
 def exchanges(ev: list) -> dict:
     """Medians of upload, hold, download, exchange (seconds) and how many models were sent together."""
-    server_sends = [e for e in ev if e["worker"] == SERVER and e["name"] == "send" and e["bytes"] >= BIG]
+    server_sends = model_sends(ev)
     each = updates(ev)
     up = [b - a for _, (a, b), _ in each]
     hold = [c - b for _, (_, b), (c, _) in each]
@@ -145,16 +150,16 @@ def beside_server(setting: Path) -> str | None:
         return None
     ev = all_spans(runs[0])
     comm = spans(runs[0], ev)
-    sends = [(e["start_s"], e["end_s"]) for e in comm if e["worker"] == SERVER and e["name"] == "send" and e["bytes"] >= BIG]
+    sends = [(e["start_s"], e["end_s"]) for e in model_sends(comm)]
     uploads = {w: [] for w in (0, 1)}
     for w, upload, _ in updates(comm):
         uploads[w].append(upload)
     during, apart, quiet = [], [], []
     for m in micro_batches(ev):
-        beside = lambda spans: any(a < m["end_s"] and m["start_s"] < b for a, b in spans)
         t = m["end_s"] - m["start_s"]
-        (during if beside(sends) else apart).append(t)
-        if not beside(sends) and not beside(uploads.get(1 - m["worker"], [])):
+        sending = share_beside(m["start_s"], m["end_s"], sends) > 0
+        (during if sending else apart).append(t)
+        if not sending and share_beside(m["start_s"], m["end_s"], uploads.get(1 - m["worker"], [])) == 0:
             quiet.append(t)
     ms = lambda xs: f"{1000 * statistics.median(xs):.1f} ({len(xs)})" if xs else "-"
     sync_ms = [m["end_s"] - m["start_s"] for m in micro_batches(all_spans(sync[0]))]
