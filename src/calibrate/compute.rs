@@ -2,7 +2,8 @@
 //! local worker computing at once: `threads` threads of this process (the
 //! threads backend: they share the cores and rayon's pool, as training
 //! workers do) or, under MPI, this rank while the node's other ranks run
-//! the same (`sync` is then the job's barrier).
+//! the same (`sync` is then the job's barrier), its kernels in a pool as a
+//! lone worker's are (runtime/kernel_pool.rs).
 //!
 //! Each repetition starts together (a barrier), so the numbers are those of
 //! a synchronous step, where all workers compute at the same time. Per kind
@@ -20,7 +21,7 @@
 use crate::comm::WireDtype;
 use crate::model::{Gpt, GptConfig, ParamLayout};
 use crate::optim::{AdamW, AdamWConfig, DecaySegments, Optimizer, OuterConfig, OuterOpt};
-use crate::runtime::Group;
+use crate::runtime::{kernel_pool, Group};
 use crate::strategy::detonation::demo::DemoReplicator;
 use crate::strategy::detonation::{shard, Exchange, Replicator};
 use crate::strategy::DemoSettings;
@@ -131,7 +132,7 @@ impl ComputeCosts {
 /// between the threads; with one thread, `sync`: the job's barrier under
 /// MPI), each after `untimed` (a micro-batch: [`after_a_micro_batch`]).
 /// Returns the timed repetitions of every thread.
-fn concurrently<S>(
+fn concurrently<S: Send>(
     threads: usize,
     (warmup, repeats): (usize, usize),
     sync: &dyn Fn(),
@@ -139,16 +140,22 @@ fn concurrently<S>(
     untimed: impl Fn(&mut S) + Sync,
     work: impl Fn(&mut S) + Sync,
 ) -> Samples {
+    // The work runs where a worker's kernels run in training
+    // (runtime/kernel_pool.rs); the barrier stays outside.
     let one = |i: usize, before: &dyn Fn()| {
+        let pool = kernel_pool::for_participants(threads, &format!("calibrate-{i}"));
         let mut s = setup(i);
         let mut out = Vec::with_capacity(repeats);
         for r in 0..warmup + repeats {
-            untimed(&mut s);
+            kernel_pool::run(pool.as_ref(), || untimed(&mut s));
             before();
-            let t = Instant::now();
-            work(&mut s);
+            let seconds = kernel_pool::run(pool.as_ref(), || {
+                let t = Instant::now();
+                work(&mut s);
+                t.elapsed().as_secs_f64()
+            });
             if r >= warmup {
-                out.push(t.elapsed().as_secs_f64());
+                out.push(seconds);
             }
         }
         out
@@ -219,7 +226,7 @@ impl MicroBatch {
 /// leaves the caches holding activations, not the optimizer's state. Timed
 /// back to back instead, the state stays cached and the step looks faster
 /// than any run sees it (docs/results/planner-accuracy.md, finding 18).
-fn after_a_micro_batch<S>(
+fn after_a_micro_batch<S: Send>(
     s: &ComputeSetup,
     sync: &dyn Fn(),
     setup: impl Fn(usize) -> S + Sync,

@@ -21,6 +21,7 @@ use super::compute::{tokens, Samples};
 use crate::comm::activity::Computing;
 use crate::comm::{Communicator, ReduceOp, WireDtype};
 use crate::model::{Gpt, GptConfig};
+use crate::runtime::kernel_pool;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Instant;
 
@@ -129,29 +130,34 @@ pub fn measure(
     // waits for the last one to end.
     let (computing, busy, stop) = (AtomicBool::new(false), AtomicBool::new(false), AtomicBool::new(false));
     let (mut alone, mut windows, mut blocks) = (vec![], vec![], vec![]);
-    let spans = std::thread::scope(|sc| {
-        let worker = sc.spawn(|| {
-            // The weights do not matter for timing: seed 0.
-            let mut m = Gpt::new(model.clone(), 0).expect("validated by the compute phase");
-            let (x, y) = tokens(model, batch, seq, 0);
-            let mut spans = Vec::new();
-            while !stop.load(Ordering::Acquire) {
-                if !computing.load(Ordering::Acquire) {
-                    std::thread::sleep(std::time::Duration::from_micros(200));
-                    continue;
-                }
-                busy.store(true, Ordering::Release);
-                // As a training run marks it (runtime/real.rs), so the
-                // all-reduce waits as it would there (comm/activity.rs).
-                let computing = Computing::start();
-                let t = Instant::now();
-                m.zero_grads();
-                std::hint::black_box(m.forward_backward(&x, &y, batch, seq, 1.0));
-                spans.push((t, Instant::now()));
-                drop(computing);
-                busy.store(false, Ordering::Release);
+    let compute = || {
+        // The weights do not matter for timing: seed 0.
+        let mut m = Gpt::new(model.clone(), 0).expect("validated by the compute phase");
+        let (x, y) = tokens(model, batch, seq, 0);
+        let mut spans = Vec::new();
+        while !stop.load(Ordering::Acquire) {
+            if !computing.load(Ordering::Acquire) {
+                std::thread::sleep(std::time::Duration::from_micros(200));
+                continue;
             }
-            spans
+            busy.store(true, Ordering::Release);
+            // As a training run marks it (runtime/real.rs), so the
+            // all-reduce waits as it would there (comm/activity.rs).
+            let computing = Computing::start();
+            let t = Instant::now();
+            m.zero_grads();
+            std::hint::black_box(m.forward_backward(&x, &y, batch, seq, 1.0));
+            spans.push((t, Instant::now()));
+            drop(computing);
+            busy.store(false, Ordering::Release);
+        }
+        spans
+    };
+    let spans = std::thread::scope(|sc| {
+        // The one computing thread, as a lone training worker computes (runtime/kernel_pool.rs).
+        let worker = sc.spawn(|| {
+            let pool = kernel_pool::for_participants(1, "calibrate-overlap");
+            kernel_pool::run(pool.as_ref(), compute)
         });
         for _ in 0..repeats {
             while busy.load(Ordering::Acquire) {

@@ -19,6 +19,7 @@
 
 pub mod cluster;
 pub mod conformance;
+pub mod kernel_pool;
 pub mod real;
 mod real_comm;
 pub mod sim;

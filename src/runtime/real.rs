@@ -262,6 +262,7 @@ where
     // message sent to it (real_comm.rs, `send`): shared by the participants
     // of this process (all of them on threads; under MPI a rank's own).
     let receiving: Receiving = Arc::new(Mutex::new(vec![t0; topo.participants()]));
+    let participants_here = fabrics.len();
     let results: Vec<Result<T>> = std::thread::scope(|s| {
         let handles: Vec<_> = fabrics
             .into_iter()
@@ -291,7 +292,9 @@ where
                         in_flight: 0,
                         measured: (0, 0.0),
                     };
-                    let result = block_on(make(ctx));
+                    // A lone participant computes inside a pool (kernel_pool.rs).
+                    let kernels = super::kernel_pool::for_participants(participants_here, &format!("worker-{rank}"));
+                    let result = super::kernel_pool::run(kernels.as_ref(), || block_on(make(ctx)));
                     // A participant stopped at the agreed boundary did not fail: the others run on to it.
                     failed.ok = result.as_ref().map_or_else(super::is_stopped, |_| true);
                     result

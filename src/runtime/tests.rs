@@ -358,3 +358,17 @@ fn real_runtime_queues_messages_at_the_receivers_link_as_the_simulator_does() {
     let last = spans.iter().map(|s| s.1).fold(0.0, f64::max);
     assert!(last - first >= 24.48e-3 - 1e-4, "sends {spans:?}: the messages did not queue at the server's link");
 }
+
+#[test]
+fn real_runtime_runs_a_lone_participant_inside_a_kernel_pool_and_several_on_the_shared_one() {
+    // Inside a pool a kernel's parallel loop starts on the participant's own
+    // thread (runtime/kernel_pool.rs); outside, it is handed to the global pool.
+    let in_pool = |workers: usize| {
+        super::real::run(super::real::RealSpec::flat(workers), |_ctx| async move {
+            Ok(rayon::current_thread_index().is_some())
+        })
+        .unwrap()
+    };
+    assert_eq!(in_pool(1), [true]);
+    assert_eq!(in_pool(2), [false, false]);
+}
