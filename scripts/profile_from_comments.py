@@ -32,10 +32,19 @@ one, from the profile's own comment lines:
   as calibrate/overlap.rs's `one_transfer_factor` computes it where calibrate
   sees the ranks' boot ids agree.
 
-Rewrites the file in place (atomically); what a profile already has is left as it is.
+- with `--mean`: `[device] peak_flops` scaled so that the rate gives back the
+  micro-batch samples' mean instead of their median (from the same comment
+  line's `mean`): what a run that averages over a host's slow and fast
+  stretches would meet, where the median of a short calibration catches one
+  of them (docs/results/planner-accuracy.md, "calibrate's micro-batch on a
+  host with two speeds"). The one value this changes rather than adds.
+
+Rewrites the file in place (atomically); what a profile already has is left as
+it is, but for `--mean`.
 
     python3 scripts/profile_from_comments.py docs/results/planner-accuracy/*/profile.toml
     python3 scripts/profile_from_comments.py --shared-cores PROFILE.toml
+    python3 scripts/profile_from_comments.py --shared-cores --mean PROFILE.toml
 """
 import math
 import os
@@ -134,6 +143,19 @@ def add_shared_cores(text):
     return text[:comm.end()] + line + text[comm.end():]
 
 
+def use_mean_micro_batch(text):
+    """The profile with `peak_flops` giving back the micro-batch's mean, not
+    its median (module docs), or as it is (no mean in the comment, or done)."""
+    m = re.search(r"# A micro-batch \(forward \+ backward\): median ([\d.]+) ms, mean ([\d.]+)", text)
+    peak = re.search(r"^peak_flops = ([\d.eE+-]+)$", text, re.M)
+    if not (m and peak) or "gives back the samples' mean" in text:
+        return text
+    scaled = float(peak[1]) * float(m[1]) / float(m[2])
+    line = (f"# The micro-batch's mean, not its median: {peak[1]} x {m[1]} / {m[2]}; the rate gives back the samples' mean\n"
+            f"# (--mean, scripts/profile_from_comments.py).\npeak_flops = {scaled!r}")
+    return text[:peak.start()] + line + text[peak.end():]
+
+
 def write_atomically(path, text):
     tmp = f"{path}.tmp-sweep"
     open(tmp, "w").write(text)
@@ -141,9 +163,15 @@ def write_atomically(path, text):
 
 
 def main(paths):
-    shared = "--shared-cores" in paths
-    for path in (p for p in paths if p != "--shared-cores"):
+    shared, mean = "--shared-cores" in paths, "--mean" in paths
+    for path in (p for p in paths if p not in ("--shared-cores", "--mean")):
         text = open(path).read()
+        if mean:
+            with_mean = use_mean_micro_batch(text)
+            if with_mean != text:
+                write_atomically(path, with_mean)
+                print(f"{path}: peak_flops gives back the micro-batch's mean")
+                text = with_mean
         if shared:
             with_shared = add_shared_cores(text)
             if with_shared != text:

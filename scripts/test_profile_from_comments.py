@@ -34,5 +34,28 @@ class SharedCores(unittest.TestCase):
         self.assertEqual(pfc.add_shared_cores(plain), plain)
 
 
+MEAN = """[device]
+peak_flops = 1.0e10
+utilization = 1.0
+
+[timing]
+# A micro-batch (forward + backward): median 80.0 ms, mean 64.0 (59.0 .. 88.0 over 40 samples, spread 36%).
+"""
+
+
+class MeanMicroBatch(unittest.TestCase):
+    def test_scales_the_rate_by_median_over_mean(self):
+        text = pfc.use_mean_micro_batch(MEAN)
+        # 1e10 x 80 / 64: the micro-batch (flops / rate) comes out 64/80 of the median's.
+        self.assertEqual(float(re.search(r"^peak_flops = (.*)$", text, re.M)[1]), 1.25e10)
+        self.assertIn("utilization = 1.0", text)
+
+    def test_is_done_once_and_needs_the_mean(self):
+        once = pfc.use_mean_micro_batch(MEAN)
+        self.assertEqual(pfc.use_mean_micro_batch(once), once)
+        no_mean = MEAN.replace(", mean 64.0", "")
+        self.assertEqual(pfc.use_mean_micro_batch(no_mean), no_mean)
+
+
 if __name__ == "__main__":
     unittest.main()

@@ -16,6 +16,8 @@
 #   SIM_ONLY=shared bash bench/netns/planner_accuracy.sh     # the kept profiles of a calibrate older than
 #                                                       # its boot-id check, with the factor it writes for ranks on one
 #                                                       # machine's cores added (sim-shared/, plan-shared.json)
+#   SIM_ONLY=mean bash bench/netns/planner_accuracy.sh       # as shared, and the micro-batch's mean in place of
+#                                                       # its median (sim-mean/, plan-mean.json)
 #
 # Each rank computes on one thread (RAYON_NUM_THREADS=1): two ranks on this
 # 2-core machine then stand for two one-core machines, and calibrate measures
@@ -95,6 +97,10 @@ if [[ ${SIM_ONLY:-0} == straggle ]]; then
 fi
 if [[ ${SIM_ONLY:-0} == shared ]]; then
     variant shared --shared-cores
+    exit
+fi
+if [[ ${SIM_ONLY:-0} == mean ]]; then
+    variant mean --shared-cores --mean
     exit
 fi
 for setting in $SETTINGS; do
