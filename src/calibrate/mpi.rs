@@ -166,7 +166,7 @@ pub fn run_mpi(
     // The micro-batch once more, minutes later: the profile keeps the median
     // of both sets (on a shared machine one set was 17% off the runs that
     // followed it; docs/results/planner-accuracy.md, finding 9).
-    say("micro-batch again, after the link phases (the median of both sets is kept)");
+    say("micro-batch again, after the link phases (the mean over both sets is kept)");
     mine.micro_batch.0.extend(compute::micro_batches(&setup, &|| mpi.barrier()).0);
     let all = mpi.gather_bytes(&encode(&mine));
     let Some(all) = all else { return Ok(None) };

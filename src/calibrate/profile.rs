@@ -179,7 +179,11 @@ pub fn render(c: &Calibration) -> String {
     let cc = &c.compute;
     let tokens = o.batch * o.seq;
     let fpt = o.model.flops_per_token();
-    let mb = cc.micro_batch.median();
+    // The samples' mean, not their median: a run pays for every micro-batch,
+    // its host's slow stretches included; over six 144-step runs the mean put
+    // every method within 5% by median and lowered every worst case
+    // (docs/results/planner-accuracy.md, "The micro-batch's mean").
+    let mb = cc.micro_batch.mean();
     let machine = machine();
     let mut s = String::new();
     let w = &mut s;
@@ -250,7 +254,7 @@ pub fn render(c: &Calibration) -> String {
         o.preset, cc.params, o.batch, o.seq
     );
     let _ = writeln!(w, "# A micro-batch (forward + backward): {}.", stats(&cc.micro_batch, 1e3, "ms"));
-    let _ = writeln!(w, "# No seconds_per_micro_batch: [device]'s rate gives back this median for this model.");
+    let _ = writeln!(w, "# No seconds_per_micro_batch: [device]'s rate gives back this mean for this model.");
     let _ =
         writeln!(w, "params = {:e}\nflops_per_token = {fpt:e}\ntokens_per_micro_batch = {tokens}", cc.params as f64);
     let _ = writeln!(w, "# Its spread, 1.4826 x the median absolute deviation over the median (a normal's sd,");

@@ -100,7 +100,7 @@ fn the_profile_parses_and_gives_back_the_measured_numbers() {
     let p = ClusterProfile::from_toml(&text).unwrap_or_else(|e| panic!("{e:#}\n{text}"));
     assert_eq!((p.nodes, p.workers_per_node, p.workers()), (2, 2, 4));
     let nano = GptConfig::nano();
-    // The micro-batch's median back through the FLOP model, for the model measured.
+    // The micro-batch's mean back through the FLOP model, for the model measured.
     let mb = p.micro_batch_s(&nano, 1).unwrap();
     assert!((mb - 0.010).abs() < 1e-12, "{mb}");
     let d = p.device.clone().unwrap();
@@ -168,4 +168,15 @@ fn a_measured_ping_pong_costs_point_to_point_messages() {
     assert!((l.intra.all_reduce_s(1048576.0, 2) - sweep[2].1).abs() <= 1e-15);
     // Without one, a message costs the all-reduce sweep's half-round message.
     assert!(!render(&hand(1)).contains("ping_pong ="));
+}
+
+#[test]
+fn the_profile_gives_back_the_micro_batchs_mean_not_its_median() {
+    // A host with a slow stretch: median 10 ms, mean (10 + 10 + 16) / 3 = 12 ms,
+    // what three micro-batches in a run take on average.
+    let mut c = hand(2);
+    c.compute.micro_batch = Samples(vec![0.010, 0.016, 0.010]);
+    let p = ClusterProfile::from_toml(&render(&c)).unwrap();
+    let mb = p.micro_batch_s(&GptConfig::nano(), 1).unwrap();
+    assert!((mb - 0.012).abs() < 1e-12, "{mb}");
 }
