@@ -107,7 +107,8 @@ def expected_max_of_normals(n, h=1e-3):
     return e
 
 
-MICRO_BATCH = r"# A micro-batch \(forward \+ backward\): median ([\d.]+) ms(?:, mean [\d.]+)? \(([\d.]+) \.\. [\d.]+ over (\d+) samples"
+MICRO_BATCH = (r"# A micro-batch \(forward \+ backward\): median (?P<median>[\d.]+) ms(?:, mean (?P<mean>[\d.]+))? "
+               r"\((?P<low>[\d.]+) \.\. [\d.]+ over (?P<n>\d+) samples")
 
 
 def add_micro_batch_cv(text):
@@ -115,7 +116,7 @@ def add_micro_batch_cv(text):
     m = re.search(MICRO_BATCH, text)
     if "micro_batch_cv" in text or not m or "\n[timing]" not in text:
         return text
-    median, low, n = float(m[1]), float(m[2]), int(m[3])
+    median, low, n = float(m["median"]), float(m["low"]), int(m["n"])
     cv = min(0.5, (median - low) / expected_max_of_normals(n) / median)
     start = text.index("\n[timing]") + 1
     end = text.find("\n[", start)
@@ -146,12 +147,12 @@ def add_shared_cores(text):
 def use_mean_micro_batch(text):
     """The profile with `peak_flops` giving back the micro-batch's mean, not
     its median (module docs), or as it is (no mean in the comment, or done)."""
-    m = re.search(r"# A micro-batch \(forward \+ backward\): median ([\d.]+) ms, mean ([\d.]+)", text)
+    m = re.search(MICRO_BATCH, text)
     peak = re.search(r"^peak_flops = ([\d.eE+-]+)$", text, re.M)
-    if not (m and peak) or "gives back the samples' mean" in text:
+    if not (m and m["mean"] and peak) or "gives back the samples' mean" in text:
         return text
-    scaled = float(peak[1]) * float(m[1]) / float(m[2])
-    line = (f"# The micro-batch's mean, not its median: {peak[1]} x {m[1]} / {m[2]}; the rate gives back the samples' mean\n"
+    scaled = float(peak[1]) * float(m["median"]) / float(m["mean"])
+    line = (f"# The micro-batch's mean, not its median: {peak[1]} x {m['median']} / {m['mean']}; the rate gives back the samples' mean\n"
             f"# (--mean, scripts/profile_from_comments.py).\npeak_flops = {scaled!r}")
     return text[:peak.start()] + line + text[peak.end():]
 
@@ -166,23 +167,14 @@ def main(paths):
     shared, mean = "--shared-cores" in paths, "--mean" in paths
     for path in (p for p in paths if p not in ("--shared-cores", "--mean")):
         text = open(path).read()
-        if mean:
-            with_mean = use_mean_micro_batch(text)
-            if with_mean != text:
-                write_atomically(path, with_mean)
-                print(f"{path}: peak_flops gives back the micro-batch's mean")
-                text = with_mean
-        if shared:
-            with_shared = add_shared_cores(text)
-            if with_shared != text:
-                write_atomically(path, with_shared)
-                print(f"{path}: added shared_cores_compute_factor")
-                text = with_shared
-        with_cv = add_micro_batch_cv(text)
-        if with_cv != text:
-            write_atomically(path, with_cv)
-            print(f"{path}: added micro_batch_cv")
-            text = with_cv
+        steps = [(use_mean_micro_batch, "peak_flops gives back the micro-batch's mean")] if mean else []
+        steps += [(add_shared_cores, "added shared_cores_compute_factor")] if shared else []
+        for step, said in steps + [(add_micro_batch_cv, "added micro_batch_cv")]:
+            changed = step(text)
+            if changed != text:
+                write_atomically(path, changed)
+                print(f"{path}: {said}")
+                text = changed
         found = sweeps(text)
         if "_sweep]" in text:
             with_pp = add_ping_pong(text)
