@@ -74,7 +74,25 @@ impl Overlap {
     pub fn one_transfer_factor(&self) -> Option<f64> {
         self.shared_cores.then(|| 1.0 + (self.compute_factor() - 1.0) / self.members.max(1) as f64)
     }
+
+    /// How far the host's speed moved while calibrate ran: the mean of the
+    /// micro-batches timed alone in this phase over the mean of the
+    /// `[timing]` ones (timed before the link phases and again after them),
+    /// minus 1. The sets are minutes apart, and only
+    /// the host moves between them (same model, same batch, no transfer):
+    /// 0.1-3% on a quiet VM, 5-19% on a busy one, where the runs that
+    /// followed missed the profile's compute by as much (finding 24 of
+    /// docs/results/planner-accuracy.md). `None` when nothing was timed alone.
+    pub fn host_drift(&self, timing: &Samples) -> Option<f64> {
+        (!self.compute_alone.0.is_empty() && !timing.0.is_empty())
+            .then(|| self.compute_alone.mean() / timing.mean() - 1.0)
+    }
 }
+
+/// A host drift ([`Overlap::host_drift`]) past which calibrate warns: a
+/// micro-batch off by more than the planner's 5% bar moves every
+/// prediction of a compute-bound method past it.
+pub const HOST_DRIFT_WARNING: f64 = 0.05;
 
 /// This kernel's boot id (`/proc/sys/kernel/random/boot_id`): ranks that
 /// read the same one share a machine's cores, whatever their network
@@ -221,6 +239,27 @@ mod tests {
         assert_eq!(o.one_transfer_factor(), None);
         assert_eq!(Overlap { shared_cores: true, ..o.clone() }.one_transfer_factor(), Some(1.5));
         assert_eq!(Overlap { shared_cores: true, members: 4, ..o }.one_transfer_factor(), Some(1.25));
+    }
+
+    #[test]
+    fn host_drift_is_the_alone_mean_over_the_timing_mean_minus_one() {
+        let o = Overlap {
+            bytes: 4,
+            members: 2,
+            comm_alone: Samples(vec![1.0]),
+            comm_overlapped: Samples(vec![1.0]),
+            compute_overlapped: Samples(vec![0.2]),
+            compute_alone: Samples(vec![0.012, 0.013]),
+            shared_cores: false,
+        };
+        // 12.5 ms over 10 ms: +25%; 7.5 ms over 10 ms: -25%.
+        let timing = Samples(vec![0.010, 0.011, 0.009]);
+        assert!((o.host_drift(&timing).unwrap() - 0.25).abs() < 1e-12);
+        let slower_before = Overlap { compute_alone: Samples(vec![0.0075]), ..o.clone() };
+        assert!((slower_before.host_drift(&timing).unwrap() + 0.25).abs() < 1e-12);
+        // Nothing timed alone (or no [timing] samples): no drift to say.
+        assert_eq!(Overlap { compute_alone: Samples(vec![]), ..o.clone() }.host_drift(&timing), None);
+        assert_eq!(o.host_drift(&Samples(vec![])), None);
     }
 
     #[test]

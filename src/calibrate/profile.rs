@@ -4,7 +4,7 @@
 
 use super::compute::{Samples, ELEMENTWISE_BYTES, OPTIMIZER_BYTES};
 use super::fit::{tier_spec, AlphaBeta};
-use super::overlap::Overlap;
+use super::overlap::{Overlap, HOST_DRIFT_WARNING};
 use super::{size_text, Calibration, Measured, TierSource};
 use crate::comm::link_measured::MAX_POINTS;
 use std::fmt::Write;
@@ -34,6 +34,10 @@ pub fn utc_now() -> String {
 
 /// `median X ms, mean Y (min .. max over N samples, spread S%)`.
 fn stats(s: &Samples, unit: f64, unit_name: &str) -> String {
+    if s.0.is_empty() {
+        // An all-reduce shorter than a micro-batch: nothing fitted beside it.
+        return "no samples".into();
+    }
     let (lo, hi) = s.range();
     format!(
         "median {:.4} {unit_name}, mean {:.4} ({:.4} .. {:.4} over {} samples, spread {:.0}%)",
@@ -140,6 +144,21 @@ fn tier(out: &mut String, key: &str, src: &TierSource) -> Option<String> {
     }
 }
 
+/// The warning of a host whose speed moved while calibrate ran, past
+/// [`HOST_DRIFT_WARNING`]; the profile's comment and calibrate's output.
+pub fn host_drift_warning(o: &Overlap, timing: &Samples) -> Option<String> {
+    let drift = o.host_drift(timing).filter(|d| d.abs() > HOST_DRIFT_WARNING)?;
+    Some(format!(
+        "this host's speed moved while calibrate ran: a micro-batch alone took {:.1} ms on average in the \
+         overlap phase against {:.1} ms in [timing], timed before and after it ({:+.0}%); predictions from this profile \
+         can miss a run's computation by as much. Calibrate again when nothing else runs on these machines \
+         (docs/results/planner-accuracy.md, finding 24).",
+        o.compute_alone.mean() * 1e3,
+        timing.mean() * 1e3,
+        100.0 * drift
+    ))
+}
+
 /// The overlap factors (calibrate/overlap.rs) with their samples.
 fn overlap_lines(w: &mut String, o: &Overlap, alone: &Samples) {
     let _ = writeln!(
@@ -159,6 +178,9 @@ fn overlap_lines(w: &mut String, o: &Overlap, alone: &Samples) {
         "# (against the [timing] median, {}, minutes away: {timing:.3}; finding 16).",
         stats(alone, 1e3, "ms")
     );
+    if let Some(warning) = host_drift_warning(o, alone) {
+        let _ = writeln!(w, "# WARNING: {warning}");
+    }
     let _ = writeln!(w, "# Each factor is overlapped over alone, at least 1: the simulator and");
     let _ = writeln!(w, "# `plan` stretch work that overlaps by it.");
     let _ = writeln!(w, "overlap_compute_factor = {}", o.compute_factor());

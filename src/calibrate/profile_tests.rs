@@ -180,3 +180,37 @@ fn the_profile_gives_back_the_micro_batchs_mean_not_its_median() {
     let mb = p.micro_batch_s(&GptConfig::nano(), 1).unwrap();
     assert!((mb - 0.012).abs() < 1e-12, "{mb}");
 }
+
+#[test]
+fn a_host_whose_speed_moved_during_calibrate_is_warned_of_in_the_profile() {
+    // [timing]'s mean is 10 ms; the overlap phase's micro-batches alone
+    // 10.4 ms (+4%: within the bar, no warning), 10.6 ms (+6%) and 9 ms (-10%).
+    let with_alone = |alone: Vec<f64>| {
+        let mut c = hand(1);
+        c.overlap = Some(Overlap {
+            bytes: 4000,
+            members: 2,
+            comm_alone: Samples(vec![0.5]),
+            comm_overlapped: Samples(vec![0.5]),
+            compute_overlapped: Samples(vec![0.02]),
+            compute_alone: Samples(alone),
+            shared_cores: false,
+        });
+        render(&c)
+    };
+    assert!(!with_alone(vec![0.0104]).contains("WARNING"));
+    // Nothing fitted beside a short all-reduce: no drift, and no NaN or inf printed.
+    let none = with_alone(vec![]);
+    assert!(
+        none.contains("as long, alone: no samples") && !none.contains("WARNING") && !none.contains("inf"),
+        "{none}"
+    );
+    let slower = with_alone(vec![0.0106]);
+    assert!(
+        slower.contains("# WARNING: this host's speed moved") && slower.contains("10.6 ms") && slower.contains("(+6%)"),
+        "{slower}"
+    );
+    assert!(with_alone(vec![0.009]).contains("(-10%)"));
+    // The warning is a comment: the profile still parses.
+    ClusterProfile::from_toml(&slower).unwrap_or_else(|e| panic!("{e:#}\n{slower}"));
+}

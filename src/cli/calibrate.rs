@@ -145,6 +145,11 @@ fn write(a: &CalibrateArgs, c: &Calibration) -> Result<()> {
             _ => {}
         }
     }
+    if let Some(warning) =
+        c.overlap.as_ref().and_then(|o| calibrate::profile::host_drift_warning(o, &c.compute.micro_batch))
+    {
+        println!("warning: {warning}");
+    }
     println!("use it: lowcomm plan --model {} --cluster {}", c.opts.preset, a.out.display());
     Ok(())
 }
