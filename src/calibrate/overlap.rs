@@ -80,8 +80,8 @@ impl Overlap {
     /// `[timing]` ones (timed before the link phases and again after them),
     /// minus 1. The sets are minutes apart, and only
     /// the host moves between them (same model, same batch, no transfer):
-    /// 0.1-3% on a quiet VM, 5-19% on a busy one, where the runs that
-    /// followed missed the profile's compute by as much (finding 24 of
+    /// within 3% on a quiet VM, 3.5-24% on a busy one, where the runs that
+    /// followed missed the profile's compute by up to 23% (finding 24 of
     /// docs/results/planner-accuracy.md). `None` when nothing was timed alone.
     pub fn host_drift(&self, timing: &Samples) -> Option<f64> {
         (!self.compute_alone.0.is_empty() && !timing.0.is_empty())
