@@ -22,8 +22,9 @@ import statistics
 import sys
 from pathlib import Path
 
+from profile_from_comments import MICRO_BATCH
+
 METHODS = ["ddp", "zero1", "demo", "local-sgd"]
-CALIBRATED = re.compile(r"# A micro-batch \(forward \+ backward\): median ([\d.]+) ms(?:, mean ([\d.]+))?")
 
 
 def micro_batches(events: Path) -> list:
@@ -42,8 +43,8 @@ def main(dirs):
     ratios = []
     for d in map(Path, dirs):
         for setting in sorted(p for p in d.iterdir() if (p / "profile.toml").exists()):
-            m = CALIBRATED.search((setting / "profile.toml").read_text())
-            cal = f"{m.group(1)} / {m.group(2) or '-'}" if m else "-"
+            m = re.search(MICRO_BATCH, (setting / "profile.toml").read_text())
+            cal = f"{m['median']} / {m['mean'] or '-'}" if m else "-"
             cells = []
             for method in METHODS:
                 events = setting / "real" / "runs" / method / "events.jsonl"

@@ -61,10 +61,10 @@ fn hand(nodes: usize) -> Calibration {
     }
 }
 
-#[test]
-fn measured_overlap_factors_reach_the_simulator() {
-    let mut c = hand(1);
-    c.overlap = Some(Overlap {
+/// An overlap phase by hand: the all-reduce 0.5 s alone and 0.625 s
+/// beside micro-batches; a micro-batch 20 ms beside it and 16 ms alone.
+fn hand_overlap() -> Overlap {
+    Overlap {
         bytes: 4000,
         members: 2,
         comm_alone: Samples(vec![0.5]),
@@ -72,7 +72,13 @@ fn measured_overlap_factors_reach_the_simulator() {
         compute_overlapped: Samples(vec![0.02]),
         compute_alone: Samples(vec![0.016]),
         shared_cores: false,
-    });
+    }
+}
+
+#[test]
+fn measured_overlap_factors_reach_the_simulator() {
+    let mut c = hand(1);
+    c.overlap = Some(hand_overlap());
     let text = render(&c);
     let p = ClusterProfile::from_toml(&text).unwrap_or_else(|e| panic!("{e:#}\n{text}"));
     // 0.625 / 0.5; 20 ms over the 16 ms timed alone beside it, not over
@@ -187,15 +193,7 @@ fn a_host_whose_speed_moved_during_calibrate_is_warned_of_in_the_profile() {
     // 10.4 ms (+4%: within the bar, no warning), 10.6 ms (+6%) and 9 ms (-10%).
     let with_alone = |alone: Vec<f64>| {
         let mut c = hand(1);
-        c.overlap = Some(Overlap {
-            bytes: 4000,
-            members: 2,
-            comm_alone: Samples(vec![0.5]),
-            comm_overlapped: Samples(vec![0.5]),
-            compute_overlapped: Samples(vec![0.02]),
-            compute_alone: Samples(alone),
-            shared_cores: false,
-        });
+        c.overlap = Some(Overlap { compute_alone: Samples(alone), ..hand_overlap() });
         render(&c)
     };
     assert!(!with_alone(vec![0.0104]).contains("WARNING"));
