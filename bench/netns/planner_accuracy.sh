@@ -18,6 +18,8 @@
 #                                                       # machine's cores added (sim-shared/, plan-shared.json)
 #   SIM_ONLY=mean bash bench/netns/planner_accuracy.sh       # as shared, and the micro-batch's mean in place of
 #                                                       # its median (sim-mean/, plan-mean.json)
+#   SIM_ONLY=independent bash bench/netns/planner_accuracy.sh  # the kept profiles without their micro-batches'
+#                                                       # lag-1 correlation (sim-independent/, plan-independent.json)
 #
 # Each rank computes on one thread (RAYON_NUM_THREADS=1): two ranks on this
 # 2-core machine then stand for two one-core machines, and calibrate measures
@@ -84,6 +86,14 @@ variant() {
         dir=$(dir_of "$setting")
         cp "$dir/profile.toml" "$dir/profile-$name.toml"
         python3 scripts/profile_from_comments.py "$@" "$dir/profile-$name.toml" >/dev/null
+    done
+    simulate "$name"
+}
+# sim-NAME/ and plan-NAME.json from each setting's profile-NAME.toml, and their table.
+simulate() {
+    local name=$1
+    for setting in $SETTINGS; do
+        dir=$(dir_of "$setting")
         "$B" compare --runtime sim --cluster "$dir/profile-$name.toml" --methods "$METHODS,$ASYNC" "${common[@]}" \
             "${budget[@]}" --results "$dir/sim-$name" --fresh >/dev/null
         "$B" plan --model nano --cluster "$dir/profile-$name.toml" --batch 16x64 --methods "$METHODS,$ASYNC" \
@@ -91,6 +101,16 @@ variant() {
     done
     python3 scripts/planner_accuracy.py "$OUT" "$name"
 }
+# independent: the kept profiles without micro_batch_correlation, each
+# micro-batch drawn on its own: what the stretches are worth (finding 25).
+if [[ ${SIM_ONLY:-0} == independent ]]; then
+    for setting in $SETTINGS; do
+        dir=$(dir_of "$setting")
+        grep -v '^micro_batch_correlation' "$dir/profile.toml" > "$dir/profile-independent.toml"
+    done
+    simulate independent
+    exit
+fi
 if [[ ${SIM_ONLY:-0} == straggle ]]; then
     variant straggle
     exit

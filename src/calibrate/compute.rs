@@ -100,6 +100,10 @@ pub struct ComputeCosts {
     pub params: usize,
     /// Seconds per micro-batch.
     pub micro_batch: Samples,
+    /// The same micro-batches as series: each worker's of one set, in the
+    /// order they ran (calibrate/correlation.rs reads how a slow one
+    /// predicts the next).
+    pub micro_batch_series: Vec<Samples>,
     /// Seconds per AdamW step over all parameters, each right after a micro-batch.
     pub adamw: Samples,
     /// The same steps back to back (caches warm), for comparison only.
@@ -113,6 +117,11 @@ pub struct ComputeCosts {
 }
 
 impl ComputeCosts {
+    /// Adds a set of micro-batches, one series per worker ([`micro_batches`]).
+    pub fn add_micro_batches(&mut self, series: Vec<Samples>) {
+        series.iter().for_each(|s| self.micro_batch.0.extend_from_slice(&s.0));
+        self.micro_batch_series.extend(series);
+    }
     /// Memory bandwidth an AdamW step reaches, bytes/s (28 bytes a parameter).
     pub fn adamw_bandwidth(&self) -> f64 {
         OPTIMIZER_BYTES * self.params as f64 / self.adamw.median()
@@ -131,7 +140,7 @@ impl ComputeCosts {
 /// state each, from `setup`), every repetition started together (a barrier
 /// between the threads; with one thread, `sync`: the job's barrier under
 /// MPI), each after `untimed` (a micro-batch: [`after_a_micro_batch`]).
-/// Returns the timed repetitions of every thread.
+/// Returns the timed repetitions of every thread, one series each.
 fn concurrently<S: Send>(
     threads: usize,
     (warmup, repeats): (usize, usize),
@@ -139,7 +148,7 @@ fn concurrently<S: Send>(
     setup: impl Fn(usize) -> S + Sync,
     untimed: impl Fn(&mut S) + Sync,
     work: impl Fn(&mut S) + Sync,
-) -> Samples {
+) -> Vec<Samples> {
     // The work runs where a worker's kernels run in training
     // (runtime/kernel_pool.rs); the barrier stays outside.
     let one = |i: usize, before: &dyn Fn()| {
@@ -161,7 +170,7 @@ fn concurrently<S: Send>(
         out
     };
     if threads <= 1 {
-        return Samples(one(0, sync));
+        return vec![Samples(one(0, sync))];
     }
     let bar = Barrier::new(threads);
     let all = std::thread::scope(|sc| {
@@ -175,9 +184,21 @@ fn concurrently<S: Send>(
                 })
             })
             .collect();
-        hs.into_iter().flat_map(|h| h.join().expect("calibration thread")).collect()
+        hs.into_iter().map(|h| Samples(h.join().expect("calibration thread"))).collect()
     });
-    Samples(all)
+    all
+}
+
+/// Every thread's samples in one set.
+fn pooled(series: Vec<Samples>) -> Samples {
+    Samples(series.into_iter().flat_map(|s| s.0).collect())
+}
+
+/// Timed micro-batches in a row per worker and set: enough pairs for the
+/// lag-1 correlation (calibrate/correlation.rs) at the repeats asked of
+/// the other work, 3 x `--repeats` (30 by default, about 2 s of nano).
+pub fn micro_batch_repeats(repeats: usize) -> usize {
+    3 * repeats
 }
 
 /// Random tokens for one micro-batch: inputs and next-token targets.
@@ -192,12 +213,14 @@ pub(super) fn tokens(cfg: &GptConfig, b: usize, t: usize, seed: u64) -> (Vec<u32
     (x, y)
 }
 
-/// Seconds of `s.repeats` micro-batches (forward + backward) of every local
-/// worker at once, after `s.warmup` untimed. `calibrate --backend mpi`
-/// takes a second set after its link phases: this machine's speed drifts
-/// over minutes, and one set is a snapshot of about a second.
-pub fn micro_batches(s: &ComputeSetup, sync: &dyn Fn()) -> Samples {
-    concurrently(s.threads.max(1), (s.warmup, s.repeats), sync, |i| MicroBatch::new(s, i), |_| {}, MicroBatch::run)
+/// Seconds of [`micro_batch_repeats`] micro-batches (forward + backward) of
+/// every local worker at once, after `s.warmup` untimed, one series per
+/// worker. `calibrate --backend mpi` takes a second set after its link
+/// phases: this machine's speed drifts over minutes, and one set is a
+/// snapshot of a few seconds.
+pub fn micro_batches(s: &ComputeSetup, sync: &dyn Fn()) -> Vec<Samples> {
+    let reps = (s.warmup, micro_batch_repeats(s.repeats));
+    concurrently(s.threads.max(1), reps, sync, |i| MicroBatch::new(s, i), |_| {}, MicroBatch::run)
 }
 
 /// One worker's micro-batch: its model and a batch of random tokens.
@@ -232,14 +255,14 @@ fn after_a_micro_batch<S: Send>(
     setup: impl Fn(usize) -> S + Sync,
     work: impl Fn(&mut S) + Sync,
 ) -> Samples {
-    concurrently(
+    pooled(concurrently(
         s.threads.max(1),
         (s.warmup, s.repeats),
         sync,
         |i| (MicroBatch::new(s, i), setup(i)),
         |(mb, _)| mb.run(),
         |(_, st)| work(st),
-    )
+    ))
 }
 
 /// Measures every cost of [`ComputeCosts`]; `progress` gets one line per kind of work.
@@ -257,10 +280,11 @@ pub fn measure(s: &ComputeSetup, sync: &dyn Fn(), progress: &dyn Fn(&str)) -> Re
     let mut c = ComputeCosts { params: n, ..ComputeCosts::default() };
     let reps = (s.warmup, s.repeats);
     progress(&format!(
-        "micro-batch: forward + backward of {b} x {t} tokens, {at_once}, {} timed + {} warm-up each",
-        reps.1, reps.0
+        "micro-batch: forward + backward of {b} x {t} tokens, {at_once}, {} timed in a row + {} warm-up each",
+        micro_batch_repeats(reps.1),
+        reps.0
     ));
-    c.micro_batch = micro_batches(s, sync);
+    c.add_micro_batches(micro_batches(s, sync));
     progress(&format!("AdamW step over {n} parameters, {at_once}"));
     let layout = ParamLayout::new(&s.model);
     let adamw_state = |_: usize| {
@@ -273,7 +297,7 @@ pub fn measure(s: &ComputeSetup, sync: &dyn Fn(), progress: &dyn Fn(&str)) -> Re
     };
     let adamw_step = |(o, p, g, d): &mut (AdamW, Vec<f32>, Vec<f32>, DecaySegments)| o.step(p, g, 1e-3, d);
     c.adamw = after_a_micro_batch(s, sync, adamw_state, adamw_step);
-    c.adamw_back_to_back = concurrently(k, reps, sync, adamw_state, |_| {}, adamw_step);
+    c.adamw_back_to_back = pooled(concurrently(k, reps, sync, adamw_state, |_| {}, adamw_step));
     progress(&format!("DiLoCo pseudo-gradient + Nesterov outer step over {n} parameters, {at_once}"));
     c.outer = after_a_micro_batch(
         s,
@@ -340,10 +364,14 @@ mod tests {
             demo_members: 2,
         };
         let c = measure(&setup, &|| {}, &|_| {}).unwrap();
-        for (what, s) in [("micro-batch", &c.micro_batch), ("adamw", &c.adamw), ("outer", &c.outer), ("demo", &c.demo)]
+        // Micro-batches: 3 x the repeats in a row per thread, one series each.
+        let series: Vec<usize> = c.micro_batch_series.iter().map(|s| s.0.len()).collect();
+        assert_eq!((c.micro_batch.0.len(), series), (18, vec![9, 9]));
+        for (what, s, n) in
+            [("micro-batch", &c.micro_batch, 18), ("adamw", &c.adamw, 6), ("outer", &c.outer, 6), ("demo", &c.demo, 6)]
         {
             // Every repetition of both threads.
-            assert_eq!(s.0.len(), 6, "{what}");
+            assert_eq!(s.0.len(), n, "{what}");
             assert!(s.0.iter().all(|x| *x > 0.0 && x.is_finite()), "{what}: {s:?}");
         }
         assert!(c.adamw_bandwidth() > 0.0 && c.outer_bandwidth() > 0.0 && c.demo_flops_per_s() > 0.0);

@@ -21,7 +21,9 @@
 //! without MPI, so `--inter` is kept as given. mpi.rs is the MPI job.
 
 pub mod compute;
+pub mod correlation;
 pub mod fit;
+pub mod gather;
 pub mod links;
 #[cfg(feature = "mpi")]
 pub mod mpi;

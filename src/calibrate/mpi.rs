@@ -12,29 +12,11 @@
 //! Rank 0 gathers every rank's samples and builds the [`Calibration`].
 
 use super::compute::{self, ComputeCosts, ComputeSetup};
+use super::gather::{append, encode};
 use super::{links, measured, overlap, progress, size_text, Calibration, Options, TierSource};
 use crate::comm::mpi::MpiProcess;
 use crate::comm::Fabric;
 use anyhow::{bail, Result};
-
-/// Samples as bytes: for each kind, its count then its values (f64, little endian).
-fn encode(c: &ComputeCosts) -> Vec<u8> {
-    let mut out = Vec::new();
-    for s in [&c.micro_batch, &c.adamw, &c.adamw_back_to_back, &c.outer, &c.demo] {
-        out.extend_from_slice(&(s.0.len() as u64).to_le_bytes());
-        s.0.iter().for_each(|x| out.extend_from_slice(&x.to_le_bytes()));
-    }
-    out
-}
-
-/// Adds the samples of `bytes` ([`encode`]) to `c`'s.
-fn append(c: &mut ComputeCosts, bytes: &[u8]) {
-    let mut words = bytes.chunks_exact(8).map(|w| u64::from_le_bytes(w.try_into().expect("8 bytes")));
-    for s in [&mut c.micro_batch, &mut c.adamw, &mut c.adamw_back_to_back, &mut c.outer, &mut c.demo] {
-        let n = words.next().unwrap_or(0) as usize;
-        s.0.extend(words.by_ref().take(n).map(f64::from_bits));
-    }
-}
 
 /// Sweeps between ranks: ping-pong of `pair` (if this rank is in it), then
 /// the all-reduce of `group` (if this rank is in it); rank 0 prints progress.
@@ -167,7 +149,7 @@ pub fn run_mpi(
     // of both sets (on a shared machine one set was 17% off the runs that
     // followed it; docs/results/planner-accuracy.md, finding 9).
     say("micro-batch again, after the link phases (the mean over both sets is kept)");
-    mine.micro_batch.0.extend(compute::micro_batches(&setup, &|| mpi.barrier()).0);
+    mine.add_micro_batches(compute::micro_batches(&setup, &|| mpi.barrier()));
     let all = mpi.gather_bytes(&encode(&mine));
     let Some(all) = all else { return Ok(None) };
     let mut compute = ComputeCosts { params: mine.params, demo_flops: mine.demo_flops, ..Default::default() };

@@ -283,6 +283,26 @@ pub fn render(c: &Calibration) -> String {
     let _ = writeln!(w, "# not moved by one stretched sample): the simulator draws each micro-batch's time from");
     let _ = writeln!(w, "# it, so ranks reach a blocking collective apart (sim/straggle.rs).");
     let _ = writeln!(w, "micro_batch_cv = {:e}", cc.micro_batch.robust_cv().min(0.5));
+    match super::correlation::lag1(&cc.micro_batch_series) {
+        Some(l) => {
+            let _ = writeln!(w, "# How much a slow micro-batch predicts the next: their lag-1 correlation over");
+            let _ = writeln!(
+                w,
+                "# {} series of consecutive micro-batches ({} pairs), each on its own mean: {:.3}, corrected",
+                l.series, l.pairs, l.raw
+            );
+            let _ = writeln!(
+                w,
+                "# for that mean's bias to {:.3} (calibrate/correlation.rs). The simulator draws",
+                l.corrected
+            );
+            let _ = writeln!(w, "# each rank's micro-batches in stretches this long (sim/straggle.rs).");
+            let _ = writeln!(w, "micro_batch_correlation = {:e}", l.corrected);
+        }
+        None => {
+            let _ = writeln!(w, "# No micro_batch_correlation: too few micro-batches in a row to measure one.");
+        }
+    }
     s
 }
 

@@ -16,15 +16,16 @@ fn utc_dates_by_hand() {
 /// 10 us + B / 1 GB/s, and an inter tier as given.
 fn hand(nodes: usize) -> Calibration {
     let model = GptConfig::nano();
-    let compute = ComputeCosts {
+    let mut compute = ComputeCosts {
         params: 1000,
-        micro_batch: Samples(vec![0.010, 0.011, 0.009]),
         adamw: Samples(vec![1e-3]),
         adamw_back_to_back: Samples(vec![4e-4]),
         outer: Samples(vec![2e-3]),
         demo: Samples(vec![4e-3]),
         demo_flops: 8e6,
+        ..Default::default()
     };
+    compute.add_micro_batches(vec![Samples(vec![0.010, 0.011, 0.009])]);
     let sweep: Vec<(f64, f64)> = [4.0, 1024.0, 1048576.0].iter().map(|&b| (b, 10e-6 + b / 1e9)).collect();
     let opts = Options {
         preset: "nano".into(),
@@ -127,6 +128,24 @@ fn the_profile_parses_and_gives_back_the_measured_numbers() {
     assert_eq!((spec.memory_bytes_per_s, spec.flops_per_s), (Some(28e6), Some(2e9)));
     // 10, 11, 9 ms: deviations 0, 1, 1 ms from the median, so 1.4826 x 1 ms / 10 ms.
     assert!((spec.micro_batch_cv - 0.14826).abs() < 1e-9, "{}", spec.micro_batch_cv);
+}
+
+#[test]
+fn a_profile_carries_the_micro_batches_lag_1_correlation_to_the_simulator() {
+    // Three micro-batches in a row are too few to measure it: none written, 0 read.
+    let c = hand(1);
+    let text = render(&c);
+    assert!(text.contains("No micro_batch_correlation: too few micro-batches in a row"), "{text}");
+    let spec = |t: &str| ClusterProfile::from_toml(t).unwrap().sim_spec(&GptConfig::nano(), 1000, 1024, vec![1.0; 2]);
+    assert_eq!(spec(&text).unwrap().micro_batch_correlation, 0.0);
+    // The zigzag of correlation.rs's hand test (1, 3, 2, 4, ... ms):
+    // raw 0.431, corrected to 0.686 for its 12 samples.
+    let mut c = hand(1);
+    c.compute
+        .add_micro_batches(vec![Samples([1, 3, 2, 4, 3, 5, 4, 6, 5, 7, 6, 8].map(|x| 1e-3 * f64::from(x)).to_vec())]);
+    let text = render(&c);
+    assert!(text.contains("1 series of consecutive micro-batches (11 pairs), each on its own mean: 0.431"), "{text}");
+    assert!((spec(&text).unwrap().micro_batch_correlation - 0.685579).abs() < 1e-6);
 }
 
 #[test]

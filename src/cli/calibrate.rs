@@ -34,7 +34,8 @@ pub struct CalibrateArgs {
     /// Nodes of the profile [default: 1; under mpirun the job's]. In-process, needs --inter.
     #[arg(long, allow_negative_numbers = true, value_parser = values::positive_usize)]
     pub nodes: Option<usize>,
-    /// Timed repetitions of each kind of work per worker (the median is kept).
+    /// Timed repetitions of each kind of work per worker (the median is kept);
+    /// micro-batches take 3x as many, in a row, for their lag-1 correlation.
     #[arg(long, default_value_t = 10, allow_negative_numbers = true, value_parser = values::positive_usize)]
     pub repeats: usize,
     /// Untimed repetitions first.

@@ -133,6 +133,12 @@ impl Net<'_> {
     /// Every worker waits for the world: the groups of a step chain them.
     pub(super) fn straggle(&self, micro_batches: f64) -> f64 {
         let s = &self.c.spec;
-        crate::runtime::sim::straggle::straggle_s(s.topology.workers, micro_batches, self.mb(), s.micro_batch_cv)
+        crate::runtime::sim::straggle::straggle_s(
+            s.topology.workers,
+            micro_batches,
+            self.mb(),
+            s.micro_batch_cv,
+            s.micro_batch_correlation,
+        )
     }
 }

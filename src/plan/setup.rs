@@ -84,6 +84,7 @@ pub fn costing(model: &ModelSpec, profile: &ClusterProfile, k: &Knobs) -> Result
             interference: profile.interference(),
             start: Vec::new(),
             micro_batch_cv: profile.timing.micro_batch_cv.unwrap_or(0.0),
+            micro_batch_correlation: profile.timing.micro_batch_correlation.unwrap_or(0.0),
             parallel: true,
         },
         wire: k.wire.or(profile.wire).unwrap_or_default(),

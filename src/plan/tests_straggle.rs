@@ -54,3 +54,30 @@ fn blocking_rounds_wait_for_the_latest_worker_as_the_plan_expects() {
         );
     }
 }
+
+#[test]
+fn correlated_micro_batches_wait_longer_as_the_plan_expects() {
+    // DiLoCo, 6 micro-batches a round, cv 0.1: with a lag-1 correlation of
+    // 0.7 a worker's slow micro-batches come in stretches, the sum of 6
+    // spreads 1.9x as far as 6 independent ones (sim/straggle.rs sum_sd),
+    // and the wait for the latest worker grows with it, in the simulator's
+    // draws and in the plan's expectation alike.
+    let quiet = profile("tcp-4x1-10g.toml");
+    let mut spread = quiet.clone();
+    spread.timing.micro_batch_cv = Some(0.1);
+    let mut stretches = spread.clone();
+    stretches.timing.micro_batch_correlation = Some(0.7);
+    let diloco = Method::Diloco(DilocoSettings { h: 6, ..DilocoSettings::default() });
+    let (sim0, plan0) = sim_and_plan(&quiet, &diloco, 40);
+    let (sim_i, plan_i) = sim_and_plan(&spread, &diloco, 40);
+    let (sim_c, plan_c) = sim_and_plan(&stretches, &diloco, 40);
+    let ratio = crate::runtime::sim::straggle::sum_sd(6.0, 0.7) / 6f64.sqrt();
+    assert!(((plan_c - plan0) / (plan_i - plan0) - ratio).abs() < 1e-6, "plan's wait grows by sum_sd's ratio {ratio}");
+    let (waited, expected) = (sim_c - sim0, plan_c - plan0);
+    eprintln!("waited {waited:.5} s a round, expected {expected:.5} s (independent: {:.5})", sim_i - sim0);
+    assert!(
+        (waited - expected).abs() < 0.35 * expected,
+        "the simulator's rounds waited {waited} s, the plan expects {expected} s"
+    );
+    assert!(waited > 1.4 * (sim_i - sim0), "stretches make the simulator's workers wait longer than independent draws");
+}

@@ -145,6 +145,15 @@ pub struct TimingProfile {
     /// micro-batch takes the same time and nobody waits for a straggler.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub micro_batch_cv: Option<f64>,
+    /// How much one slow micro-batch predicts the next: the lag-1
+    /// correlation of a worker's consecutive micro-batch times, in [0, 0.95]
+    /// (`lowcomm calibrate` measures it). With it the simulator's draws for
+    /// one worker come in slow and fast stretches, so a sum of K varies
+    /// more than K independent draws and the ranks meet further apart;
+    /// `plan` costs that wait (sim/straggle.rs). Default 0: each
+    /// micro-batch drawn on its own. Needs `micro_batch_cv` to matter.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub micro_batch_correlation: Option<f64>,
 }
 
 /// `Some(x)` must be positive and finite; `None` is fine.
@@ -217,6 +226,9 @@ impl ClusterProfile {
         positive("timing.params", t.params, "125e6 for GPT-Neo-125M")?;
         positive("timing.flops_per_token", t.flops_per_token, "7.5e8 = 6 x 125e6 for GPT-Neo-125M")?;
         positive("timing.seconds_per_micro_batch", t.seconds_per_micro_batch, "0.15")?;
+        if let Some(r) = t.micro_batch_correlation.filter(|r| !(0.0..=0.95).contains(r)) {
+            bail!("timing.micro_batch_correlation must be in [0, 0.95] (the lag-1 correlation of consecutive micro-batch times), got {r} (e.g. 0.5; 0 = each micro-batch drawn on its own)");
+        }
         if let Some(cv) = t.micro_batch_cv.filter(|cv| !(0.0..=0.5).contains(cv)) {
             bail!("timing.micro_batch_cv must be in [0, 0.5] (a micro-batch's standard deviation over its median), got {cv} (e.g. 0.04; 0 = every micro-batch takes the same time)");
         }
@@ -336,6 +348,7 @@ impl ClusterProfile {
             interference: self.interference(),
             start: Vec::new(),
             micro_batch_cv: self.timing.micro_batch_cv.unwrap_or(0.0),
+            micro_batch_correlation: self.timing.micro_batch_correlation.unwrap_or(0.0),
             parallel: true,
         })
     }

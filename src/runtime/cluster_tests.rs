@@ -140,6 +140,10 @@ fn bad_input_errors_name_the_field() {
         let err = profile(&format!("{DEV}[timing]\nmicro_batch_cv = {cv}\n")).unwrap_err().to_string();
         assert!(err.starts_with("timing.micro_batch_cv must be in [0, 0.5]"), "{cv}: {err}");
     }
+    for r in ["-0.1", "0.96", "nan"] {
+        let err = profile(&format!("{DEV}[timing]\nmicro_batch_correlation = {r}\n")).unwrap_err().to_string();
+        assert!(err.starts_with("timing.micro_batch_correlation must be in [0, 0.95]"), "{r}: {err}");
+    }
 }
 
 #[test]
@@ -148,6 +152,8 @@ fn a_micro_batch_spread_reaches_the_simulator_and_defaults_to_none() {
         |extra: &str| profile(&format!("{DEV}{extra}")).unwrap().sim_spec(&GptConfig::nano(), 1000, 1024, vec![1.0; 2]);
     assert_eq!(spec("[timing]\nmicro_batch_cv = 0.04\n").unwrap().micro_batch_cv, 0.04);
     assert_eq!(spec("").unwrap().micro_batch_cv, 0.0);
+    assert_eq!(spec("[timing]\nmicro_batch_correlation = 0.6\n").unwrap().micro_batch_correlation, 0.6);
+    assert_eq!(spec("").unwrap().micro_batch_correlation, 0.0);
 }
 
 #[test]

@@ -95,6 +95,7 @@ impl Ctx for SimCtx {
                 // Micro-batches vary in time (straggle.rs): drawn from (rank, index), not from the order of events.
                 dt *= straggle::micro_batch_factor(
                     st.spec.micro_batch_cv,
+                    st.spec.micro_batch_correlation,
                     self.rank,
                     st.parts[self.rank].times.micro_batches,
                 );

@@ -35,6 +35,10 @@ pub struct SimSpec {
     /// per participant and micro-batch (straggle.rs). 0: all take exactly
     /// `micro_batch_s`.
     pub micro_batch_cv: f64,
+    /// Lag-1 correlation of one participant's consecutive micro-batch
+    /// times, in [0, 1): a slow stretch lasts several micro-batches
+    /// (straggle.rs). 0: each drawn on its own.
+    pub micro_batch_correlation: f64,
     /// Run the math of participants whose virtual compute intervals
     /// overlap at once, on `min(participants, cores)` job threads
     /// (sim/jobs.rs); `false` runs every compute on the executor's thread,
@@ -60,6 +64,7 @@ impl SimSpec {
             interference: Interference::NONE,
             start: Vec::new(),
             micro_batch_cv: 0.0,
+            micro_batch_correlation: 0.0,
             parallel: true,
         }
     }

@@ -14,22 +14,66 @@
 //! computed K micro-batches since they last met reach the collective
 //! `e_N cv mb sqrt(K)` after the mean, e_N the expected largest of N
 //! standard normals ([`expected_max_of_normals`]).
+//!
+//! A slow micro-batch is seldom alone: on a shared host one worker's slow
+//! stretch lasts several micro-batches (lag-1 correlation 0.3-0.9 in the
+//! real runs of docs/results/planner-accuracy.md, finding 25), so the sum
+//! of K varies more than K independent draws would, and the ranks meet
+//! further apart. With `[timing] micro_batch_correlation` (rho, which
+//! calibrate measures), z is a stationary AR(1) series per participant,
+//! `z_i = rho z_(i-1) + sqrt(1 - rho^2) e_i`, written out as the sum of
+//! the drawn e's (still a function of (participant, index) alone), and
+//! `plan`'s sqrt(K) becomes the sum's standard deviation in units of one
+//! draw's, [`sum_sd`].
 
 use crate::data::sampler::splitmix64;
 
-/// The factor on the `index`-th micro-batch of participant `rank`:
-/// `max(0, 1 + cv z)`, z a standard normal drawn from the pair (Box-Muller).
-/// Exactly 1 for `cv = 0`.
-pub fn micro_batch_factor(cv: f64, rank: usize, index: u64) -> f64 {
-    if cv == 0.0 {
-        return 1.0;
-    }
+/// A standard normal drawn from (rank, index) alone (Box-Muller).
+fn normal(rank: usize, index: u64) -> f64 {
     let key = splitmix64(splitmix64(rank as u64) ^ index);
     // Two uniforms in (0, 1]: 53 random bits each, never 0 (ln 0).
     let unit = |x: u64| ((x >> 11) + 1) as f64 / (1u64 << 53) as f64;
     let (u1, u2) = (unit(splitmix64(key)), unit(splitmix64(key ^ 0x5DEE_CE66_D1CE_5EED)));
-    let z = (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos();
+    (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()
+}
+
+/// The factor on the `index`-th micro-batch of participant `rank`:
+/// `max(0, 1 + cv z)`, z a standard normal. With `correlation` rho > 0, z
+/// is the AR(1) series' value, `sqrt(1 - rho^2) sum_k rho^k e_(index-k)`,
+/// summed until rho^k < 1e-6 (its variance is then 1 - 1e-12); indices
+/// before 0 wrap to other draws, so the series is stationary from the
+/// first micro-batch. Exactly 1 for `cv = 0`; rho = 0 draws what it drew
+/// before the correlation existed.
+pub fn micro_batch_factor(cv: f64, correlation: f64, rank: usize, index: u64) -> f64 {
+    if cv == 0.0 {
+        return 1.0;
+    }
+    let z = if correlation <= 0.0 {
+        normal(rank, index)
+    } else {
+        let terms = (1e-6f64.ln() / correlation.ln()).ceil() as u64 + 1;
+        let (mut weight, mut sum) = (1.0, 0.0);
+        for k in 0..terms {
+            sum += weight * normal(rank, index.wrapping_sub(k));
+            weight *= correlation;
+        }
+        (1.0 - correlation * correlation).sqrt() * sum
+    };
     (1.0 + cv * z).max(0.0)
+}
+
+/// The standard deviation of the sum of `k` consecutive draws of a
+/// stationary AR(1) series of unit variance and lag-1 correlation rho:
+/// Var = k (1 + rho)/(1 - rho) - 2 rho (1 - rho^k)/(1 - rho)^2, which is
+/// k for rho = 0 (independent draws), 2 (1 + rho) for k = 2, and k^2 as rho
+/// goes to 1 (one draw k times).
+pub fn sum_sd(k: f64, correlation: f64) -> f64 {
+    let (k, r) = (k.max(0.0), correlation.clamp(0.0, 0.999_999));
+    if r == 0.0 {
+        return k.sqrt();
+    }
+    let var = k * (1.0 + r) / (1.0 - r) - 2.0 * r * (1.0 - r.powf(k)) / (1.0 - r).powi(2);
+    var.max(0.0).sqrt()
 }
 
 /// E[max of n independent standard normals]: 0 for n = 1, 1/sqrt(pi) for
@@ -54,13 +98,14 @@ pub fn expected_max_of_normals(n: usize) -> f64 {
 
 /// Seconds the last of `members` arrives after the mean, each having
 /// computed `micro_batches` micro-batches of `mb` seconds with relative
-/// spread `cv` since they last met: `e_N cv mb sqrt(K)`.
-pub fn straggle_s(members: usize, micro_batches: f64, mb: f64, cv: f64) -> f64 {
+/// spread `cv` and lag-1 correlation `correlation` since they last met:
+/// `e_N cv mb sd(K)`, sd(K) = sqrt(K) for independent micro-batches ([`sum_sd`]).
+pub fn straggle_s(members: usize, micro_batches: f64, mb: f64, cv: f64, correlation: f64) -> f64 {
     if cv == 0.0 {
         // Every shipped profile: no need for the 24,000-step integral.
         return 0.0;
     }
-    expected_max_of_normals(members) * cv * mb * micro_batches.max(0.0).sqrt()
+    expected_max_of_normals(members) * cv * mb * sum_sd(micro_batches, correlation)
 }
 
 #[cfg(test)]
@@ -81,24 +126,24 @@ mod tests {
     #[test]
     fn straggle_grows_with_the_square_root_of_the_micro_batches() {
         // Two members, cv 0.1, 50 ms micro-batches, 4 of them: 0.5642 x 0.1 x 0.05 x 2.
-        let s = straggle_s(2, 4.0, 0.05, 0.1);
+        let s = straggle_s(2, 4.0, 0.05, 0.1, 0.0);
         assert!((s - 0.5642 * 0.1 * 0.05 * 2.0).abs() < 1e-6, "{s}");
-        assert_eq!(straggle_s(1, 4.0, 0.05, 0.1), 0.0);
-        assert_eq!(straggle_s(8, 4.0, 0.05, 0.0), 0.0);
+        assert_eq!(straggle_s(1, 4.0, 0.05, 0.1, 0.0), 0.0);
+        assert_eq!(straggle_s(8, 4.0, 0.05, 0.0, 0.5), 0.0);
     }
 
     #[test]
     fn micro_batch_factors_have_mean_1_and_spread_cv_and_repeat() {
-        assert_eq!(micro_batch_factor(0.0, 3, 7), 1.0);
+        assert_eq!(micro_batch_factor(0.0, 0.0, 3, 7), 1.0);
         let n = 200_000u64;
-        let f: Vec<f64> = (0..n).map(|i| micro_batch_factor(0.05, (i % 4) as usize, i / 4)).collect();
+        let f: Vec<f64> = (0..n).map(|i| micro_batch_factor(0.05, 0.0, (i % 4) as usize, i / 4)).collect();
         let mean = f.iter().sum::<f64>() / n as f64;
         let sd = (f.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / n as f64).sqrt();
         assert!((mean - 1.0).abs() < 1e-3 && (sd - 0.05).abs() < 1e-3, "mean {mean}, sd {sd}");
         // The same (rank, index) always draws the same factor; neighbours differ.
-        assert_eq!(micro_batch_factor(0.05, 1, 9), micro_batch_factor(0.05, 1, 9));
-        assert_ne!(micro_batch_factor(0.05, 1, 9), micro_batch_factor(0.05, 2, 9));
-        assert_ne!(micro_batch_factor(0.05, 1, 9), micro_batch_factor(0.05, 1, 10));
+        assert_eq!(micro_batch_factor(0.05, 0.0, 1, 9), micro_batch_factor(0.05, 0.0, 1, 9));
+        assert_ne!(micro_batch_factor(0.05, 0.0, 1, 9), micro_batch_factor(0.05, 0.0, 2, 9));
+        assert_ne!(micro_batch_factor(0.05, 0.0, 1, 9), micro_batch_factor(0.05, 0.0, 1, 10));
     }
 
     #[test]
@@ -109,11 +154,58 @@ mod tests {
         let mut excess = 0.0;
         for r in 0..rounds {
             let latest = (0..members)
-                .map(|m| (0..k).map(|i| micro_batch_factor(cv, m, r * k + i)).sum::<f64>())
+                .map(|m| (0..k).map(|i| micro_batch_factor(cv, 0.0, m, r * k + i)).sum::<f64>())
                 .fold(f64::MIN, f64::max);
             excess += latest - k as f64;
         }
-        let (got, want) = (excess / rounds as f64, straggle_s(members, k as f64, 1.0, cv));
+        let (got, want) = (excess / rounds as f64, straggle_s(members, k as f64, 1.0, cv, 0.0));
         assert!((got - want).abs() < 0.02 * want, "measured {got}, expected {want}");
+    }
+
+    #[test]
+    fn the_sum_of_correlated_draws_by_hand() {
+        // Independent: sqrt(k). k = 1: one draw, whatever rho. k = 2: 2 (1 + rho).
+        assert!((sum_sd(9.0, 0.0) - 3.0).abs() < 1e-12);
+        assert!((sum_sd(1.0, 0.7) - 1.0).abs() < 1e-9);
+        assert!((sum_sd(2.0, 0.5) - 3.0f64.sqrt()).abs() < 1e-9);
+        // k = 3, rho = 0.5: 3 + 2 (2 x 0.5 + 1 x 0.25) = 5.5.
+        assert!((sum_sd(3.0, 0.5) - 5.5f64.sqrt()).abs() < 1e-9);
+        // Two members, 12 micro-batches of 50 ms, cv 0.1, rho 0.5:
+        // 0.5642 x 0.1 x 0.05 x sqrt(12 x 3 - 2 x 0.5 x (1 - 0.5^12) / 0.25).
+        let want = 0.564190 * 0.1 * 0.05 * (36.0 - 4.0 * (1.0 - 0.5f64.powi(12))).sqrt();
+        assert!((straggle_s(2, 12.0, 0.05, 0.1, 0.5) - want).abs() < 1e-6);
+    }
+
+    #[test]
+    fn correlated_factors_have_mean_1_spread_cv_and_the_lag_1_correlation_asked() {
+        let (cv, rho, n) = (0.05, 0.7, 100_000u64);
+        let f: Vec<f64> = (0..n).map(|i| micro_batch_factor(cv, rho, 2, i)).collect();
+        let mean = f.iter().sum::<f64>() / n as f64;
+        let d: Vec<f64> = f.iter().map(|x| x - mean).collect();
+        let var = d.iter().map(|x| x * x).sum::<f64>() / n as f64;
+        let lag1 = d.windows(2).map(|w| w[0] * w[1]).sum::<f64>() / (n - 1) as f64 / var;
+        assert!((mean - 1.0).abs() < 2e-3 && (var.sqrt() - cv).abs() < 2e-3, "mean {mean}, sd {}", var.sqrt());
+        assert!((lag1 - rho).abs() < 0.02, "lag-1 correlation {lag1}");
+        // Other participants draw other series; the same one repeats.
+        assert_ne!(micro_batch_factor(cv, rho, 3, 5), micro_batch_factor(cv, rho, 2, 5));
+        assert_eq!(micro_batch_factor(cv, rho, 3, 5), micro_batch_factor(cv, rho, 3, 5));
+    }
+
+    #[test]
+    fn the_mean_straggle_of_correlated_draws_is_the_expected_one() {
+        // 2 members, 12 micro-batches each, rho 0.7: the latest sum's mean
+        // excess over 12 is e_2 x cv x sum_sd(12, 0.7), about 2.1x the
+        // independent draws' e_2 x cv x sqrt(12).
+        let (members, k, cv, rho, rounds) = (2usize, 12u64, 0.1, 0.7, 20_000u64);
+        let mut excess = 0.0;
+        for r in 0..rounds {
+            let latest = (0..members)
+                .map(|m| (0..k).map(|i| micro_batch_factor(cv, rho, m, r * k + i)).sum::<f64>())
+                .fold(f64::MIN, f64::max);
+            excess += latest - k as f64;
+        }
+        let (got, want) = (excess / rounds as f64, straggle_s(members, k as f64, 1.0, cv, rho));
+        assert!((got - want).abs() < 0.03 * want, "measured {got}, expected {want}");
+        assert!(want > 2.0 * straggle_s(members, k as f64, 1.0, cv, 0.0));
     }
 }

@@ -21,9 +21,10 @@ fn methods() -> Vec<Method> {
     v
 }
 
-/// 4 workers at speeds 1, 0.5, 0.8, 0.3, micro-batches varying by 10%
-/// (sim/straggle.rs: drawn per worker and micro-batch, whichever thread
-/// runs it); an all-reduce of the model takes about 2.5 micro-batches.
+/// 4 workers at speeds 1, 0.5, 0.8, 0.3, micro-batches varying by 10% in
+/// stretches (lag-1 correlation 0.5; sim/straggle.rs: drawn per worker and
+/// micro-batch, whichever thread runs it); an all-reduce of the model
+/// takes about 2.5 micro-batches.
 fn unequal() -> Runtime {
     let n = crate::model::ParamLayout::new(&tiny()).len as f64;
     let link = LinkModel::flat(Tier::line(1e-3, 4.0 * n / 2.5));
@@ -31,6 +32,7 @@ fn unequal() -> Runtime {
         link: Some(link),
         speeds: vec![1.0, 0.5, 0.8, 0.3],
         micro_batch_cv: 0.1,
+        micro_batch_correlation: 0.5,
         ..SimSpec::flat(4, 1.0, None)
     })
 }
