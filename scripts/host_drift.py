@@ -2,7 +2,7 @@
 """How far each calibration's host moved, against how far its compute missed
 the real runs that followed (docs/results/planner-accuracy.md, finding 24).
 
-    python3 scripts/host_drift.py docs/results/planner-accuracy/long-{a,b,c,d,e,f,g,h}
+    python3 scripts/host_drift.py docs/results/planner-accuracy/long-{a,b,c,d,e,f,g,h,i,j}
 
 For every RUN/SETTING with a profile.toml and real/summary.md
 (bench/netns/planner_accuracy.sh): the micro-batch's mean in [timing], the mean
