@@ -18,6 +18,7 @@
 //!   `unfold`): FLOP/s at the FLOPs the strategy charges (`Work::Flops`,
 //!   `Replicator::flops`).
 
+pub use super::samples::Samples;
 use crate::comm::WireDtype;
 use crate::model::{Gpt, GptConfig, ParamLayout};
 use crate::optim::{AdamW, AdamWConfig, DecaySegments, Optimizer, OuterConfig, OuterOpt};
@@ -34,42 +35,6 @@ use std::time::Instant;
 pub const OPTIMIZER_BYTES: f64 = 28.0;
 /// Bytes the simulator charges per element of elementwise work (reads two, writes one).
 pub const ELEMENTWISE_BYTES: f64 = 12.0;
-
-/// Samples of one kind of work: every repetition of every local worker.
-#[derive(Clone, Debug, Default)]
-pub struct Samples(pub Vec<f64>);
-
-impl Samples {
-    /// The median (0 when empty).
-    pub fn median(&self) -> f64 {
-        let mut v = self.0.clone();
-        v.sort_by(f64::total_cmp);
-        v.get(v.len() / 2).copied().unwrap_or(0.0)
-    }
-    /// The mean (0 when empty): what stretched samples add to a run's time,
-    /// which the median leaves out.
-    pub fn mean(&self) -> f64 {
-        self.0.iter().sum::<f64>() / self.0.len().max(1) as f64
-    }
-    /// Smallest and largest.
-    pub fn range(&self) -> (f64, f64) {
-        self.0.iter().fold((f64::INFINITY, 0.0f64), |(lo, hi), &x| (lo.min(x), hi.max(x)))
-    }
-    /// `(max - min) / median`: the spread the profile reports.
-    pub fn spread(&self) -> f64 {
-        let (lo, hi) = self.range();
-        (hi - lo) / self.median().max(f64::MIN_POSITIVE)
-    }
-    /// The standard deviation over the median, estimated from the median
-    /// absolute deviation (1.4826 MAD, a normal's sd): one sample that a
-    /// page fault or another process stretched does not move it, as it
-    /// would the plain sd or the range.
-    pub fn robust_cv(&self) -> f64 {
-        let med = self.median();
-        let dev = Samples(self.0.iter().map(|x| (x - med).abs()).collect());
-        1.4826 * dev.median() / med.max(f64::MIN_POSITIVE)
-    }
-}
 
 /// What is measured and how often.
 #[derive(Clone, Debug)]
@@ -100,10 +65,11 @@ pub struct ComputeCosts {
     pub params: usize,
     /// Seconds per micro-batch.
     pub micro_batch: Samples,
-    /// The same micro-batches as series: each worker's of one set, in the
-    /// order they ran (calibrate/correlation.rs reads how a slow one
-    /// predicts the next).
-    pub micro_batch_series: Vec<Samples>,
+    /// The same micro-batches by set (timed together, minutes from the
+    /// next set), each set one series per worker in the order they ran:
+    /// calibrate/correlation.rs reads how a slow one predicts the next,
+    /// [`ComputeCosts::within_set_cv`] how far the workers spread at once.
+    pub micro_batch_sets: Vec<Vec<Samples>>,
     /// Seconds per AdamW step over all parameters, each right after a micro-batch.
     pub adamw: Samples,
     /// The same steps back to back (caches warm), for comparison only.
@@ -119,8 +85,36 @@ pub struct ComputeCosts {
 impl ComputeCosts {
     /// Adds a set of micro-batches, one series per worker ([`micro_batches`]).
     pub fn add_micro_batches(&mut self, series: Vec<Samples>) {
+        self.add_to_set(self.micro_batch_sets.len(), series);
+    }
+    /// Adds other workers' series to set `set` (the MPI gather: every
+    /// rank's first set is timed at once, then every rank's second).
+    pub fn add_to_set(&mut self, set: usize, series: Vec<Samples>) {
         series.iter().for_each(|s| self.micro_batch.0.extend_from_slice(&s.0));
-        self.micro_batch_series.extend(series);
+        if self.micro_batch_sets.len() <= set {
+            self.micro_batch_sets.resize(set + 1, Vec::new());
+        }
+        self.micro_batch_sets[set].extend(series);
+    }
+    /// Every series of every set.
+    pub fn micro_batch_series(&self) -> Vec<Samples> {
+        self.micro_batch_sets.iter().flatten().cloned().collect()
+    }
+    /// The micro-batch's spread as the workers of a run meet it: 1.4826 x
+    /// the median of each sample's relative deviation from its own set's
+    /// median (all workers of that set), so a drift between sets minutes
+    /// apart, which moves every worker at once and makes none wait, is left
+    /// out (docs/results/planner-accuracy.md, finding 26). `None` without sets.
+    pub fn within_set_cv(&self) -> Option<f64> {
+        let dev: Vec<f64> = self
+            .micro_batch_sets
+            .iter()
+            .flat_map(|set| {
+                let med = Samples(set.iter().flat_map(|s| s.0.iter().copied()).collect()).median();
+                set.iter().flat_map(move |s| s.0.iter().map(move |x| (x / med.max(f64::MIN_POSITIVE) - 1.0).abs()))
+            })
+            .collect();
+        (!dev.is_empty()).then(|| 1.4826 * Samples(dev).median())
     }
     /// Memory bandwidth an AdamW step reaches, bytes/s (28 bytes a parameter).
     pub fn adamw_bandwidth(&self) -> f64 {
@@ -341,13 +335,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn samples_median_range_and_spread_by_hand() {
-        let s = Samples(vec![3.0, 1.0, 2.0, 10.0]);
-        assert_eq!((s.median(), s.range()), (3.0, (1.0, 10.0)));
-        assert_eq!((s.mean(), Samples(vec![]).mean()), (4.0, 0.0));
-        // Deviations from 3: 0, 1, 2, 7; their (upper) median is 2, so 1.4826 x 2 / 3: the 10 counts as one far sample, not by its size.
-        assert!((s.robust_cv() - 1.4826 * 2.0 / 3.0).abs() < 1e-12, "{}", s.robust_cv());
-        assert_eq!(s.spread(), 3.0);
+    fn the_spread_within_a_set_leaves_the_drift_between_sets_out() {
+        // Set A: 10, 11 ms (worker 0) and 9 ms (worker 1), median 10; set B,
+        // minutes later, twice as slow: 20, 21 and 19, median 20. Relative
+        // deviations 0, 0.1, 0.1, 0, 0.05, 0.05: median 0.05 (sorted index 3).
+        let mut c = ComputeCosts::default();
+        c.add_micro_batches(vec![Samples(vec![0.010, 0.011]), Samples(vec![0.009])]);
+        c.add_micro_batches(vec![Samples(vec![0.020, 0.021]), Samples(vec![0.019])]);
+        assert!((c.within_set_cv().unwrap() - 1.4826 * 0.05).abs() < 1e-12);
+        // Pooled, the drift is spread: median 19 ms, deviations 9, 8, 10, 1,
+        // 2, 0 ms, median 8: 1.4826 x 8 / 19.
+        assert!((c.micro_batch.robust_cv() - 1.4826 * 8.0 / 19.0).abs() < 1e-12);
+        assert_eq!(ComputeCosts::default().within_set_cv(), None);
     }
 
     #[test]
@@ -365,7 +364,7 @@ mod tests {
         };
         let c = measure(&setup, &|| {}, &|_| {}).unwrap();
         // Micro-batches: 3 x the repeats in a row per thread, one series each.
-        let series: Vec<usize> = c.micro_batch_series.iter().map(|s| s.0.len()).collect();
+        let series: Vec<usize> = c.micro_batch_series().iter().map(|s| s.0.len()).collect();
         assert_eq!((c.micro_batch.0.len(), series), (18, vec![9, 9]));
         for (what, s, n) in
             [("micro-batch", &c.micro_batch, 18), ("adamw", &c.adamw, 6), ("outer", &c.outer, 6), ("demo", &c.demo, 6)]

@@ -29,6 +29,7 @@ pub mod links;
 pub mod mpi;
 pub mod overlap;
 pub mod profile;
+pub mod samples;
 
 use crate::model::GptConfig;
 use anyhow::{bail, Result};

@@ -279,11 +279,17 @@ pub fn render(c: &Calibration) -> String {
     let _ = writeln!(w, "# No seconds_per_micro_batch: [device]'s rate gives back this mean for this model.");
     let _ =
         writeln!(w, "params = {:e}\nflops_per_token = {fpt:e}\ntokens_per_micro_batch = {tokens}", cc.params as f64);
+    // The spread the workers meet at once: each set's samples about that
+    // set's median (finding 26); the pooled spread adds the drift between
+    // sets, which moves every worker together.
+    let pooled = cc.micro_batch.robust_cv();
     let _ = writeln!(w, "# Its spread, 1.4826 x the median absolute deviation over the median (a normal's sd,");
-    let _ = writeln!(w, "# not moved by one stretched sample): the simulator draws each micro-batch's time from");
-    let _ = writeln!(w, "# it, so ranks reach a blocking collective apart (sim/straggle.rs).");
-    let _ = writeln!(w, "micro_batch_cv = {:e}", cc.micro_batch.robust_cv().min(0.5));
-    match super::correlation::lag1(&cc.micro_batch_series) {
+    let _ = writeln!(w, "# not moved by one stretched sample), each sample about the median of its own set");
+    let _ = writeln!(w, "# (every worker's micro-batches timed together): the simulator draws each micro-batch's");
+    let _ = writeln!(w, "# time from it, so ranks reach a blocking collective apart (sim/straggle.rs). Over all");
+    let _ = writeln!(w, "# {} set(s) pooled, the drift between them included: {pooled:.4}.", cc.micro_batch_sets.len());
+    let _ = writeln!(w, "micro_batch_cv = {:e}", cc.within_set_cv().unwrap_or(pooled).min(0.5));
+    match super::correlation::lag1(&cc.micro_batch_series()) {
         Some(l) => {
             let _ = writeln!(w, "# How much a slow micro-batch predicts the next: their lag-1 correlation over");
             let _ = writeln!(
