@@ -16,7 +16,7 @@
 //! standard normals ([`expected_max_of_normals`]).
 //!
 //! A slow micro-batch is seldom alone: on a shared host one worker's slow
-//! stretch lasts several micro-batches (lag-1 correlation 0.3-0.9 in the
+//! stretch lasts several micro-batches (lag-1 correlation 0.24-0.85 in the
 //! real runs of docs/results/planner-accuracy.md, finding 25), so the sum
 //! of K varies more than K independent draws would, and the ranks meet
 //! further apart. With `[timing] micro_batch_correlation` (rho, which
