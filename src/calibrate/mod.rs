@@ -5,10 +5,11 @@
 //! profile.
 //!
 //! Three phases, each with progress lines:
-//! 1. compute (compute.rs): a micro-batch's seconds with all local workers
-//!    computing at once (shared cores show), and the rates of the costed
-//!    work outside it: AdamW, the outer step (memory bandwidth), DeMo's
-//!    DCT encode/decode (FLOP rate);
+//! 1. compute (compute.rs, samples.rs): a micro-batch's seconds with all
+//!    local workers computing at once (shared cores show), its spread within
+//!    each set and how much a slow one predicts the next (correlation.rs),
+//!    and the rates of the costed work outside it: AdamW, the outer step
+//!    (memory bandwidth), DeMo's DCT encode/decode (FLOP rate);
 //! 2. links (links.rs, fit.rs): all-reduce (and under MPI ping-pong) sweeps
 //!    over message sizes per link tier, fitted to alpha-beta; a sweep the
 //!    line does not fit is said to be so in the profile;
@@ -18,7 +19,8 @@
 //!
 //! In-process the workers of one node are threads, and their link is the
 //! threads backend's shared memory; between nodes nothing can be measured
-//! without MPI, so `--inter` is kept as given. mpi.rs is the MPI job.
+//! without MPI, so `--inter` is kept as given. mpi.rs is the MPI job;
+//! gather.rs carries each rank's samples to rank 0.
 
 pub mod compute;
 pub mod correlation;
