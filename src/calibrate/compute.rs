@@ -63,12 +63,11 @@ pub struct ComputeSetup {
 pub struct ComputeCosts {
     /// Parameters of the model.
     pub params: usize,
-    /// Seconds per micro-batch.
-    pub micro_batch: Samples,
-    /// The same micro-batches by set (timed together, minutes from the
+    /// Seconds per micro-batch, by set (timed together, minutes from the
     /// next set), each set one series per worker in the order they ran:
-    /// calibrate/correlation.rs reads how a slow one predicts the next,
-    /// [`ComputeCosts::within_set_cv`] how far the workers spread at once.
+    /// [`ComputeCosts::micro_batch`] pools them, calibrate/correlation.rs
+    /// reads how a slow one predicts the next, [`ComputeCosts::within_set_cv`]
+    /// how far the workers spread at once.
     pub micro_batch_sets: Vec<Vec<Samples>>,
     /// Seconds per AdamW step over all parameters, each right after a micro-batch.
     pub adamw: Samples,
@@ -90,7 +89,6 @@ impl ComputeCosts {
     /// Adds other workers' series to set `set` (the MPI gather: every
     /// rank's first set is timed at once, then every rank's second).
     pub fn add_to_set(&mut self, set: usize, series: Vec<Samples>) {
-        series.iter().for_each(|s| self.micro_batch.0.extend_from_slice(&s.0));
         if self.micro_batch_sets.len() <= set {
             self.micro_batch_sets.resize(set + 1, Vec::new());
         }
@@ -99,6 +97,10 @@ impl ComputeCosts {
     /// Every series of every set.
     pub fn micro_batch_series(&self) -> Vec<Samples> {
         self.micro_batch_sets.iter().flatten().cloned().collect()
+    }
+    /// Seconds per micro-batch: every sample of every set, pooled.
+    pub fn micro_batch(&self) -> Samples {
+        pooled(self.micro_batch_series())
     }
     /// The micro-batch's spread as the workers of a run meet it: 1.4826 x
     /// the median of each sample's relative deviation from its own set's
@@ -345,7 +347,7 @@ mod tests {
         assert!((c.within_set_cv().unwrap() - 1.4826 * 0.05).abs() < 1e-12);
         // Pooled, the drift is spread: median 19 ms, deviations 9, 8, 10, 1,
         // 2, 0 ms, median 8: 1.4826 x 8 / 19.
-        assert!((c.micro_batch.robust_cv() - 1.4826 * 8.0 / 19.0).abs() < 1e-12);
+        assert!((c.micro_batch().robust_cv() - 1.4826 * 8.0 / 19.0).abs() < 1e-12);
         assert_eq!(ComputeCosts::default().within_set_cv(), None);
     }
 
@@ -365,10 +367,13 @@ mod tests {
         let c = measure(&setup, &|| {}, &|_| {}).unwrap();
         // Micro-batches: 3 x the repeats in a row per thread, one series each.
         let series: Vec<usize> = c.micro_batch_series().iter().map(|s| s.0.len()).collect();
-        assert_eq!((c.micro_batch.0.len(), series), (18, vec![9, 9]));
-        for (what, s, n) in
-            [("micro-batch", &c.micro_batch, 18), ("adamw", &c.adamw, 6), ("outer", &c.outer, 6), ("demo", &c.demo, 6)]
-        {
+        assert_eq!((c.micro_batch().0.len(), series), (18, vec![9, 9]));
+        for (what, s, n) in [
+            ("micro-batch", &c.micro_batch(), 18),
+            ("adamw", &c.adamw, 6),
+            ("outer", &c.outer, 6),
+            ("demo", &c.demo, 6),
+        ] {
             // Every repetition of both threads.
             assert_eq!(s.0.len(), n, "{what}");
             assert!(s.0.iter().all(|x| *x > 0.0 && x.is_finite()), "{what}: {s:?}");

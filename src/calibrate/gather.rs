@@ -61,7 +61,8 @@ mod tests {
         append(&mut all, &encode(&mine));
         assert_eq!(all.adamw.0, [1.0, 2.0, 1.0, 2.0]);
         assert_eq!((all.demo.0.len(), all.outer.0.len()), (2, 0));
-        assert_eq!(all.micro_batch.0, [0.1, 0.2, 0.3, 0.4, 0.1, 0.2, 0.3, 0.4]);
+        // Pooled set by set: both ranks' first sets, then their second.
+        assert_eq!(all.micro_batch().0, [0.1, 0.2, 0.3, 0.1, 0.2, 0.3, 0.4, 0.4]);
         let lens: Vec<Vec<usize>> =
             all.micro_batch_sets.iter().map(|set| set.iter().map(|s| s.0.len()).collect()).collect();
         assert_eq!(lens, [vec![3, 3], vec![1, 1]]);

@@ -205,7 +205,8 @@ pub fn render(c: &Calibration) -> String {
     // its host's slow stretches included; over six 144-step runs the mean put
     // every method within 5% by median and lowered every worst case
     // (docs/results/planner-accuracy.md, "The micro-batch's mean").
-    let mb = cc.micro_batch.mean();
+    let micro_batches = cc.micro_batch();
+    let mb = micro_batches.mean();
     let machine = machine();
     let mut s = String::new();
     let w = &mut s;
@@ -256,7 +257,7 @@ pub fn render(c: &Calibration) -> String {
     let _ = writeln!(w, "# for the {:e} FLOPs the strategy charges per encode + decode.", cc.demo_flops);
     let _ = writeln!(w, "sustained_flops = {:e}", cc.demo_flops_per_s());
     if let Some(o) = &c.overlap {
-        overlap_lines(w, o, &cc.micro_batch);
+        overlap_lines(w, o, &micro_batches);
     }
     if let Some(m) = c.memory_per_worker {
         let n = c.sharing;
@@ -275,14 +276,14 @@ pub fn render(c: &Calibration) -> String {
         "# The model measured: preset {} ({} parameters), {} x {} tokens per micro-batch.",
         o.preset, cc.params, o.batch, o.seq
     );
-    let _ = writeln!(w, "# A micro-batch (forward + backward): {}.", stats(&cc.micro_batch, 1e3, "ms"));
+    let _ = writeln!(w, "# A micro-batch (forward + backward): {}.", stats(&micro_batches, 1e3, "ms"));
     let _ = writeln!(w, "# No seconds_per_micro_batch: [device]'s rate gives back this mean for this model.");
     let _ =
         writeln!(w, "params = {:e}\nflops_per_token = {fpt:e}\ntokens_per_micro_batch = {tokens}", cc.params as f64);
     // The spread the workers meet at once: each set's samples about that
     // set's median (finding 26); the pooled spread adds the drift between
     // sets, which moves every worker together.
-    let pooled = cc.micro_batch.robust_cv();
+    let pooled = micro_batches.robust_cv();
     let _ = writeln!(w, "# Its spread, 1.4826 x the median absolute deviation over the median (a normal's sd,");
     let _ = writeln!(w, "# not moved by one stretched sample), each sample about the median of its own set");
     let _ = writeln!(w, "# (every worker's micro-batches timed together): the simulator draws each micro-batch's");

@@ -200,7 +200,7 @@ fn the_profile_gives_back_the_micro_batchs_mean_not_its_median() {
     // A host with a slow stretch: median 10 ms, mean (10 + 10 + 16) / 3 = 12 ms,
     // what three micro-batches in a run take on average.
     let mut c = hand(2);
-    c.compute.micro_batch = Samples(vec![0.010, 0.016, 0.010]);
+    c.compute.micro_batch_sets = vec![vec![Samples(vec![0.010, 0.016, 0.010])]];
     let p = ClusterProfile::from_toml(&render(&c)).unwrap();
     let mb = p.micro_batch_s(&GptConfig::nano(), 1).unwrap();
     assert!((mb - 0.012).abs() < 1e-12, "{mb}");

@@ -147,7 +147,7 @@ fn write(a: &CalibrateArgs, c: &Calibration) -> Result<()> {
         }
     }
     if let Some(warning) =
-        c.overlap.as_ref().and_then(|o| calibrate::profile::host_drift_warning(o, &c.compute.micro_batch))
+        c.overlap.as_ref().and_then(|o| calibrate::profile::host_drift_warning(o, &c.compute.micro_batch()))
     {
         println!("warning: {warning}");
     }
