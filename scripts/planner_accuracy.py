@@ -48,13 +48,14 @@ from pathlib import Path
 
 
 def runs(folder):
-    """spec -> result.json of every finished run under folder/runs, or, where
+    """spec -> the result.json of each seed's finished run under folder/runs
+    (a list: `compare --seeds N` runs METHOD, METHOD-seed-S, ...), or, where
     the runs are gone (runs/ is not kept in git), spec -> (s/round,
     micro-batches/round, idle share) from folder/summary.md's tables."""
     out = {}
     for f in sorted(folder.glob("runs/*/result.json")):
         d = json.loads(f.read_text())
-        out[d["spec"]] = d
+        out.setdefault(d["spec"], []).append(d)
     if not out and (folder / "summary.md").exists():
         out = from_summary(folder / "summary.md")
     return out
@@ -89,9 +90,12 @@ def from_summary(path):
 
 
 def measured(result):
-    """(s/round, micro-batches/round, exposed share) of a real or sim run."""
+    """(s/round, micro-batches/round, exposed share) of a real or sim run; of
+    several seeds' runs (SIM_SEEDS), the mean of each over them."""
     if isinstance(result, tuple):  # read from a summary.md
         return result
+    if isinstance(result, list):
+        return tuple(statistics.mean(x) for x in zip(*map(measured, result)))
     s = result["summary"]
     ws = [w for w in s["workers"] if w["micro_batches"]]  # not async-diloco's server
     rounds = ws[0]["micro_batches"]["rounds"]

@@ -45,6 +45,22 @@ def scratch(test):
     return Path(d.name)
 
 
+class Seeds(unittest.TestCase):
+    def test_a_methods_seeds_are_averaged(self):
+        # Two seeds' runs of one spec (runs/co2, runs/co2-seed-1338): 10 s and
+        # 12 s over 100 rounds, 1 micro-batch a round, idle 1 s and 3 s.
+        root = scratch(self)
+        for name, wall, idle in [("co2", 10.0, 1.0), ("co2-seed-1338", 12.0, 3.0)]:
+            (root / "runs" / name).mkdir(parents=True)
+            worker = {"micro_batches": {"rounds": 100, "mean": 1.0}, "idle_s": idle}
+            result = {"spec": "co2", "summary": {"wall_s": wall, "workers": [worker]}}
+            (root / "runs" / name / "result.json").write_text(json.dumps(result))
+        got = pa.measured(pa.runs(root)["co2"])
+        # s/round (0.10 + 0.12) / 2; exposed (0.1 + 0.25) / 2.
+        for g, want in zip(got, (0.11, 1.0, 0.175)):
+            self.assertAlmostEqual(g, want)
+
+
 class PooledWalls(unittest.TestCase):
     def test_groups_worker_rounds_in_the_order_they_ended(self):
         # Two workers and the server (participant 2), logged a rank at a time.

@@ -78,3 +78,37 @@ fn two_seeds_report_a_spread_a_band_and_every_seed_and_reuse_the_first_seeds_run
     let html = std::fs::read_to_string(results.join("report.html")).unwrap();
     assert!(html.contains("<th>seeds</th><td>2 (--seed 7 and up)</td>"), "the machine table names the seeds");
 }
+
+#[test]
+fn seeds_draw_their_own_micro_batch_times_on_a_profile_with_a_spread() {
+    // A profile with [timing] micro_batch_cv: the simulator draws each
+    // micro-batch's time from (seed, worker, index) (sim/straggle.rs), so
+    // two seeds meet different slow stretches and end at different virtual
+    // times; without a spread every micro-batch costs the same and they
+    // end together. (Before, every seed drew the same times.)
+    let tmp = tempdir();
+    let root = Path::new(env!("CARGO_MANIFEST_DIR"));
+    let base = std::fs::read_to_string(root.join("configs/clusters/co2-table8-2x1.toml")).unwrap();
+    assert!(
+        base.trim_end().ends_with("seconds_per_micro_batch = 0.109"),
+        "[timing] is no longer the profile's last section"
+    );
+    let cfg = tiny_toml_file(tmp.path());
+    let wall = |results: &Path, run: &str| -> f64 {
+        let text = std::fs::read_to_string(results.join("runs").join(run).join("result.json")).unwrap();
+        serde_json::from_str::<serde_json::Value>(&text).unwrap()["summary"]["wall_s"].as_f64().unwrap()
+    };
+    for (cv, differ) in [("0", false), ("0.2", true)] {
+        let profile = tmp.path().join(format!("cv-{cv}.toml"));
+        std::fs::write(&profile, format!("{base}\nmicro_batch_cv = {cv}\n")).unwrap();
+        let results = tmp.path().join(format!("cmp-{cv}"));
+        let p = profile.to_str().unwrap();
+        let r = results.to_str().unwrap();
+        let args = ["compare", "--methods", "ddp", "--config", &cfg, "--runtime", "sim", "--cluster", p];
+        let rest = ["--steps", "4", "--seeds", "2", "--results", r, "--quiet"];
+        let o = lowcomm_in(tmp.path(), &[&args[..], &rest[..]].concat());
+        assert!(o.status.success(), "{}", stderr_text(&o));
+        let (seed7, seed8) = (wall(&results, "ddp"), wall(&results, "ddp-seed-8"));
+        assert_eq!(seed7 != seed8, differ, "cv {cv}: seed 7 ran {seed7} s, seed 8 {seed8} s");
+    }
+}

@@ -108,7 +108,7 @@ mod tests {
         // the corrected estimate lands near 0.7, the raw one below it.
         use crate::runtime::sim::straggle::micro_batch_factor;
         let series: Vec<Samples> =
-            (0..10).map(|r| Samples((0..30).map(|i| micro_batch_factor(0.1, 0.7, r, i)).collect())).collect();
+            (0..10).map(|r| Samples((0..30).map(|i| micro_batch_factor(0.1, 0.7, 0, r, i)).collect())).collect();
         let l = lag1(&series).unwrap();
         assert!(l.raw < l.corrected, "{l:?}");
         assert!((l.corrected - 0.7).abs() < 0.12, "{l:?}");

@@ -85,6 +85,7 @@ pub fn costing(model: &ModelSpec, profile: &ClusterProfile, k: &Knobs) -> Result
             start: Vec::new(),
             micro_batch_cv: profile.timing.micro_batch_cv.unwrap_or(0.0),
             micro_batch_correlation: profile.timing.micro_batch_correlation.unwrap_or(0.0),
+            draw_seed: 0, // plan takes the draws' expectation, draws none
             parallel: true,
         },
         wire: k.wire.or(profile.wire).unwrap_or_default(),

@@ -349,6 +349,7 @@ impl ClusterProfile {
             start: Vec::new(),
             micro_batch_cv: self.timing.micro_batch_cv.unwrap_or(0.0),
             micro_batch_correlation: self.timing.micro_batch_correlation.unwrap_or(0.0),
+            draw_seed: 0,
             parallel: true,
         })
     }

@@ -92,10 +92,11 @@ impl Ctx for SimCtx {
             };
             let mut dt = st.spec.cost(work, st.parts[self.rank].speed) * slowdown;
             if work == Work::MicroBatch {
-                // Micro-batches vary in time (straggle.rs): drawn from (rank, index), not from the order of events.
+                // Micro-batches vary in time (straggle.rs): drawn from (seed, rank, index), not from the order of events.
                 dt *= straggle::micro_batch_factor(
                     st.spec.micro_batch_cv,
                     st.spec.micro_batch_correlation,
+                    st.spec.draw_seed,
                     self.rank,
                     st.parts[self.rank].times.micro_batches,
                 );

@@ -39,6 +39,10 @@ pub struct SimSpec {
     /// times, in [0, 1): a slow stretch lasts several micro-batches
     /// (straggle.rs). 0: each drawn on its own.
     pub micro_batch_correlation: f64,
+    /// Seed of the micro-batch draws (straggle.rs): the run's `--seed`, so
+    /// runs with other seeds meet other slow stretches. 0 (the default)
+    /// draws what the simulator drew before runs had their own draws.
+    pub draw_seed: u64,
     /// Run the math of participants whose virtual compute intervals
     /// overlap at once, on `min(participants, cores)` job threads
     /// (sim/jobs.rs); `false` runs every compute on the executor's thread,
@@ -65,6 +69,7 @@ impl SimSpec {
             start: Vec::new(),
             micro_batch_cv: 0.0,
             micro_batch_correlation: 0.0,
+            draw_seed: 0,
             parallel: true,
         }
     }

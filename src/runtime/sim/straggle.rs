@@ -7,10 +7,14 @@
 //! `[timing] micro_batch_cv` (the standard deviation of one micro-batch's
 //! time over its median, which `lowcomm calibrate` measures), the simulator
 //! draws each micro-batch's time as `median x (1 + cv z)`, z standard
-//! normal, from a hash of (participant, micro-batch index): the draws do
-//! not depend on the order the executor runs things in, so a run repeats
-//! bit for bit and the parallel simulator gives the sequential one's
-//! times. `plan` takes the expectation instead: N members that each
+//! normal, from a hash of (run seed, participant, micro-batch index): the
+//! draws do not depend on the order the executor runs things in, so a run
+//! repeats bit for bit and the parallel simulator gives the sequential
+//! one's times, and runs with other seeds (`compare --seeds N`) meet other
+//! slow stretches, as real runs do. With one set of draws for every seed,
+//! every simulated run had met the same luck: over 144 micro-batches at the
+//! long-k profile's spread, worker 0 ran 5% fast and worker 1 3.4% slow
+//! (planner-accuracy finding 27). `plan` takes the expectation instead: N members that each
 //! computed K micro-batches since they last met reach the collective
 //! `e_N cv mb sqrt(K)` after the mean, e_N the expected largest of N
 //! standard normals ([`expected_max_of_normals`]).
@@ -28,33 +32,36 @@
 
 use crate::data::sampler::splitmix64;
 
-/// A standard normal drawn from (rank, index) alone (Box-Muller).
-fn normal(rank: usize, index: u64) -> f64 {
-    let key = splitmix64(splitmix64(rank as u64) ^ index);
+/// A standard normal drawn from (seed, rank, index) alone (Box-Muller).
+/// Seed 0 draws what the simulator drew before runs had their own draws.
+fn normal(seed: u64, rank: usize, index: u64) -> f64 {
+    // The seed in the high half: no (seed, rank) pair below 2^32 meets another.
+    let key = splitmix64(splitmix64(rank as u64 ^ seed.rotate_left(32)) ^ index);
     // Two uniforms in (0, 1]: 53 random bits each, never 0 (ln 0).
     let unit = |x: u64| ((x >> 11) + 1) as f64 / (1u64 << 53) as f64;
     let (u1, u2) = (unit(splitmix64(key)), unit(splitmix64(key ^ 0x5DEE_CE66_D1CE_5EED)));
     (-2.0 * u1.ln()).sqrt() * (std::f64::consts::TAU * u2).cos()
 }
 
-/// The factor on the `index`-th micro-batch of participant `rank`:
+/// The factor on the `index`-th micro-batch of participant `rank` in a
+/// run of seed `seed`:
 /// `max(0, 1 + cv z)`, z a standard normal. With `correlation` rho > 0, z
 /// is the AR(1) series' value, `sqrt(1 - rho^2) sum_k rho^k e_(index-k)`,
 /// summed until rho^k < 1e-6 (its variance is then 1 - 1e-12); indices
 /// before 0 wrap to other draws, so the series is stationary from the
 /// first micro-batch. Exactly 1 for `cv = 0`; rho = 0 draws what it drew
 /// before the correlation existed.
-pub fn micro_batch_factor(cv: f64, correlation: f64, rank: usize, index: u64) -> f64 {
+pub fn micro_batch_factor(cv: f64, correlation: f64, seed: u64, rank: usize, index: u64) -> f64 {
     if cv == 0.0 {
         return 1.0;
     }
     let z = if correlation <= 0.0 {
-        normal(rank, index)
+        normal(seed, rank, index)
     } else {
         let terms = (1e-6f64.ln() / correlation.ln()).ceil() as u64 + 1;
         let (mut weight, mut sum) = (1.0, 0.0);
         for k in 0..terms {
-            sum += weight * normal(rank, index.wrapping_sub(k));
+            sum += weight * normal(seed, rank, index.wrapping_sub(k));
             weight *= correlation;
         }
         (1.0 - correlation * correlation).sqrt() * sum
@@ -134,16 +141,46 @@ mod tests {
 
     #[test]
     fn micro_batch_factors_have_mean_1_and_spread_cv_and_repeat() {
-        assert_eq!(micro_batch_factor(0.0, 0.0, 3, 7), 1.0);
+        assert_eq!(micro_batch_factor(0.0, 0.0, 0, 3, 7), 1.0);
         let n = 200_000u64;
-        let f: Vec<f64> = (0..n).map(|i| micro_batch_factor(0.05, 0.0, (i % 4) as usize, i / 4)).collect();
+        let f: Vec<f64> = (0..n).map(|i| micro_batch_factor(0.05, 0.0, 0, (i % 4) as usize, i / 4)).collect();
         let mean = f.iter().sum::<f64>() / n as f64;
         let sd = (f.iter().map(|x| (x - mean).powi(2)).sum::<f64>() / n as f64).sqrt();
         assert!((mean - 1.0).abs() < 1e-3 && (sd - 0.05).abs() < 1e-3, "mean {mean}, sd {sd}");
         // The same (rank, index) always draws the same factor; neighbours differ.
-        assert_eq!(micro_batch_factor(0.05, 0.0, 1, 9), micro_batch_factor(0.05, 0.0, 1, 9));
-        assert_ne!(micro_batch_factor(0.05, 0.0, 1, 9), micro_batch_factor(0.05, 0.0, 2, 9));
-        assert_ne!(micro_batch_factor(0.05, 0.0, 1, 9), micro_batch_factor(0.05, 0.0, 1, 10));
+        assert_eq!(micro_batch_factor(0.05, 0.0, 0, 1, 9), micro_batch_factor(0.05, 0.0, 0, 1, 9));
+        assert_ne!(micro_batch_factor(0.05, 0.0, 0, 1, 9), micro_batch_factor(0.05, 0.0, 0, 2, 9));
+        assert_ne!(micro_batch_factor(0.05, 0.0, 0, 1, 9), micro_batch_factor(0.05, 0.0, 0, 1, 10));
+    }
+
+    #[test]
+    fn seed_0_draws_what_the_simulator_drew_before_runs_had_seeds() {
+        // Printed by 991737c's draws (no seed): 1 + 0.1 z for (rank 1,
+        // index 9) and (0, 0), and rho 0.5's factor for (3, 40).
+        assert!((micro_batch_factor(0.1, 0.0, 0, 1, 9) - 1.1167070973683269).abs() < 1e-12);
+        assert!((micro_batch_factor(0.1, 0.0, 0, 0, 0) - 0.9623293982982547).abs() < 1e-12);
+        assert!((micro_batch_factor(0.1, 0.5, 0, 3, 40) - 1.0250500185167548).abs() < 1e-12);
+    }
+
+    #[test]
+    fn each_seed_draws_its_own_run_and_their_run_means_spread_as_expected() {
+        // 144 micro-batches of one worker, cv 0.13, rho 0.5, under 400
+        // seeds: each seed's mean factor is one draw of a run's luck, whose
+        // standard deviation is cv sum_sd(144, 0.5) / 144 = 0.0187. Seeds
+        // that shared draws, or a seed that changed nothing, would spread
+        // less.
+        let (cv, rho, k, seeds) = (0.13, 0.5, 144u64, 400u64);
+        let run_mean = |seed: u64| (0..k).map(|i| micro_batch_factor(cv, rho, seed, 1, i)).sum::<f64>() / k as f64;
+        let means: Vec<f64> = (1337..1337 + seeds).map(run_mean).collect();
+        let mean = means.iter().sum::<f64>() / seeds as f64;
+        let sd = (means.iter().map(|m| (m - mean).powi(2)).sum::<f64>() / (seeds - 1) as f64).sqrt();
+        let want = cv * sum_sd(k as f64, rho) / k as f64;
+        assert!((mean - 1.0).abs() < 3.0 * want / (seeds as f64).sqrt(), "mean of the run means {mean}");
+        assert!((sd / want - 1.0).abs() < 0.12, "run means spread {sd}, expected {want}");
+        // A seed repeats itself; another seed, or another worker, draws anew.
+        assert_eq!(micro_batch_factor(cv, rho, 7, 1, 5), micro_batch_factor(cv, rho, 7, 1, 5));
+        assert_ne!(micro_batch_factor(cv, rho, 7, 1, 5), micro_batch_factor(cv, rho, 8, 1, 5));
+        assert_ne!(micro_batch_factor(cv, rho, 7, 1, 5), micro_batch_factor(cv, rho, 7, 0, 5));
     }
 
     #[test]
@@ -154,7 +191,7 @@ mod tests {
         let mut excess = 0.0;
         for r in 0..rounds {
             let latest = (0..members)
-                .map(|m| (0..k).map(|i| micro_batch_factor(cv, 0.0, m, r * k + i)).sum::<f64>())
+                .map(|m| (0..k).map(|i| micro_batch_factor(cv, 0.0, 0, m, r * k + i)).sum::<f64>())
                 .fold(f64::MIN, f64::max);
             excess += latest - k as f64;
         }
@@ -179,7 +216,7 @@ mod tests {
     #[test]
     fn correlated_factors_have_mean_1_spread_cv_and_the_lag_1_correlation_asked() {
         let (cv, rho, n) = (0.05, 0.7, 100_000u64);
-        let f: Vec<f64> = (0..n).map(|i| micro_batch_factor(cv, rho, 2, i)).collect();
+        let f: Vec<f64> = (0..n).map(|i| micro_batch_factor(cv, rho, 0, 2, i)).collect();
         let mean = f.iter().sum::<f64>() / n as f64;
         let d: Vec<f64> = f.iter().map(|x| x - mean).collect();
         let var = d.iter().map(|x| x * x).sum::<f64>() / n as f64;
@@ -187,8 +224,8 @@ mod tests {
         assert!((mean - 1.0).abs() < 2e-3 && (var.sqrt() - cv).abs() < 2e-3, "mean {mean}, sd {}", var.sqrt());
         assert!((lag1 - rho).abs() < 0.02, "lag-1 correlation {lag1}");
         // Other participants draw other series; the same one repeats.
-        assert_ne!(micro_batch_factor(cv, rho, 3, 5), micro_batch_factor(cv, rho, 2, 5));
-        assert_eq!(micro_batch_factor(cv, rho, 3, 5), micro_batch_factor(cv, rho, 3, 5));
+        assert_ne!(micro_batch_factor(cv, rho, 0, 3, 5), micro_batch_factor(cv, rho, 0, 2, 5));
+        assert_eq!(micro_batch_factor(cv, rho, 0, 3, 5), micro_batch_factor(cv, rho, 0, 3, 5));
     }
 
     #[test]
@@ -200,7 +237,7 @@ mod tests {
         let mut excess = 0.0;
         for r in 0..rounds {
             let latest = (0..members)
-                .map(|m| (0..k).map(|i| micro_batch_factor(cv, rho, m, r * k + i)).sum::<f64>())
+                .map(|m| (0..k).map(|i| micro_batch_factor(cv, rho, 0, m, r * k + i)).sum::<f64>())
                 .fold(f64::MIN, f64::max);
             excess += latest - k as f64;
         }

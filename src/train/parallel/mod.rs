@@ -210,6 +210,11 @@ pub fn setup(cfg: RunConfig, opts: &RunOptions) -> Result<Setup> {
     let (world, runtime) = runtime(&cfg.parallel, &model_cfg, n_params, t.batch_size * seq)?;
     // A method with a parameter server gets one more participant, the last.
     let mut runtime = runtime.with_server(method.needs_server());
+    // The simulator's micro-batch draws follow the run's seed, so seeds
+    // differ in their timing luck as real runs do (sim/straggle.rs).
+    if let Runtime::Sim(s) = &mut runtime {
+        s.draw_seed = t.seed;
+    }
     // ... and will its rounds end?
     super::duration::check(&cfg, &model_cfg, &method, &runtime, opts.yes)?;
     let (mut data, _) = open_data(&cfg, &model_cfg)?;
