@@ -264,6 +264,35 @@ def pct(x):
     return f"{100 * x:+.1f}%"
 
 
+def seed_lines(settings, variant):
+    """Where the simulator ran several seeds (SIM_SEEDS), each seed's s/round,
+    their spread and the real run's place against them: one seed's draws are
+    one run's luck, the mean over seeds the model's prediction (finding 27)."""
+    rows = []
+    for folder in settings:
+        real = runs(folder / "real") | runs(folder / "real-async")
+        for spec, seeds in runs(folder / ("sim" + variant)).items():
+            if isinstance(seeds, list) and len(seeds) > 1 and spec in real:
+                per = [measured(x)[0] for x in seeds]
+                r = measured(real[spec])[0]
+                mean = statistics.mean(per)
+                place = "inside" if min(per) <= r <= max(per) else f"{pct(rel(r, min(per) if r < min(per) else max(per)))} outside"
+                rows.append(
+                    f"| {folder.name} | {spec} | {' '.join(f'{x:.4f}' for x in per)} "
+                    f"| {100 * (max(per) - min(per)) / mean:.1f}% | {r:.4f} | {place} |"
+                )
+    if not rows:
+        return []
+    return [
+        "### The simulator's seeds: s/round of each, their spread, and the real run against them",
+        "",
+        "| setting | method | sim s/round per seed | spread (max - min over mean) | real | real against the seeds |",
+        "|---|---|---|---|---|---|",
+        *rows,
+        "",
+    ]
+
+
 def main(out, variant="", pooled=()):
     out = Path(out)
     variant = f"-{variant}" if variant else ""
@@ -316,7 +345,7 @@ def main(out, variant="", pooled=()):
                 f"{label}: sim median {100 * statistics.median(every_sim):.1f}%, worst {100 * max(every_sim):.1f}%; "
                 f"plan median {100 * statistics.median(every_plan):.1f}%, worst {100 * max(every_plan):.1f}%.  "
             )
-    lines += [""] + spread_lines(settings, out) + split_lines(settings, out, variant)
+    lines += [""] + seed_lines(settings, variant) + spread_lines(settings, out) + split_lines(settings, out, variant)
     text = "\n".join(lines) + "\n"
     (out / f"accuracy{variant}{f'-pooled-{1 + len(pooled)}' if pooled else ''}.md").write_text(text)
     print(text)

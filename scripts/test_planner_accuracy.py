@@ -60,6 +60,18 @@ class Seeds(unittest.TestCase):
         for g, want in zip(got, (0.11, 1.0, 0.175)):
             self.assertAlmostEqual(g, want)
 
+    def test_the_seed_table_places_the_real_run_against_the_seeds(self):
+        # Sim seeds at 0.10 and 0.12 s/round (spread 0.02 / 0.11 = 18.2%);
+        # a real run at 0.126 s/round is 5.0% above the slowest seed.
+        setting = scratch(self) / "20mbit"
+        for folder, name, wall in [("sim", "co2", 10.0), ("sim", "co2-seed-1338", 12.0), ("real", "co2", 12.6)]:
+            (setting / folder / "runs" / name).mkdir(parents=True)
+            worker = {"micro_batches": {"rounds": 100, "mean": 1.0}, "idle_s": 0.0}
+            result = {"spec": "co2", "summary": {"wall_s": wall, "workers": [worker]}}
+            (setting / folder / "runs" / name / "result.json").write_text(json.dumps(result))
+        rows = [l for l in pa.seed_lines([setting], "") if l.startswith("| 20mbit")]
+        self.assertEqual(rows, ["| 20mbit | co2 | 0.1000 0.1200 | 18.2% | 0.1260 | +5.0% outside |"])
+
 
 class PooledWalls(unittest.TestCase):
     def test_groups_worker_rounds_in_the_order_they_ended(self):
