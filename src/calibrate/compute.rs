@@ -118,6 +118,24 @@ impl ComputeCosts {
             .collect();
         (!dev.is_empty()).then(|| 1.4826 * Samples(dev).median())
     }
+    /// The spread within each set as a standard deviation: each sample over
+    /// its own set's mean, less 1, and the root mean square of that over
+    /// every sample. Unlike [`ComputeCosts::within_set_cv`] it counts a
+    /// set's long tail, which makes ranks wait as much as its core does
+    /// (planner-accuracy finding 27: 0.028 by the median deviation where the
+    /// runs spread 0.13-0.16). Written beside it for comparison.
+    pub fn within_set_sd_cv(&self) -> Option<f64> {
+        let dev: Vec<f64> = self
+            .micro_batch_sets
+            .iter()
+            .flat_map(|set| {
+                let all: Vec<f64> = set.iter().flat_map(|s| s.0.iter().copied()).collect();
+                let mean = all.iter().sum::<f64>() / all.len().max(1) as f64;
+                all.into_iter().map(move |x| x / mean.max(f64::MIN_POSITIVE) - 1.0)
+            })
+            .collect();
+        (!dev.is_empty()).then(|| (dev.iter().map(|d| d * d).sum::<f64>() / dev.len() as f64).sqrt())
+    }
     /// Memory bandwidth an AdamW step reaches, bytes/s (28 bytes a parameter).
     pub fn adamw_bandwidth(&self) -> f64 {
         OPTIMIZER_BYTES * self.params as f64 / self.adamw.median()
@@ -349,6 +367,20 @@ mod tests {
         // 2, 0 ms, median 8: 1.4826 x 8 / 19.
         assert!((c.micro_batch().robust_cv() - 1.4826 * 8.0 / 19.0).abs() < 1e-12);
         assert_eq!(ComputeCosts::default().within_set_cv(), None);
+    }
+
+    #[test]
+    fn the_standard_deviation_within_a_set_counts_its_tail() {
+        // Set A: 10, 10, 10 and 14 ms, mean 11: deviations -1/11 (x3), 3/11.
+        // Set B, twice as slow: the same relative deviations. RMS: sqrt((3 +
+        // 9) / 4) / 11 = sqrt(3) / 11. The median deviation sees only the
+        // core: 0 (three of four samples at the median).
+        let mut c = ComputeCosts::default();
+        c.add_micro_batches(vec![Samples(vec![0.010, 0.010]), Samples(vec![0.010, 0.014])]);
+        c.add_micro_batches(vec![Samples(vec![0.020, 0.020]), Samples(vec![0.020, 0.028])]);
+        assert!((c.within_set_sd_cv().unwrap() - 3f64.sqrt() / 11.0).abs() < 1e-12);
+        assert_eq!(c.within_set_cv(), Some(0.0));
+        assert_eq!(ComputeCosts::default().within_set_sd_cv(), None);
     }
 
     #[test]

@@ -289,6 +289,15 @@ pub fn render(c: &Calibration) -> String {
     let _ = writeln!(w, "# (every worker's micro-batches timed together): the simulator draws each micro-batch's");
     let _ = writeln!(w, "# time from it, so ranks reach a blocking collective apart (sim/straggle.rs). Over all");
     let _ = writeln!(w, "# {} set(s) pooled, the drift between them included: {pooled:.4}.", cc.micro_batch_sets.len());
+    if let Some(sd) = cc.within_set_sd_cv() {
+        let _ = writeln!(w, "# Within each set as a standard deviation over the mean, its long tail counted: {sd:.4}.");
+    }
+    // Kept so that another estimate can be taken from a kept profile (finding 27).
+    for (i, set) in cc.micro_batch_sets.iter().enumerate() {
+        let workers: Vec<String> =
+            set.iter().map(|s| s.0.iter().map(|x| format!("{:.1}", 1e3 * x)).collect::<Vec<_>>().join(" ")).collect();
+        let _ = writeln!(w, "# set {} (ms, worker by worker): {}", i + 1, workers.join(" | "));
+    }
     let _ = writeln!(w, "micro_batch_cv = {:e}", cc.within_set_cv().unwrap_or(pooled).min(0.5));
     match super::correlation::lag1(&cc.micro_batch_series()) {
         Some(l) => {
