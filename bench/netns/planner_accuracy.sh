@@ -22,6 +22,8 @@
 #                                                       # lag-1 correlation (sim-independent/, plan-independent.json)
 #   SIM_ONLY=seeds bash bench/netns/planner_accuracy.sh        # the kept profiles as they are, simulated under
 #                                                       # SIM_SEEDS seeds (sim-seeds/; plan-seeds.json is plan.json's twin)
+#   SIM_ONLY=sd bash bench/netns/planner_accuracy.sh           # micro_batch_cv from the profile's standard deviation
+#                                                       # within each set, its long tail counted (sim-sd/, plan-sd.json)
 #
 # The simulator runs SIM_SEEDS seeds (3 unless set) and the tables take the
 # mean over them: each seed draws its own micro-batch times (sim/straggle.rs),
@@ -125,6 +127,18 @@ if [[ ${SIM_ONLY:-0} == seeds ]]; then
         cp "$dir/profile.toml" "$dir/profile-seeds.toml"
     done
     simulate seeds
+    exit
+fi
+# sd: the spread as a standard deviation within each set (calibrate's
+# comment since e286d0c), in place of the median deviation (finding 27).
+if [[ ${SIM_ONLY:-0} == sd ]]; then
+    for setting in $SETTINGS; do
+        dir=$(dir_of "$setting")
+        sd=$(sed -n 's/^# Within each set as a standard deviation over the mean, its long tail counted: \([0-9.]*\)\.$/\1/p' "$dir/profile.toml")
+        [[ -n $sd ]] || { echo "$dir/profile.toml: no standard deviation within sets (calibrate before e286d0c)" >&2; exit 1; }
+        sed "s/^micro_batch_cv = .*/micro_batch_cv = $sd/" "$dir/profile.toml" > "$dir/profile-sd.toml"
+    done
+    simulate sd
     exit
 fi
 if [[ ${SIM_ONLY:-0} == straggle ]]; then
