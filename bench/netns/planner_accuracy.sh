@@ -110,35 +110,39 @@ simulate() {
     done
     python3 scripts/planner_accuracy.py "$OUT" "$name"
 }
+# derive NAME FILTER...: each setting's profile.toml through `FILTER... PROFILE`
+# into profile-NAME.toml, then simulate NAME.
+derive() {
+    local name=$1; shift
+    for setting in $SETTINGS; do
+        dir=$(dir_of "$setting")
+        "$@" "$dir/profile.toml" > "$dir/profile-$name.toml" || { rm -f "$dir/profile-$name.toml"; exit 1; }
+    done
+    simulate "$name"
+}
+# PROFILE with micro_batch_cv from its spread as a standard deviation within
+# each set (calibrate's comment since e286d0c).
+sd_as_cv() {
+    local sd
+    sd=$(sed -n 's/^# Within each set as a standard deviation over the mean, its long tail counted: \([0-9.]*\)\.$/\1/p' "$1")
+    [[ -n $sd ]] || { echo "$1: no standard deviation within sets (calibrate before e286d0c)" >&2; return 1; }
+    sed "s/^micro_batch_cv = .*/micro_batch_cv = $sd/" "$1"
+}
 # independent: the kept profiles without micro_batch_correlation, each
 # micro-batch drawn on its own: what the stretches are worth (finding 25).
 if [[ ${SIM_ONLY:-0} == independent ]]; then
-    for setting in $SETTINGS; do
-        dir=$(dir_of "$setting")
-        grep -v '^micro_batch_correlation' "$dir/profile.toml" > "$dir/profile-independent.toml"
-    done
-    simulate independent
+    derive independent grep -v '^micro_batch_correlation'
     exit
 fi
 # seeds: the kept profiles unchanged, under SIM_SEEDS seeds (finding 27).
 if [[ ${SIM_ONLY:-0} == seeds ]]; then
-    for setting in $SETTINGS; do
-        dir=$(dir_of "$setting")
-        cp "$dir/profile.toml" "$dir/profile-seeds.toml"
-    done
-    simulate seeds
+    derive seeds cat
     exit
 fi
-# sd: the spread as a standard deviation within each set (calibrate's
-# comment since e286d0c), in place of the median deviation (finding 27).
+# sd: the spread as a standard deviation within each set, in place of the
+# median deviation (finding 27).
 if [[ ${SIM_ONLY:-0} == sd ]]; then
-    for setting in $SETTINGS; do
-        dir=$(dir_of "$setting")
-        sd=$(sed -n 's/^# Within each set as a standard deviation over the mean, its long tail counted: \([0-9.]*\)\.$/\1/p' "$dir/profile.toml")
-        [[ -n $sd ]] || { echo "$dir/profile.toml: no standard deviation within sets (calibrate before e286d0c)" >&2; exit 1; }
-        sed "s/^micro_batch_cv = .*/micro_batch_cv = $sd/" "$dir/profile.toml" > "$dir/profile-sd.toml"
-    done
-    simulate sd
+    derive sd sd_as_cv
     exit
 fi
 if [[ ${SIM_ONLY:-0} == straggle ]]; then

@@ -108,14 +108,7 @@ impl ComputeCosts {
     /// apart, which moves every worker at once and makes none wait, is left
     /// out (docs/results/planner-accuracy.md, finding 26). `None` without sets.
     pub fn within_set_cv(&self) -> Option<f64> {
-        let dev: Vec<f64> = self
-            .micro_batch_sets
-            .iter()
-            .flat_map(|set| {
-                let med = Samples(set.iter().flat_map(|s| s.0.iter().copied()).collect()).median();
-                set.iter().flat_map(move |s| s.0.iter().map(move |x| (x / med.max(f64::MIN_POSITIVE) - 1.0).abs()))
-            })
-            .collect();
+        let dev: Vec<f64> = self.deviations_within_sets(Samples::median).into_iter().map(f64::abs).collect();
         (!dev.is_empty()).then(|| 1.4826 * Samples(dev).median())
     }
     /// The spread within each set as a standard deviation: each sample over
@@ -125,16 +118,20 @@ impl ComputeCosts {
     /// (planner-accuracy finding 27: 0.028 by the median deviation where the
     /// runs spread 0.13-0.16). Written beside it for comparison.
     pub fn within_set_sd_cv(&self) -> Option<f64> {
-        let dev: Vec<f64> = self
-            .micro_batch_sets
+        let dev = self.deviations_within_sets(Samples::mean);
+        (!dev.is_empty()).then(|| (dev.iter().map(|d| d * d).sum::<f64>() / dev.len() as f64).sqrt())
+    }
+    /// Each sample's relative deviation `x / c - 1` from `center` (median or
+    /// mean) of its own set, all workers of that set together, over every set.
+    fn deviations_within_sets(&self, center: fn(&Samples) -> f64) -> Vec<f64> {
+        self.micro_batch_sets
             .iter()
             .flat_map(|set| {
-                let all: Vec<f64> = set.iter().flat_map(|s| s.0.iter().copied()).collect();
-                let mean = all.iter().sum::<f64>() / all.len().max(1) as f64;
-                all.into_iter().map(move |x| x / mean.max(f64::MIN_POSITIVE) - 1.0)
+                let all = pooled(set.clone());
+                let c = center(&all).max(f64::MIN_POSITIVE);
+                all.0.into_iter().map(move |x| x / c - 1.0)
             })
-            .collect();
-        (!dev.is_empty()).then(|| (dev.iter().map(|d| d * d).sum::<f64>() / dev.len() as f64).sqrt())
+            .collect()
     }
     /// Memory bandwidth an AdamW step reaches, bytes/s (28 bytes a parameter).
     pub fn adamw_bandwidth(&self) -> f64 {

@@ -14,10 +14,10 @@
 //! slow stretches, as real runs do. With one set of draws for every seed,
 //! every simulated run had met the same luck: over 144 micro-batches at the
 //! long-k profile's spread, worker 0 ran 5% fast and worker 1 3.4% slow
-//! (planner-accuracy finding 27). `plan` takes the expectation instead: N members that each
-//! computed K micro-batches since they last met reach the collective
-//! `e_N cv mb sqrt(K)` after the mean, e_N the expected largest of N
-//! standard normals ([`expected_max_of_normals`]).
+//! (planner-accuracy finding 27). `plan` takes the expectation instead: N
+//! members that each computed K micro-batches since they last met reach
+//! the collective `e_N cv mb sqrt(K)` after the mean, e_N the expected
+//! largest of N standard normals ([`expected_max_of_normals`]).
 //!
 //! A slow micro-batch is seldom alone: on a shared host one worker's slow
 //! stretch lasts several micro-batches (lag-1 correlation 0.24-0.85 in the
