@@ -123,7 +123,7 @@ pub fn run_mpi(
     let bytes = (mine.params * 4).min(opts.max_bytes).max(4);
     let ranks: Vec<usize> = (0..size).collect();
     if root {
-        progress(2, &format!("overlap: all-reduce of {} over {size} ranks, alone, while each rank computes micro-batches on a second thread, then the micro-batches alone, in turn", size_text(bytes)));
+        progress(2, &format!("overlap: all-reduce of {} over {size} ranks, alone, while each rank computes micro-batches on a second thread, then the micro-batches alone, then chained as co2 runs them, in turn", size_text(bytes)));
     }
     let mut overlap =
         overlap::measure(fabric.group(&ranks), &opts.model, (opts.batch, opts.seq), bytes, opts.repeats.clamp(3, 10));
@@ -134,9 +134,10 @@ pub fn run_mpi(
         progress(
             2,
             &format!(
-                "  all-reduce {:.4} ms alone, {:.4} ms overlapped; micro-batch {:.4} ms overlapped ({} samples), {:.4} ms alone ({})",
+                "  all-reduce {:.4} ms alone, {:.4} ms overlapped, {:.4} ms chained; micro-batch {:.4} ms overlapped ({} samples), {:.4} ms alone ({})",
                 overlap.comm_alone.median() * 1e3,
                 overlap.comm_overlapped.median() * 1e3,
+                overlap.comm_chained.median() * 1e3,
                 overlap.compute_overlapped.median() * 1e3,
                 overlap.compute_overlapped.0.len(),
                 overlap.compute_alone.median() * 1e3,

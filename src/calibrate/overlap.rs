@@ -16,6 +16,12 @@
 //! instead, minutes earlier, three calibrations measured 1.20-1.98 where
 //! the acco runs that followed computed at 1.15-1.29x
 //! (docs/results/planner-accuracy.md, findings 15 and 16).
+//!
+//! A third set times the all-reduce as co2 runs it on a link that bounds
+//! it, each launched as the last returns with micro-batches beside its
+//! start (`Overlap::comm_chained`). The profile reports it and no factor
+//! takes it: co2's all-reduces in training run 1.06-1.11x diloco's at
+//! 20 Mbit/s (finding 20), and this pattern, timed here, did not (finding 28).
 
 use super::compute::{tokens, Samples};
 use crate::comm::activity::Computing;
@@ -23,6 +29,7 @@ use crate::comm::{Communicator, ReduceOp, WireDtype};
 use crate::model::{Gpt, GptConfig};
 use crate::runtime::kernel_pool;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Mutex;
 use std::time::Instant;
 
 /// The samples behind the two factors.
@@ -36,6 +43,14 @@ pub struct Overlap {
     pub comm_alone: Samples,
     /// Its seconds while this rank computes micro-batches.
     pub comm_overlapped: Samples,
+    /// Its seconds launched the moment the previous one returned, this rank
+    /// computing micro-batches through the first [`CHAINED_COVER`] of it
+    /// (co2's pattern on a link that bounds it: each outer all-reduce
+    /// starts as the last ends, its inner steps beside the start). The
+    /// all-reduces above start after a barrier, from an idle link.
+    pub comm_chained: Samples,
+    /// The share of each chained all-reduce that micro-batches covered.
+    pub chained_covered: Samples,
     /// A micro-batch's seconds while the all-reduces run.
     pub compute_overlapped: Samples,
     /// A micro-batch's seconds right after each overlapped all-reduce, for
@@ -89,6 +104,15 @@ impl Overlap {
     }
 }
 
+/// The share of a chained all-reduce (`Overlap::comm_chained`) that the
+/// rank computes beside, timed alone: co2's 12 inner steps beside its
+/// all-reduce at 20 Mbit/s (39-41%, docs/results/planner-accuracy.md,
+/// finding 20, where a fifth and four fifths cost the same).
+pub const CHAINED_COVER: f64 = 0.4;
+
+/// All-reduces in each chain; the first (after a barrier) is not kept.
+const CHAIN: usize = 3;
+
 /// A host drift ([`Overlap::host_drift`]) past which calibrate warns: a
 /// micro-batch off by more than the planner's 5% bar moves every
 /// prediction of a compute-bound method past it.
@@ -119,10 +143,28 @@ fn secs((a, b): &(Instant, Instant)) -> f64 {
     (*b - *a).as_secs_f64()
 }
 
+/// The share of `(start, end)` that the `spans` cover (they do not overlap each other).
+fn covered((s, e): &(Instant, Instant), spans: &[(Instant, Instant)]) -> f64 {
+    let inside: f64 = spans
+        .iter()
+        .map(|(a, b)| {
+            let (from, to) = ((*a).max(*s), (*b).min(*e));
+            if to > from {
+                secs(&(from, to))
+            } else {
+                0.0
+            }
+        })
+        .sum();
+    inside / secs(&(*s, *e)).max(f64::MIN_POSITIVE)
+}
+
 /// Measures on `comm` (every member calls it): `repeats` rounds of an
 /// all-reduce of `bytes` alone, the same all-reduce while a thread computes
 /// micro-batches of `model` (`batch` x `seq` tokens), then that thread
-/// computing alone for as long as the overlapped all-reduce took. The
+/// computing alone for as long as the overlapped all-reduce took, then a
+/// chain of [`CHAIN`] all-reduces back to back, each with micro-batches
+/// beside its first [`CHAINED_COVER`]. The
 /// rounds interleave, so that a link whose rate drifts or jitters (a shared
 /// network, `mpirun_shaped.sh --jitter`) slows both all-reduces alike, and
 /// cores that a neighbour takes for a while slow both micro-batch sets
@@ -142,19 +184,20 @@ pub fn measure(
     let mut buf = vec![1.0f32; (bytes / 4).max(1)];
     // One untimed, to set up the connections.
     comm.all_reduce(&mut buf, ReduceOp::Mean, WireDtype::F32);
-    // The compute thread runs micro-batches while `computing` is set and
-    // sleeps otherwise (a spinning thread would load the "alone" samples);
-    // `busy` says a micro-batch is running, so that an all-reduce alone
-    // waits for the last one to end.
-    let (computing, busy, stop) = (AtomicBool::new(false), AtomicBool::new(false), AtomicBool::new(false));
-    let (mut alone, mut windows, mut blocks) = (vec![], vec![], vec![]);
+    // The compute thread starts micro-batches until the instant in
+    // `until`, and sleeps while it is past or unset (a spinning thread
+    // would load the "alone" samples); `busy` says a micro-batch is
+    // running, so that an all-reduce alone waits for the last one to end.
+    let (until, busy, stop) = (Mutex::new(None::<Instant>), AtomicBool::new(false), AtomicBool::new(false));
+    let compute_until = |t: Option<Instant>| *until.lock().expect("the overlap's clock") = t;
+    let (mut alone, mut windows, mut blocks, mut chained) = (vec![], vec![], vec![], vec![]);
     let compute = || {
         // The weights do not matter for timing: seed 0.
         let mut m = Gpt::new(model.clone(), 0).expect("validated by the compute phase");
         let (x, y) = tokens(model, batch, seq, 0);
         let mut spans = Vec::new();
         while !stop.load(Ordering::Acquire) {
-            if !computing.load(Ordering::Acquire) {
+            if !until.lock().expect("the overlap's clock").is_some_and(|u| Instant::now() < u) {
                 std::thread::sleep(std::time::Duration::from_micros(200));
                 continue;
             }
@@ -171,6 +214,13 @@ pub fn measure(
         }
         spans
     };
+    let idle = || {
+        while busy.load(Ordering::Acquire) {
+            std::thread::sleep(std::time::Duration::from_micros(200));
+        }
+    };
+    // Until told otherwise.
+    let long = std::time::Duration::from_secs(3600);
     let spans = std::thread::scope(|sc| {
         // The one computing thread, as a lone training worker computes (runtime/kernel_pool.rs).
         let worker = sc.spawn(|| {
@@ -178,11 +228,9 @@ pub fn measure(
             kernel_pool::run(pool.as_ref(), compute)
         });
         for _ in 0..repeats {
-            while busy.load(Ordering::Acquire) {
-                std::thread::sleep(std::time::Duration::from_micros(200));
-            }
+            idle();
             alone.push(all_reduce(comm, &mut buf));
-            computing.store(true, Ordering::Release);
+            compute_until(Some(Instant::now() + long));
             let (s, e) = all_reduce(comm, &mut buf);
             windows.push((s, e));
             // Every rank computes alone at once, for as long.
@@ -190,7 +238,21 @@ pub fn measure(
             let t = Instant::now();
             std::thread::sleep(e - s);
             blocks.push((t, Instant::now()));
-            computing.store(false, Ordering::Release);
+            compute_until(None);
+            idle();
+            // co2's pattern: each all-reduce launched as the last returns,
+            // micro-batches started through its first part (timed alone).
+            let cover = Samples(alone.iter().map(secs).collect()).median() * CHAINED_COVER;
+            comm.barrier();
+            for i in 0..CHAIN {
+                let t = Instant::now();
+                compute_until(Some(t + std::time::Duration::from_secs_f64(cover)));
+                comm.all_reduce(&mut buf, ReduceOp::Mean, WireDtype::F32);
+                if i > 0 {
+                    chained.push((t, Instant::now()));
+                }
+            }
+            compute_until(None);
         }
         stop.store(true, Ordering::Release);
         worker.join().expect("the overlap's compute thread")
@@ -204,6 +266,8 @@ pub fn measure(
         members,
         comm_alone: Samples(alone.iter().map(secs).collect()),
         comm_overlapped: Samples(windows.iter().map(secs).collect()),
+        comm_chained: Samples(chained.iter().map(secs).collect()),
+        chained_covered: Samples(chained.iter().map(|c| covered(c, &spans)).collect()),
         compute_overlapped: within(&windows),
         compute_alone: within(&blocks),
         shared_cores: false,
@@ -221,6 +285,8 @@ mod tests {
             members: 2,
             comm_alone: Samples(vec![1.0, 2.0, 3.0]),
             comm_overlapped: Samples(vec![2.5, 2.0, 3.0]),
+            comm_chained: Samples(vec![2.0]),
+            chained_covered: Samples(vec![0.4]),
             compute_overlapped: Samples(vec![0.3, 0.2, 0.1]),
             compute_alone: Samples(vec![0.1, 0.1, 0.2]),
             shared_cores: false,
@@ -248,6 +314,8 @@ mod tests {
             members: 2,
             comm_alone: Samples(vec![1.0]),
             comm_overlapped: Samples(vec![1.0]),
+            comm_chained: Samples(vec![1.0]),
+            chained_covered: Samples(vec![0.4]),
             compute_overlapped: Samples(vec![0.2]),
             compute_alone: Samples(vec![0.012, 0.013]),
             shared_cores: false,
@@ -287,7 +355,12 @@ mod tests {
         let model = GptConfig::gpt2(37, 16, 1, 2, 8);
         let o = measure(&mut link, &model, (2, 8), 1 << 10, 3);
         assert_eq!((o.comm_alone.0.len(), o.comm_overlapped.0.len()), (3, 3));
-        assert!(o.comm_alone.0.iter().all(|&s| s >= 0.06), "{:?}", o.comm_alone);
+        // Each chain's all-reduces but its first: (3 - 1) x 3.
+        assert_eq!(o.comm_chained.0.len(), (CHAIN - 1) * 3);
+        assert!(o.comm_alone.0.iter().chain(&o.comm_chained.0).all(|&s| s >= 0.06), "{o:?}");
+        // Micro-batches start through the first 40% of each (24 ms of 60;
+        // the last one may end a little past it): neither none nor all.
+        assert!(o.chained_covered.0.iter().all(|&c| c > 0.1 && c < 0.6), "{:?}", o.chained_covered);
         // A micro-batch of this model takes well under a millisecond: both
         // sets hold several per 60 ms stretch, and none longer than one.
         assert!(o.compute_overlapped.0.len() >= 3 && o.compute_alone.0.len() >= 3, "{o:?}");
@@ -303,6 +376,7 @@ mod tests {
         let model = GptConfig::gpt2(37, 16, 1, 2, 8);
         let o = measure(&mut g, &model, (2, 8), 1 << 20, 3);
         assert_eq!((o.comm_alone.0.len(), o.comm_overlapped.0.len(), o.members), (3, 3, 1));
+        assert_eq!(o.comm_chained.0.len(), (CHAIN - 1) * 3);
         assert!(o.compute_overlapped.0.iter().chain(&o.compute_alone.0).all(|&s| s > 0.0));
     }
 }

@@ -4,7 +4,7 @@
 
 use super::compute::{Samples, ELEMENTWISE_BYTES, OPTIMIZER_BYTES};
 use super::fit::{tier_spec, AlphaBeta};
-use super::overlap::{Overlap, HOST_DRIFT_WARNING};
+use super::overlap::{Overlap, CHAINED_COVER, HOST_DRIFT_WARNING};
 use super::{size_text, Calibration, Measured, TierSource};
 use crate::comm::link_measured::MAX_POINTS;
 use std::fmt::Write;
@@ -170,6 +170,13 @@ fn overlap_lines(w: &mut String, o: &Overlap, alone: &Samples) {
     let _ = writeln!(w, "# alone and while the rank computes, in turn ({} pairs)", o.comm_alone.0.len());
     let _ = writeln!(w, "# alone:                {}", stats(&o.comm_alone, 1e3, "ms"));
     let _ = writeln!(w, "# while the rank computes: {}", stats(&o.comm_overlapped, 1e3, "ms"));
+    let _ = writeln!(
+        w,
+        "# launched as the last returned, micro-batches started through its first {:.0}% (co2's pattern):",
+        100.0 * CHAINED_COVER
+    );
+    let _ =
+        writeln!(w, "#   {}, covered {:.0}%", stats(&o.comm_chained, 1e3, "ms"), 100.0 * o.chained_covered.median());
     let _ = writeln!(w, "# a micro-batch while the all-reduces run: {}", stats(&o.compute_overlapped, 1e3, "ms"));
     let _ = writeln!(w, "# and right after each, as long, alone: {}", stats(&o.compute_alone, 1e3, "ms"));
     let timing = o.compute_overlapped.median() / alone.median().max(f64::MIN_POSITIVE);

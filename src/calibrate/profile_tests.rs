@@ -70,6 +70,8 @@ fn hand_overlap() -> Overlap {
         members: 2,
         comm_alone: Samples(vec![0.5]),
         comm_overlapped: Samples(vec![0.625]),
+        comm_chained: Samples(vec![0.5]),
+        chained_covered: Samples(vec![0.4]),
         compute_overlapped: Samples(vec![0.02]),
         compute_alone: Samples(vec![0.016]),
         shared_cores: false,
