@@ -11,8 +11,9 @@ the rank that started it last waited for nobody, so its span is the
 transfer alone (the other's adds the wait for it). co2's first and last
 all-reduces are left out (the first starts beside no computation, the last
 blocks). Beside them, calibrate's overlap phase: the same all-reduce alone
-and while the rank computes (median / mean, ms, from profile.toml's
-comments). The runs/ folders are not committed: the numbers need the
+and while the rank computes, and (profiles from 80182dd on) chained as
+co2 runs it (median / mean, ms, from profile.toml's comments; finding
+28). The runs/ folders are not committed: the numbers need the
 machine that ran them.
 """
 import re
@@ -26,6 +27,7 @@ from async_exchange import all_spans
 SETTINGS = ("100mbit", "20mbit", "50mbit-jitter50")
 CALIBRATED = re.compile(r"# alone: +median ([\d.]+) ms, mean ([\d.]+).*\n"
                         r"# while the rank computes: median ([\d.]+) ms, mean ([\d.]+)")
+CHAINED = re.compile(r"# launched as the last returned.*\n#   median ([\d.]+) ms, mean ([\d.]+)")
 
 
 def transfers(run):
@@ -41,9 +43,15 @@ def calibrated(profile):
     return tuple(float(x) for x in m.groups()) if m else None
 
 
+def chained(profile):
+    """(median, mean) in ms of the all-reduce chained as co2 runs it, or None (older profiles)."""
+    m = CHAINED.search(profile.read_text()) if profile.exists() else None
+    return tuple(float(x) for x in m.groups()) if m else None
+
+
 def main(runs):
-    lines = ["| run | setting | co2 all-reduce (ms) | diloco's | co2 / diloco | calibrate: alone, computing (median / mean, ms) |",
-             "|---|---|---|---|---|---|"]
+    lines = ["| run | setting | co2 all-reduce (ms) | diloco's | co2 / diloco | calibrate: alone, computing (median / mean, ms) | chained (median / mean, ms) |",
+             "|---|---|---|---|---|---|---|"]
     ratios = {}
     for run in runs:
         for setting in SETTINGS:
@@ -56,7 +64,9 @@ def main(runs):
             ratios.setdefault(setting, []).append(c / d)
             cal = calibrated(folder / "profile.toml")
             cal_text = f"{cal[0]:.0f} / {cal[1]:.0f}, {cal[2]:.0f} / {cal[3]:.0f}" if cal else "-"
-            lines.append(f"| {run.name} | {setting} | {1000 * c:.0f} | {1000 * d:.0f} | {c / d:.3f} | {cal_text} |")
+            ch = chained(folder / "profile.toml")
+            ch_text = f"{ch[0]:.0f} / {ch[1]:.0f}" if ch else "-"
+            lines.append(f"| {run.name} | {setting} | {1000 * c:.0f} | {1000 * d:.0f} | {c / d:.3f} | {cal_text} | {ch_text} |")
     lines += ["", "| setting | co2 / diloco: median [min, max] | runs |", "|---|---|---|"]
     for setting in SETTINGS:
         rs = ratios.get(setting)

@@ -4,7 +4,7 @@ import tempfile
 import unittest
 from pathlib import Path
 
-from co2_all_reduce_in_runs import calibrated, transfers
+from co2_all_reduce_in_runs import calibrated, chained, transfers
 
 
 class TransfersTest(unittest.TestCase):
@@ -37,6 +37,16 @@ class CalibratedTest(unittest.TestCase):
             p.write_text(text)
             self.assertEqual(calibrated(p), (1280.0403, 1303.3246, 1343.6684, 1350.4769))
             self.assertIsNone(calibrated(Path(d) / "missing.toml"))
+            # A profile from before the chained all-reduce has none.
+            self.assertIsNone(chained(p))
+
+    def test_reads_the_chained_all_reduce_two_lines_down(self):
+        text = ("# launched as the last returned, micro-batches started through its first 40% (co2's pattern):\n"
+                "#   median 1354.3302 ms, mean 1355.3236 (1161.2 .. 1603.4 over 20 samples, spread 33%), covered 42%\n")
+        with tempfile.TemporaryDirectory() as d:
+            p = Path(d) / "profile.toml"
+            p.write_text(text)
+            self.assertEqual(chained(p), (1354.3302, 1355.3236))
 
 
 if __name__ == "__main__":

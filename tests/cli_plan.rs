@@ -284,3 +284,21 @@ fn plan_shows_the_global_batch_each_method_implies() {
     assert!(row("local-sgd").contains(&format!("| {} (1) |", short_count(workers * tokens))), "{}", row("local-sgd"));
     assert!(text.contains("global batch = tokens per optimizer step") && text.contains("per inner step"), "{text}");
 }
+
+#[test]
+fn plan_repeats_the_warnings_calibrate_wrote_into_its_profile() {
+    let dir = std::env::temp_dir().join(format!("lowcomm-plan-warn-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let profile = dir.join("drifted.toml");
+    let text = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(A100)).unwrap();
+    std::fs::write(&profile, format!("# WARNING: this host's speed moved while calibrate ran (+9%).\n{text}")).unwrap();
+    let out = lowcomm(&["plan", "--model", "nano", "--cluster", profile.to_str().unwrap(), "--methods", "ddp"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(out.status.success(), "{err}");
+    let line = format!("warning: {}: this host's speed moved while calibrate ran (+9%).", profile.display());
+    assert_eq!(err.matches(&line).count(), 1, "{err}");
+    // The shipped profile has no warning: nothing said.
+    let out = lowcomm(&["plan", "--model", "nano", "--cluster", A100, "--methods", "ddp"]);
+    assert!(!String::from_utf8_lossy(&out.stderr).contains("warning:"), "{}", String::from_utf8_lossy(&out.stderr));
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -175,6 +175,34 @@ fn speeds_example(p: usize) -> String {
     }
 }
 
+/// The `# WARNING: ...` comments of a profile's text (calibrate writes one
+/// for a link that does not fit alpha-beta and for a host whose speed moved
+/// while it measured), each without its prefix.
+pub fn warnings(text: &str) -> Vec<&str> {
+    text.lines().filter_map(|l| l.trim_start().strip_prefix("# WARNING:")).map(str::trim).collect()
+}
+
+/// Says a profile's [`warnings`] on stderr, once per file a process reads
+/// (a comparison reads its profile once per run): a prediction from that
+/// profile inherits them, and a comment nobody opens warns nobody.
+fn warn_once(path: &Path, text: &str) {
+    let found = warnings(text);
+    if !found.is_empty() && first_warning_of(path) {
+        found.iter().for_each(|w| eprintln!("warning: {}: {w}", path.display()));
+    }
+}
+
+/// Whether this process has not yet warned of `path`'s profile; it has from now on.
+fn first_warning_of(path: &Path) -> bool {
+    static WARNED: std::sync::Mutex<Vec<std::path::PathBuf>> = std::sync::Mutex::new(Vec::new());
+    let mut warned = WARNED.lock().unwrap_or_else(|e| e.into_inner());
+    let first = !warned.iter().any(|p| p == path);
+    if first {
+        warned.push(path.to_path_buf());
+    }
+    first
+}
+
 impl ClusterProfile {
     /// Read and validate a profile; errors start with the file name.
     pub fn from_file(path: impl AsRef<Path>) -> Result<Self> {
@@ -182,7 +210,9 @@ impl ClusterProfile {
         let text =
             std::fs::read_to_string(path).with_context(|| format!("cannot read cluster profile {}", path.display()))?;
         // One line `file: field: problem`, not a context chain that hides the field.
-        Self::from_toml(&text).map_err(|e| anyhow!("{}: {e:#}", path.display()))
+        let profile = Self::from_toml(&text).map_err(|e| anyhow!("{}: {e:#}", path.display()))?;
+        warn_once(path, &text);
+        Ok(profile)
     }
 
     /// Parse and validate TOML text.

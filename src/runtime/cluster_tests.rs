@@ -164,3 +164,15 @@ fn file_errors_start_with_the_path() {
     std::fs::remove_file(&path).unwrap();
     assert!(e.starts_with(&format!("{}: links.inter: cannot parse link \"fast\"", path.display())), "{e}");
 }
+
+#[test]
+fn a_profiles_warning_comments_are_read_back_without_their_prefix() {
+    let text = "name = \"x\"\n# a comment\n# WARNING: this host's speed moved (+6%).\n  # WARNING:  a second one \nnodes = 1 # WARNING: not a comment line\n";
+    assert_eq!(warnings(text), vec!["this host's speed moved (+6%).", "a second one"]);
+    assert!(warnings("name = \"x\"\n").is_empty());
+    // Said once per file a process reads, however often it reads it.
+    let path = Path::new("/nonexistent/lowcomm-warned-once.toml");
+    assert!(first_warning_of(path));
+    assert!(!first_warning_of(path) && !first_warning_of(path));
+    assert!(first_warning_of(Path::new("/nonexistent/another.toml")));
+}
