@@ -99,6 +99,8 @@ fn measured_overlap_factors_reach_the_simulator() {
     assert_eq!(spec.interference, crate::runtime::sim::Interference { compute: 1.25, comm: 1.25, beside: 1.125 });
     assert!(text.contains("minutes away: 2.000"), "{text}");
     assert!(text.contains("while the rank computes"), "{text}");
+    // The chained all-reduce is reported, and takes no factor: comm stays 0.625 / 0.5.
+    assert!(text.contains("(co2's pattern):\n#   median 500.0000 ms") && text.contains("covered 40%"), "{text}");
     // Without the measurement (one process), no factors are written.
     assert!(!render(&hand(1)).contains("overlap_"));
 }
