@@ -123,8 +123,9 @@ fn tier(out: &mut String, key: &str, src: &TierSource) -> Option<String> {
             if !f.fits() {
                 let _ = writeln!(
                     out,
-                    "# WARNING: this link does not fit alpha-beta; the simulator and `plan` use the measured sweep\n\
-                     # ([links.{key}_sweep]) between its sizes, and past the largest its last slope."
+                    // One line: `plan` and the runs repeat it (runtime/cluster.rs, `warnings`).
+                    "# WARNING: the {key} link's all-reduce does not fit alpha-beta; the simulator and `plan` use \
+                     its measured sweep ([links.{key}_sweep]) between its sizes, and past the largest its last slope."
                 );
             }
             if let Some((pp, pf)) = ping_pong {

@@ -163,7 +163,13 @@ fn a_sweep_that_does_not_fit_is_said_to_in_the_profile() {
         ping_pong: None,
     });
     let text = render(&c);
-    assert!(text.contains("DOES NOT FIT alpha-beta") && text.contains("WARNING: this link does not fit"), "{text}");
+    assert!(text.contains("DOES NOT FIT alpha-beta") && text.contains("# WARNING: the intra link's all-reduce does not fit alpha-beta; the simulator and `plan` use its measured sweep ([links.intra_sweep])"), "{text}");
+    // On one line, so that `plan` repeats all of it.
+    let said = crate::runtime::cluster::warnings(&text);
+    assert!(
+        said.len() == 1 && said[0].starts_with("the intra link's") && said[0].ends_with("its last slope."),
+        "{said:?}"
+    );
     // The simulator's all-reduce over the two ranks gives back each
     // measured time, not the line's, and grows with size between them.
     let l = ClusterProfile::from_toml(&text).unwrap().link_model().unwrap();
