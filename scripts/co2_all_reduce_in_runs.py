@@ -37,16 +37,20 @@ def transfers(run):
     return [min(e0 - s0, e1 - s1) for (s0, e0), (s1, e1) in pairs]
 
 
+def numbers(pattern, profile):
+    """The numbers `pattern` captures in the profile's text, or None (no file, no match)."""
+    m = pattern.search(profile.read_text()) if profile.exists() else None
+    return tuple(float(x) for x in m.groups()) if m else None
+
+
 def calibrated(profile):
     """(alone median, alone mean, computing median, computing mean) in ms, or None."""
-    m = CALIBRATED.search(profile.read_text()) if profile.exists() else None
-    return tuple(float(x) for x in m.groups()) if m else None
+    return numbers(CALIBRATED, profile)
 
 
 def chained(profile):
     """(median, mean) in ms of the all-reduce chained as co2 runs it, or None (older profiles)."""
-    m = CHAINED.search(profile.read_text()) if profile.exists() else None
-    return tuple(float(x) for x in m.groups()) if m else None
+    return numbers(CHAINED, profile)
 
 
 def main(runs):

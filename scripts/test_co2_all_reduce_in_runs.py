@@ -29,25 +29,30 @@ class TransfersTest(unittest.TestCase):
 
 
 class CalibratedTest(unittest.TestCase):
+    def setUp(self):
+        self.dir = tempfile.TemporaryDirectory()
+        self.addCleanup(self.dir.cleanup)
+
+    def profile(self, text):
+        """A profile.toml holding `text`."""
+        p = Path(self.dir.name) / "profile.toml"
+        p.write_text(text)
+        return p
+
     def test_reads_the_overlap_phases_two_lines(self):
-        text = ("# alone:                median 1280.0403 ms, mean 1303.3246 (1208.1 .. 1466.9 over 10 samples, spread 20%)\n"
-                "# while the rank computes: median 1343.6684 ms, mean 1350.4769 (1207.9 .. 1529.0 over 10 samples, spread 24%)\n")
-        with tempfile.TemporaryDirectory() as d:
-            p = Path(d) / "profile.toml"
-            p.write_text(text)
-            self.assertEqual(calibrated(p), (1280.0403, 1303.3246, 1343.6684, 1350.4769))
-            self.assertIsNone(calibrated(Path(d) / "missing.toml"))
-            # A profile from before the chained all-reduce has none.
-            self.assertIsNone(chained(p))
+        p = self.profile(
+            "# alone:                median 1280.0403 ms, mean 1303.3246 (1208.1 .. 1466.9 over 10 samples, spread 20%)\n"
+            "# while the rank computes: median 1343.6684 ms, mean 1350.4769 (1207.9 .. 1529.0 over 10 samples, spread 24%)\n")
+        self.assertEqual(calibrated(p), (1280.0403, 1303.3246, 1343.6684, 1350.4769))
+        self.assertIsNone(calibrated(Path(self.dir.name) / "missing.toml"))
+        # A profile from before the chained all-reduce has none.
+        self.assertIsNone(chained(p))
 
     def test_reads_the_chained_all_reduce_two_lines_down(self):
-        text = ("# launched as the last returned, micro-batches started through its first 40% (co2's pattern):\n"
-                "#   median 1354.3302 ms, mean 1355.3236 (1161.2 .. 1603.4 over 20 samples, spread 33%), covered 42%\n")
-        with tempfile.TemporaryDirectory() as d:
-            p = Path(d) / "profile.toml"
-            p.write_text(text)
-            self.assertEqual(chained(p), (1354.3302, 1355.3236))
-
+        p = self.profile(
+            "# launched as the last returned, micro-batches started through its first 40% (co2's pattern):\n"
+            "#   median 1354.3302 ms, mean 1355.3236 (1161.2 .. 1603.4 over 20 samples, spread 33%), covered 42%\n")
+        self.assertEqual(chained(p), (1354.3302, 1355.3236))
 
 if __name__ == "__main__":
     unittest.main()
