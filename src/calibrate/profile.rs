@@ -147,7 +147,7 @@ fn tier(out: &mut String, key: &str, src: &TierSource) -> Option<String> {
 
 /// The warning of a host whose speed moved while calibrate ran, past
 /// [`HOST_DRIFT_WARNING`]; the profile's comment and calibrate's output.
-pub fn host_drift_warning(o: &Overlap, timing: &Samples) -> Option<String> {
+fn host_drift_warning(o: &Overlap, timing: &Samples) -> Option<String> {
     let drift = o.host_drift(timing).filter(|d| d.abs() > HOST_DRIFT_WARNING)?;
     Some(format!(
         "this host's speed moved while calibrate ran: a micro-batch alone took {:.1} ms on average in the \
@@ -158,6 +158,30 @@ pub fn host_drift_warning(o: &Overlap, timing: &Samples) -> Option<String> {
         timing.mean() * 1e3,
         100.0 * drift
     ))
+}
+
+/// Micro-batches timed beside the all-reduce below which
+/// `overlap_compute_factor` is said to rest on too few: on four ranks at
+/// 100 Mbit/s one sample gave 2.19, where sets of 55 and 113 gave 1.31 and
+/// 1.26 at slower rates and the runs that followed were closer to 1
+/// (docs/results/planner-accuracy.md, finding 29).
+const FEW_OVERLAPPED: usize = 3;
+
+/// calibrate's warnings on its overlap phase, for the profile's comments
+/// and calibrate's output: the host's drift, and a compute factor from
+/// fewer than [`FEW_OVERLAPPED`] micro-batches.
+fn overlap_warnings(o: &Overlap, timing: &Samples) -> Vec<String> {
+    let n = o.compute_overlapped.0.len();
+    let few = (n > 0 && n < FEW_OVERLAPPED).then(|| {
+        format!(
+            "overlap_compute_factor ({:.2}) rests on {n} micro-batch(es) timed inside the overlapped all-reduces, \
+             too few to measure it by (finding 29 of docs/results/planner-accuracy.md: one sample gave 2.19 and put \
+             co2 and streaming-diloco 14-21% slow); for methods that compute beside their transfers (acco, co2, \
+             streaming-diloco) read the predictions between this profile's and one with overlap_compute_factor = 1.",
+            o.compute_factor()
+        )
+    });
+    host_drift_warning(o, timing).into_iter().chain(few).collect()
 }
 
 /// The overlap factors (calibrate/overlap.rs) with their samples.
@@ -186,7 +210,7 @@ fn overlap_lines(w: &mut String, o: &Overlap, alone: &Samples) {
         "# (against the [timing] median, {}, minutes away: {timing:.3}; finding 16).",
         stats(alone, 1e3, "ms")
     );
-    if let Some(warning) = host_drift_warning(o, alone) {
+    for warning in overlap_warnings(o, alone) {
         let _ = writeln!(w, "# WARNING: {warning}");
     }
     let _ = writeln!(w, "# Each factor is overlapped over alone, at least 1: the simulator and");

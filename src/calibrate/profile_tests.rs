@@ -63,7 +63,8 @@ fn hand(nodes: usize) -> Calibration {
 }
 
 /// An overlap phase by hand: the all-reduce 0.5 s alone and 0.625 s
-/// beside micro-batches; a micro-batch 20 ms beside it and 16 ms alone.
+/// beside micro-batches; a micro-batch 20 ms beside it (median of three)
+/// and 16 ms alone.
 fn hand_overlap() -> Overlap {
     Overlap {
         bytes: 4000,
@@ -72,7 +73,7 @@ fn hand_overlap() -> Overlap {
         comm_overlapped: Samples(vec![0.625]),
         comm_chained: Samples(vec![0.5]),
         chained_covered: Samples(vec![0.4]),
-        compute_overlapped: Samples(vec![0.02]),
+        compute_overlapped: Samples(vec![0.019, 0.02, 0.021]),
         compute_alone: Samples(vec![0.016]),
         shared_cores: false,
     }
@@ -240,4 +241,29 @@ fn a_host_whose_speed_moved_during_calibrate_is_warned_of_in_the_profile() {
     assert!(with_alone(vec![0.009]).contains("(-10%)"));
     // The warning is a comment: the profile still parses.
     ClusterProfile::from_toml(&slower).unwrap_or_else(|e| panic!("{e:#}\n{slower}"));
+}
+
+#[test]
+fn an_overlap_factor_from_too_few_micro_batches_is_warned_of_in_the_profile() {
+    // A micro-batch alone takes 10 ms, as in [timing] (no drift to warn of).
+    let with_overlapped = |overlapped: Vec<f64>| {
+        let mut c = hand(1);
+        c.overlap = Some(Overlap {
+            compute_overlapped: Samples(overlapped),
+            compute_alone: Samples(vec![0.01]),
+            ..hand_overlap()
+        });
+        render(&c)
+    };
+    // Three samples make a measurement; none is factor 1, said by "no samples".
+    assert!(!with_overlapped(vec![0.019, 0.02, 0.021]).contains("WARNING"));
+    assert!(!with_overlapped(vec![]).contains("WARNING"));
+    // One and two do not: 21.9 ms over 10 ms alone is a factor of 2.19.
+    let one = with_overlapped(vec![0.0219]);
+    let line = one.lines().find(|l| l.starts_with("# WARNING:")).unwrap_or_else(|| panic!("{one}"));
+    assert!(line.contains("overlap_compute_factor (2.19) rests on 1 micro-batch(es)"), "{line}");
+    assert!(with_overlapped(vec![0.03, 0.035]).contains("rests on 2 micro-batch(es)"));
+    // One line, as plan and the runs repeat it (runtime/cluster.rs warnings).
+    assert_eq!(crate::runtime::cluster::warnings(&one), vec![line.trim_start_matches("# WARNING:").trim()]);
+    ClusterProfile::from_toml(&one).unwrap_or_else(|e| panic!("{e:#}\n{one}"));
 }

@@ -122,6 +122,8 @@ fn write(a: &CalibrateArgs, c: &Calibration) -> Result<()> {
     let text = calibrate::profile::render(c);
     crate::util::fsio::atomic_write(&a.out, text.as_bytes())
         .with_context(|| format!("cannot write {}", a.out.display()))?;
+    // Reading it back says its `# WARNING:` comments on stderr (the host's
+    // drift, an overlap factor from too few samples), as plan will.
     let p = ClusterProfile::from_file(&a.out)?;
     let spec = p.sim_spec(&c.opts.model, c.compute.params, c.opts.batch * c.opts.seq, vec![1.0; p.workers()])?;
     let link = p.link_model()?;
@@ -145,11 +147,6 @@ fn write(a: &CalibrateArgs, c: &Calibration) -> Result<()> {
             Some(calibrate::TierSource::Given { why, .. }) => println!("{key}: not measured ({why})"),
             _ => {}
         }
-    }
-    if let Some(warning) =
-        c.overlap.as_ref().and_then(|o| calibrate::profile::host_drift_warning(o, &c.compute.micro_batch()))
-    {
-        println!("warning: {warning}");
     }
     println!("use it: lowcomm plan --model {} --cluster {}", c.opts.preset, a.out.display());
     Ok(())
