@@ -24,6 +24,8 @@
 #                                                       # SIM_SEEDS seeds (sim-seeds/; plan-seeds.json is plan.json's twin)
 #   SIM_ONLY=sd bash bench/netns/planner_accuracy.sh           # micro_batch_cv from the profile's standard deviation
 #                                                       # within each set, its long tail counted (sim-sd/, plan-sd.json)
+#   RANKS=4 OUT=... bash bench/netns/planner_accuracy.sh       # four workers (async-diloco on five ranks); the
+#                                                       # profile says four nodes, so sim and plan follow
 #
 # The simulator runs SIM_SEEDS seeds (3 unless set) and the tables take the
 # mean over them: each seed draws its own micro-batch times (sim/straggle.rs),
@@ -32,7 +34,9 @@
 # Each rank computes on one thread (RAYON_NUM_THREADS=1): two ranks on this
 # 2-core machine then stand for two one-core machines, and calibrate measures
 # a micro-batch the way training runs it. async-diloco needs a rank for its
-# server, so it runs on 3 ranks (2 workers + the server in its own namespace).
+# server, so it runs on RANKS + 1 ranks (the workers + the server in its own
+# namespace). RANKS (2 unless set) is the number of workers: more than two
+# put several ranks on each of this VM's cores, which calibrate measures.
 # Needs `lowcomm data prepare --preset nano` and MPICH.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -44,6 +48,7 @@ METHODS=${METHODS:-ddp,zero1,acco,local-sgd,co2,diloco:h=12,demo,flexdemo,stream
 ASYNC=${ASYNC:-async-diloco:h=12}
 OVERLAPPED=${OVERLAPPED:-acco,co2,streaming-diloco:h=12}   # the methods whose transfers run beside computation
 SIM_SEEDS=${SIM_SEEDS:-3}
+RANKS=${RANKS:-2}
 cargo build --release --locked --features mpi -q
 B=$PWD/target/release/lowcomm
 export RAYON_NUM_THREADS=1
@@ -72,11 +77,11 @@ dir_of() {   # the folder of a setting: RATE or RATE-jitterPCT
     }
     start=$(date +%s)
     echo "== $dir: calibrate over the shaped link" >&2
-    shaped 2 "$B" calibrate --backend mpi --preset nano --batch-size 16 --max-bytes 4194304 \
+    shaped "$RANKS" "$B" calibrate --backend mpi --preset nano --batch-size 16 --max-bytes 4194304 \
         --out "$dir/profile.toml" --force --name "netns-$rate-jitter$jitter"
-    echo "== $dir: real runs (MPI, 2 ranks; $ASYNC on 3)" >&2
-    shaped 2 "$B" compare --backend mpi --methods "$METHODS" "${common[@]}" "${budget[@]}" --results "$dir/real" --fresh >/dev/null
-    shaped 3 "$B" compare --backend mpi --workers 2 --methods "$ASYNC" "${common[@]}" --results "$dir/real-async" --fresh >/dev/null
+    echo "== $dir: real runs (MPI, $RANKS ranks; $ASYNC on $((RANKS + 1)))" >&2
+    shaped "$RANKS" "$B" compare --backend mpi --methods "$METHODS" "${common[@]}" "${budget[@]}" --results "$dir/real" --fresh >/dev/null
+    shaped $((RANKS + 1)) "$B" compare --backend mpi --workers "$RANKS" --methods "$ASYNC" "${common[@]}" --results "$dir/real-async" --fresh >/dev/null
     echo "== $dir: $(( $(date +%s) - start )) s" >&2
 done
 # A variant of the kept profiles, in copies profile-NAME.toml, simulated and
