@@ -146,7 +146,7 @@ fn tier(out: &mut String, key: &str, src: &TierSource) -> Option<String> {
 }
 
 /// The warning of a host whose speed moved while calibrate ran, past
-/// [`HOST_DRIFT_WARNING`]; the profile's comment and calibrate's output.
+/// [`HOST_DRIFT_WARNING`] (one of [`overlap_warnings`]).
 fn host_drift_warning(o: &Overlap, timing: &Samples) -> Option<String> {
     let drift = o.host_drift(timing).filter(|d| d.abs() > HOST_DRIFT_WARNING)?;
     Some(format!(
@@ -167,9 +167,10 @@ fn host_drift_warning(o: &Overlap, timing: &Samples) -> Option<String> {
 /// (docs/results/planner-accuracy.md, finding 29).
 const FEW_OVERLAPPED: usize = 3;
 
-/// calibrate's warnings on its overlap phase, for the profile's comments
-/// and calibrate's output: the host's drift, and a compute factor from
-/// fewer than [`FEW_OVERLAPPED`] micro-batches.
+/// calibrate's warnings on its overlap phase, written as the profile's
+/// `# WARNING:` comments (which calibrate's read-back of the profile, plan
+/// and the runs say on stderr): the host's drift, and a compute factor
+/// from fewer than [`FEW_OVERLAPPED`] micro-batches.
 fn overlap_warnings(o: &Overlap, timing: &Samples) -> Vec<String> {
     let n = o.compute_overlapped.0.len();
     let few = (n > 0 && n < FEW_OVERLAPPED).then(|| {
